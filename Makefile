@@ -1,0 +1,14 @@
+.PHONY: demo test lint bench-gateway
+
+# Run the whole platform on the embedded default (PostgreSQL, gateway, analytics,
+# model simulator) with simulated users. Ctrl-C stops it; data persists.
+demo:
+	@scripts/bootstrap
+	.venv/bin/liftgate up --traffic
+
+# Everything the CI runs: install, start PostgreSQL and Kafka, lint, type-check, test.
+test:
+	@scripts/test
+
+lint:
+	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy

@@ -1,0 +1,331 @@
+"""Table definitions shared by the gateway (config snapshot, Direct sink) and analytics.
+
+SQLAlchemy 2.0 declarative models, no logic. Every change here needs an Alembic
+revision in ``migrations/versions``; ``tests/contracts/test_migrations.py`` fails when
+the models and the migrations drift apart.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, ClassVar
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    Double,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    func,
+)
+from sqlalchemy.dialects.postgresql import JSONB, UUID
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+    type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: JSONB, list[Any]: JSONB}
+
+
+def _created() -> Mapped[datetime]:
+    return mapped_column(DateTime(timezone=True), server_default=func.now(), nullable=False)
+
+
+class Upstream(Base):
+    """An OpenAI-compatible model server (vLLM, the simulator, a hosted API)."""
+
+    __tablename__ = "upstreams"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    base_url: Mapped[str] = mapped_column(String(1024))
+    # Needed in clear to call the upstream; never logged or returned by the API.
+    api_key: Mapped[str | None] = mapped_column(Text)
+    timeout_s: Mapped[float] = mapped_column(Double, server_default="60")
+    connect_timeout_s: Mapped[float] = mapped_column(Double, server_default="5")
+    max_connections: Mapped[int] = mapped_column(Integer, server_default="100")
+    created_at: Mapped[datetime] = _created()
+    updated_at: Mapped[datetime] = _created()
+
+
+class Experiment(Base):
+    """A route's experiment: how its traffic is split between a control and candidates."""
+
+    __tablename__ = "experiments"
+    __table_args__ = (
+        CheckConstraint("mode IN ('ab', 'shadow', 'rollout')", name="mode"),
+        CheckConstraint(
+            "status IN ('draft', 'running', 'paused', 'stopped', 'rolled_back', 'completed')", name="status"
+        ),
+        CheckConstraint("coverage >= 0 AND coverage <= 1", name="coverage"),
+        # At most one running experiment per route.
+        Index("uq_experiments_running_route", "route", unique=True, postgresql_where="status = 'running'"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    route: Mapped[str] = mapped_column(String(128), index=True)
+    mode: Mapped[str] = mapped_column(String(16))
+    status: Mapped[str] = mapped_column(String(16), server_default="draft")
+    description: Mapped[str | None] = mapped_column(Text)
+    salt: Mapped[str] = mapped_column(String(64))
+    unit_key: Mapped[str] = mapped_column(String(16), server_default="auto")
+    coverage: Mapped[float] = mapped_column(Double, server_default="1")
+    targeting: Mapped[list[Any]] = mapped_column(JSONB, server_default="[]")
+    forced: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default="{}")
+    shadow_sample_rate: Mapped[float] = mapped_column(Double, server_default="1")
+    fallback_to_control: Mapped[bool] = mapped_column(Boolean, server_default="false")
+    content_logging: Mapped[str] = mapped_column(String(16), server_default="none")
+    metrics: Mapped[list[Any]] = mapped_column(JSONB, server_default="[]")
+    rollout_plan: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    rollout_stage: Mapped[int | None] = mapped_column(Integer)
+    stage_started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    status_reason: Mapped[str | None] = mapped_column(Text)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    stopped_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = _created()
+    updated_at: Mapped[datetime] = _created()
+
+    variants: Mapped[list[Variant]] = relationship(
+        back_populates="experiment", cascade="all, delete-orphan", order_by="Variant.id"
+    )
+
+
+class Variant(Base):
+    __tablename__ = "variants"
+    __table_args__ = (
+        UniqueConstraint("experiment_id", "name"),
+        CheckConstraint("weight >= 0", name="weight"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(64))
+    upstream_id: Mapped[int] = mapped_column(ForeignKey("upstreams.id"), index=True)
+    model: Mapped[str] = mapped_column(String(256))
+    weight: Mapped[float] = mapped_column(Double, server_default="0")
+    is_control: Mapped[bool] = mapped_column(Boolean, server_default="false")
+
+    experiment: Mapped[Experiment] = relationship(back_populates="variants")
+    upstream: Mapped[Upstream] = relationship()
+
+
+class Interaction(Base):
+    """One model call (raw event). Append-only; ``event_id`` is the idempotency key."""
+
+    __tablename__ = "interactions"
+    __table_args__ = (
+        Index("ix_interactions_experiment_variant_ts", "experiment_id", "variant", "ts"),
+        Index("ix_interactions_request_id", "request_id"),
+        Index("ix_interactions_pair_id", "pair_id", postgresql_where="pair_id IS NOT NULL"),
+    )
+
+    event_id: Mapped[Any] = mapped_column(UUID(as_uuid=False), primary_key=True)
+    ts: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    request_id: Mapped[str] = mapped_column(String(64))
+    route: Mapped[str] = mapped_column(String(128))
+    experiment_id: Mapped[int | None] = mapped_column(Integer)
+    variant: Mapped[str | None] = mapped_column(String(64))
+    unit_id: Mapped[str] = mapped_column(String(256))
+    unit_source: Mapped[str] = mapped_column(String(16))
+    role: Mapped[str] = mapped_column(String(16))
+    pair_id: Mapped[str | None] = mapped_column(String(64))
+    mode: Mapped[str] = mapped_column(String(16))
+    endpoint: Mapped[str] = mapped_column(String(16))
+    model: Mapped[str] = mapped_column(String(256))
+    upstream: Mapped[str] = mapped_column(String(128))
+    status: Mapped[str] = mapped_column(String(8))
+    http_status: Mapped[int] = mapped_column(Integer)
+    error_type: Mapped[str | None] = mapped_column(String(64))
+    latency_ms: Mapped[float] = mapped_column(Double)
+    ttft_ms: Mapped[float | None] = mapped_column(Double)
+    prompt_tokens: Mapped[int | None] = mapped_column(Integer)
+    completion_tokens: Mapped[int | None] = mapped_column(Integer)
+    response_chars: Mapped[int] = mapped_column(Integer)
+    finish_reason: Mapped[str | None] = mapped_column(String(32))
+    stream: Mapped[bool] = mapped_column(Boolean)
+    fallback: Mapped[bool] = mapped_column(Boolean)
+    fallback_from: Mapped[str | None] = mapped_column(String(64))
+    conversation_id: Mapped[str | None] = mapped_column(String(128))
+    tags: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    prompt: Mapped[str | None] = mapped_column(Text)
+    response: Mapped[str | None] = mapped_column(Text)
+    ingested_at: Mapped[datetime] = _created()
+
+
+class Feedback(Base):
+    """One feedback event; experiment/variant are filled from its interaction (either may come first)."""
+
+    __tablename__ = "feedback"
+    __table_args__ = (
+        Index("ix_feedback_request_id", "request_id"),
+        Index("ix_feedback_unattributed", "request_id", postgresql_where="experiment_id IS NULL"),
+    )
+
+    event_id: Mapped[Any] = mapped_column(UUID(as_uuid=False), primary_key=True)
+    ts: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    request_id: Mapped[str] = mapped_column(String(64))
+    unit_id: Mapped[str] = mapped_column(String(256))
+    kind: Mapped[str] = mapped_column(String(256))
+    value: Mapped[float] = mapped_column(Double)
+    experiment_id: Mapped[int | None] = mapped_column(Integer)
+    variant: Mapped[str | None] = mapped_column(String(64))
+    tags: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    ingested_at: Mapped[datetime] = _created()
+
+
+class UnitRollup(Base):
+    """Per-unit sufficient statistics for one experiment variant (and one segment).
+
+    The report aggregates these (n, Σx, Σx², Σxy) with SQL, so its cost grows with units,
+    not with events. ``segment`` is '' for the whole experiment, or 'tag=value' for a
+    breakdown by an event tag. ``counters`` holds per-unit sums keyed by name (feedback
+    kinds, custom metrics) so new signals need no schema change.
+    """
+
+    __tablename__ = "unit_rollups"
+
+    experiment_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    variant: Mapped[str] = mapped_column(String(64), primary_key=True)
+    segment: Mapped[str] = mapped_column(String(256), primary_key=True, server_default="")
+    unit_id: Mapped[str] = mapped_column(String(256), primary_key=True)
+    first_ts: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    last_ts: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    requests: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    errors: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    fallbacks: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    latency_sum: Mapped[float] = mapped_column(Double, server_default="0")
+    ttft_n: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    ttft_sum: Mapped[float] = mapped_column(Double, server_default="0")
+    prompt_tokens: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    completion_tokens: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    response_chars: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    conversations: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    counters: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default="{}")
+
+
+class PreperiodRollup(Base):
+    """A unit's own history before an experiment started (CUPED covariate), per metric input."""
+
+    __tablename__ = "preperiod_rollups"
+
+    experiment_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    unit_id: Mapped[str] = mapped_column(String(256), primary_key=True)
+    values: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default="{}")
+    computed_at: Mapped[datetime] = _created()
+
+
+class LatencyHistogram(Base):
+    """Log-bucketed counts of latency/TTFT per experiment variant, for quantile metrics."""
+
+    __tablename__ = "latency_histograms"
+
+    experiment_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    variant: Mapped[str] = mapped_column(String(64), primary_key=True)
+    metric: Mapped[str] = mapped_column(String(32), primary_key=True)
+    bucket: Mapped[int] = mapped_column(Integer, primary_key=True)
+    count: Mapped[int] = mapped_column(BigInteger, server_default="0")
+
+
+class AnalysisSnapshot(Base):
+    """A computed report for one experiment at one moment (also the lift time series)."""
+
+    __tablename__ = "analysis_snapshots"
+    __table_args__ = (Index("ix_analysis_snapshots_experiment_created", "experiment_id", "created_at"),)
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id", ondelete="CASCADE"))
+    report: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    created_at: Mapped[datetime] = _created()
+
+
+class RolloutDecision(Base):
+    """What the rollout controller (or an operator) decided, and the evidence for it."""
+
+    __tablename__ = "rollout_decisions"
+    __table_args__ = (Index("ix_rollout_decisions_experiment_created", "experiment_id", "created_at"),)
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id", ondelete="CASCADE"))
+    stage: Mapped[int | None] = mapped_column(Integer)
+    to_stage: Mapped[int | None] = mapped_column(Integer)
+    decision: Mapped[str] = mapped_column(String(32))
+    reason: Mapped[str] = mapped_column(Text)
+    actor: Mapped[str] = mapped_column(String(128))
+    evidence: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default="{}")
+    created_at: Mapped[datetime] = _created()
+
+
+class DeadLetter(Base):
+    """A message the consumer could not decode or ingest: raw bytes and the reason."""
+
+    __tablename__ = "dead_letters"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    topic: Mapped[str] = mapped_column(String(256))
+    partition: Mapped[int | None] = mapped_column(Integer)
+    offset: Mapped[int | None] = mapped_column(BigInteger)
+    key: Mapped[bytes | None] = mapped_column(LargeBinary)
+    payload: Mapped[bytes] = mapped_column(LargeBinary)
+    reason: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = _created()
+
+
+class AuditLog(Base):
+    """Every admin change, with who did it and the state before and after."""
+
+    __tablename__ = "audit_log"
+    __table_args__ = (Index("ix_audit_log_entity", "entity", "entity_id"),)
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    actor: Mapped[str] = mapped_column(String(128))
+    action: Mapped[str] = mapped_column(String(64))
+    entity: Mapped[str] = mapped_column(String(64))
+    entity_id: Mapped[str | None] = mapped_column(String(128))
+    before: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    after: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    created_at: Mapped[datetime] = _created()
+
+
+class ApiKey(Base):
+    """A client key for the /v1 endpoints; only its SHA-256 hash is stored."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    prefix: Mapped[str] = mapped_column(String(16))
+    revoked: Mapped[bool] = mapped_column(Boolean, server_default="false")
+    created_at: Mapped[datetime] = _created()
+
+
+class MetricDefinition(Base):
+    """A user-defined metric (built-ins live in code); see analytics' metric catalogue."""
+
+    __tablename__ = "metric_definitions"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    definition: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    created_at: Mapped[datetime] = _created()
+    updated_at: Mapped[datetime] = _created()
+
+
+metadata = Base.metadata

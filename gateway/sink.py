@@ -1,0 +1,32 @@
+"""Where the gateway's events go. The request path only ever calls ``emit``, which must not block."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from contracts.events import Event
+
+
+class EventSink(Protocol):
+    """Accepts events without blocking the caller; delivery happens in the background.
+
+    Implementations: ``gateway.kafka_sink.KafkaSink`` (Kafka, with a durable local spool
+    while the broker is unreachable) and ``liftgate.direct_sink.DirectSink`` (embedded
+    default: batched in-process writes through analytics' ingest function; it lives in
+    the composition root because the gateway never imports analytics).
+    """
+
+    def emit(self, event: Event) -> None:
+        """Queue one event; never raises because of the downstream, never waits on I/O."""
+
+    async def start(self) -> None:
+        """Begin background delivery (called in the app's lifespan)."""
+
+    async def close(self) -> None:
+        """Flush what can be flushed within a bounded time, persist the rest, stop."""
+
+    def healthy(self) -> bool:
+        """True when events are being delivered (used by /readyz)."""
+
+    def stats(self) -> dict[str, int]:
+        """Counters for /readyz and metrics: e.g. queued, spooled, delivered, dropped."""

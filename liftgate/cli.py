@@ -1,0 +1,25 @@
+"""The `liftgate` command line: the composition root's front door."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(help="liftgate: evaluate LLM deployments on live traffic.", no_args_is_help=True)
+
+
+@app.command()
+def migrate(
+    database_url: str = typer.Option(
+        ..., envvar="LIFTGATE_DATABASE_URL", help="SQLAlchemy URL of the database."
+    ),
+    revision: str = typer.Option("head", help="Alembic revision to upgrade to."),
+) -> None:
+    """Apply the database migrations (alembic upgrade)."""
+    from liftgate import db
+
+    db.upgrade(database_url, revision)
+    typer.echo(f"database at revision {revision}")
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,121 @@
+"""Session-wide real services: PostgreSQL (embedded) and Apache Kafka (scripts/kafka).
+
+Both are started once per test session, or attached to when the environment names them
+(``LIFTGATE_TEST_PG_ADMIN_URL``, ``LIFTGATE_KAFKA_BOOTSTRAP``) — `scripts/test` starts
+them before pytest. Each session gets its own freshly migrated database, so concurrent
+runs never see each other's rows; each test gets a transaction that is rolled back.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import psycopg
+import pytest
+from sqlalchemy import Engine, create_engine
+from sqlalchemy.orm import Session
+
+from liftgate import db as dbmod
+from liftgate.embedded_pg import EmbeddedPostgres, default_state_dir
+
+ROOT = Path(__file__).resolve().parent.parent
+TEST_DB_PREFIX = "lg_test_"
+
+
+def _admin_url() -> str:
+    url = os.environ.get("LIFTGATE_TEST_PG_ADMIN_URL")
+    if url:
+        return url
+    pg = EmbeddedPostgres(
+        data_dir=default_state_dir() / "pg",
+        port=int(os.environ.get("LIFTGATE_PG_PORT", "15432")),
+        durable=False,
+    )
+    pg.start()
+    return f"postgresql://postgres@127.0.0.1:{pg.port}/postgres"
+
+
+def _drop_stale_databases(conn: psycopg.Connection[tuple[object, ...]]) -> None:
+    """Drop databases left by killed test sessions (their creator pid is gone)."""
+    rows = conn.execute(
+        "SELECT datname FROM pg_database WHERE datname LIKE %s", (TEST_DB_PREFIX + "%",)
+    ).fetchall()
+    for (name,) in rows:
+        parts = str(name).split("_")
+        pid = int(parts[2]) if len(parts) > 3 and parts[2].isdigit() else -1
+        if pid > 0 and psutil.pid_exists(pid):
+            continue
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def pg_admin_url() -> str:
+    return _admin_url()
+
+
+@pytest.fixture(scope="session")
+def database_url(pg_admin_url: str) -> Iterator[str]:
+    """A new, migrated database for this test session (SQLAlchemy URL, psycopg 3 driver)."""
+    name = f"{TEST_DB_PREFIX}{os.getpid()}_{secrets.token_hex(4)}"
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        _drop_stale_databases(conn)
+        conn.execute(f'CREATE DATABASE "{name}"')
+    base = pg_admin_url.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1)
+    url = f"{base}/{name}"
+    dbmod.upgrade(url)
+    yield url
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def engine(database_url: str) -> Iterator[Engine]:
+    eng = create_engine(database_url, pool_size=5, max_overflow=20)
+    yield eng
+    eng.dispose()
+
+
+@pytest.fixture
+def db(engine: Engine) -> Iterator[Session]:
+    """A session whose work is rolled back after the test (commits become savepoints)."""
+    conn = engine.connect()
+    trans = conn.begin()
+    session = Session(bind=conn, join_transaction_mode="create_savepoint")
+    try:
+        yield session
+    finally:
+        session.close()
+        trans.rollback()
+        conn.close()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> str:
+    """A real Apache Kafka broker: attached via LIFTGATE_KAFKA_BOOTSTRAP or started by scripts/kafka."""
+    bootstrap = os.environ.get("LIFTGATE_KAFKA_BOOTSTRAP")
+    if bootstrap:
+        return bootstrap
+    port = os.environ.get("LIFTGATE_KAFKA_PORT", "19092")
+    res = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "kafka.py"), "up", "--port", port],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    if res.returncode != 0:
+        raise RuntimeError(f"could not start Kafka: {res.stdout}\n{res.stderr}")
+    return f"127.0.0.1:{port}"
+
+
+@pytest.fixture
+def unique_name(request: pytest.FixtureRequest) -> str:
+    """A name no other test (or concurrent test session) uses: for topics, groups, experiments."""
+    base = "".join(c if c.isalnum() else "-" for c in request.node.name)[:40]
+    return f"{base}-{secrets.token_hex(4)}"
