@@ -31,6 +31,7 @@ import argparse
 import base64
 import contextlib
 import fcntl
+import functools
 import json
 import os
 import shutil
@@ -66,7 +67,7 @@ LOCK_TIMEOUT_S = FETCH_TIMEOUT_S + 2 * START_TIMEOUT_S
 POLL_S = 0.2
 
 LOG4J2_XML = """<?xml version="1.0" encoding="UTF-8"?>
-<Configuration status="WARN">
+<Configuration status="WARN" shutdownHook="disable">
   <Appenders>
     <Console name="stdout" target="SYSTEM_OUT">
       <PatternLayout pattern="[%d] %p %m (%c)%n"/>
@@ -202,8 +203,9 @@ def _configured_port(layout: Layout) -> int | None:
     except OSError:
         return None
     for listener in listeners.split(","):
-        if listener.startswith("PLAINTEXT://"):
-            return int(listener.rsplit(":", 1)[1])
+        port = listener.rsplit(":", 1)[-1]
+        if listener.startswith("PLAINTEXT://") and port.isdigit():
+            return int(port)
     return None
 
 
@@ -220,7 +222,9 @@ def cli_lock(layout: Layout) -> Iterator[None]:
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    raise ScriptError(f"another scripts/kafka command has held {layout.lock} too long") from None
+                    raise ScriptError(
+                        f"another scripts/kafka command has held {layout.lock} too long"
+                    ) from None
                 if not waiting:
                     say("waiting for another scripts/kafka command to finish")
                     waiting = True
@@ -285,7 +289,9 @@ def ensure_libs(settings: Settings) -> Path:
         return libs
     mvn = shutil.which("mvn")
     if mvn is None:
-        raise ScriptError("`mvn` not found; install Maven, or set KAFKA_HOME to an unpacked Kafka distribution")
+        raise ScriptError(
+            "`mvn` not found; install Maven, or set KAFKA_HOME to an unpacked Kafka distribution"
+        )
     say(f"fetching Apache Kafka {settings.version} jars from Maven Central into {libs}")
     layout.root.mkdir(parents=True, exist_ok=True)
     layout.pom.write_text(_pom(settings.version))
@@ -342,8 +348,9 @@ def _all_pids() -> list[int]:
 
 
 def _is_our_broker(pid: int, layout: Layout) -> bool:
+    # _launch puts these two arguments last; an exact suffix, so /a/x never matches /b/a/x.
     args = _process_args(pid)
-    return args is not None and " kafka.Kafka " in f" {args} " and str(layout.server_properties) in args
+    return args is not None and args.endswith(f" kafka.Kafka {layout.server_properties}")
 
 
 def _read_pid_file(layout: Layout) -> int | None:
@@ -388,10 +395,10 @@ def stop(pid: int, timeout: float = STOP_TIMEOUT_S) -> None:
 # ---------------------------------------------------------------- broker
 
 
-def answering_cluster(address: tuple[str, int]) -> kafka_wire.Cluster | None:
+def answering_cluster(address: tuple[str, int], timeout: float = 2.0) -> kafka_wire.Cluster | None:
     """The cluster behind address if a Kafka broker there serves metadata, else None."""
     try:
-        cluster = kafka_wire.metadata(address, [], timeout=2.0)
+        cluster = kafka_wire.metadata(address, [], timeout=timeout)
     except (OSError, kafka_wire.ProtocolError):
         return None
     # A KRaft broker lists itself only once it is registered and unfenced.
@@ -465,6 +472,10 @@ log.segment.bytes=16777216
 log.index.size.max.bytes=1048576
 log.retention.hours=24
 log.cleaner.dedupe.buffer.size=16777216
+# After a SIGKILL the new incarnation can register only once the old session expires
+# (default 9 s). Heartbeats stay on loopback inside one JVM, so 5 s is still generous.
+broker.heartbeat.interval.ms=1000
+broker.session.timeout.ms=5000
 """
 
 
@@ -515,7 +526,9 @@ def format_storage(settings: Settings, libs: Path, reason: str | None) -> None:
     )  # fmt: skip
     say(f"formatting storage (cluster id {cluster_id})")
     try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=FORMAT_TIMEOUT_S, check=False)
+        result = subprocess.run(
+            command, capture_output=True, text=True, timeout=FORMAT_TIMEOUT_S, check=False
+        )
     except subprocess.TimeoutExpired:
         raise ScriptError(f"StorageTool format did not finish within {FORMAT_TIMEOUT_S:.0f} s") from None
     if result.returncode != 0:
@@ -579,38 +592,43 @@ def wait_ready(
     return "timeout"
 
 
+def _launch_and_wait(settings: Settings, libs: Path, timeout: float) -> int | None:
+    """Start the broker; None once it answers, else the exit code of a broker that died starting."""
+    layout = settings.layout
+    started = time.monotonic()
+    process = _launch(settings, libs)
+    say(f"started broker pid {process.pid}; waiting for {settings.bootstrap}")
+    outcome = wait_ready(settings.address, _cluster_id(layout), lambda: process.poll() is None, timeout)
+    if outcome == "ready":
+        say(f"broker ready in {time.monotonic() - started:.1f} s (log: {layout.log})")
+        return None
+    layout.pid_file.unlink(missing_ok=True)
+    if outcome == "timeout":
+        stop(process.pid)
+        raise ScriptError(f"broker not ready within {timeout:.0f} s; log tail:\n{_log_tail(layout)}")
+    log = layout.log.read_text(errors="replace") if layout.log.exists() else ""
+    if "Address already in use" in log:
+        raise ScriptError(
+            f"broker could not bind 127.0.0.1:{settings.port}/{settings.port + 1}; log tail:\n{_log_tail(layout)}"
+        )
+    return process.wait()
+
+
 def _start(settings: Settings, libs: Path, timeout: float) -> None:
     layout = settings.layout
     layout.log4j_config.write_text(LOG4J2_XML)
     layout.server_properties.write_text(_server_properties(settings))
-    controller_port = settings.port + 1
     fresh = not (layout.data.exists() and any(layout.data.iterdir()))
-    problem = None if fresh else _storage_problem(layout, controller_port)
+    problem = None if fresh else _storage_problem(layout, settings.port + 1)
     if fresh or problem:
         format_storage(settings, libs, problem)
-        fresh = True
-    for attempt in (1, 2):
-        started = time.monotonic()
-        process = _launch(settings, libs)
-        say(f"started broker pid {process.pid}; waiting for {settings.bootstrap}")
-        outcome = wait_ready(settings.address, _cluster_id(layout), lambda: process.poll() is None, timeout)
-        if outcome == "ready":
-            say(f"broker ready in {time.monotonic() - started:.1f} s (log: {layout.log})")
-            return
-        layout.pid_file.unlink(missing_ok=True)
-        if outcome == "timeout":
-            stop(process.pid)
-            raise ScriptError(f"broker not ready within {timeout:.0f} s; log tail:\n{_log_tail(layout)}")
-        log = layout.log.read_text(errors="replace") if layout.log.exists() else ""
-        if "Address already in use" in log:
-            raise ScriptError(f"broker could not bind its ports {settings.port}/{controller_port}; log tail:\n"
-                              f"{_log_tail(layout)}")  # fmt: skip
-        if attempt == 2 or fresh:
-            raise ScriptError(f"broker exited during startup (exit {process.returncode}); log tail:\n"
-                              f"{_log_tail(layout)}")  # fmt: skip
-        # Old data that Kafka rejects (corrupt log, foreign lock, version skew): start clean, once.
+    exit_code = _launch_and_wait(settings, libs, timeout)
+    if exit_code is not None and not (fresh or problem):
+        # Old data Kafka rejects (corrupt log, a foreign lock, version skew): start clean, once.
         format_storage(settings, libs, f"broker exited during startup: {_first_error(layout)}")
-        fresh = True
+        exit_code = _launch_and_wait(settings, libs, timeout)
+    if exit_code is not None:
+        raise ScriptError(f"broker exited during startup (exit {exit_code}); log tail:\n{_log_tail(layout)}")
 
 
 def up(settings: Settings, timeout: float) -> str:
@@ -634,7 +652,8 @@ def up(settings: Settings, timeout: float) -> str:
                               "run `scripts/kafka down` first to move it")  # fmt: skip
         if recorded != pid:
             layout.pid_file.write_text(f"{pid}\n")
-        outcome = wait_ready(settings.address, _cluster_id(layout), lambda: _process_args(pid) is not None, timeout)
+        alive = functools.partial(_is_our_broker, pid, layout)
+        outcome = wait_ready(settings.address, _cluster_id(layout), alive, timeout)
         if outcome == "ready":
             say(f"already running (pid {pid})")
             return settings.bootstrap
@@ -643,7 +662,7 @@ def up(settings: Settings, timeout: float) -> str:
         layout.pid_file.unlink(missing_ok=True)
     for port in (settings.port, settings.port + 1):
         if not _port_free(port):
-            cluster = answering_cluster(("127.0.0.1", port))
+            cluster = answering_cluster(("127.0.0.1", port), timeout=1.0)
             who = f"a Kafka broker of cluster {cluster.cluster_id}" if cluster else "another process"
             raise ScriptError(f"127.0.0.1:{port} is in use by {who}, not by the broker of {layout.root}; "
                               "stop it or pick another port (--port / LIFTGATE_KAFKA_PORT)")  # fmt: skip
