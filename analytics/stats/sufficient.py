@@ -8,6 +8,7 @@ these sums, so a report's cost grows with variants, not with events.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 
@@ -21,7 +22,7 @@ class SampleStats:
     sum_y: float = 0.0
     sum_y2: float = 0.0
     sum_xy: float = 0.0
-    # CUPED covariate c (pre-period value of the same metric); n_c units had one.
+    # CUPED covariate c: the unit's pre-period value (0 for a unit without history).
     sum_c: float = 0.0
     sum_c2: float = 0.0
     sum_xc: float = 0.0
@@ -51,3 +52,67 @@ class SampleStats:
         if self.n < 2:
             return 0.0
         return max(0.0, (self.sum_x2 - self.sum_x * self.sum_x / self.n) / (self.n - 1))
+
+    @property
+    def mean_y(self) -> float:
+        return self.sum_y / self.n if self.n else 0.0
+
+    @property
+    def mean_c(self) -> float:
+        return self.sum_c / self.n if self.n else 0.0
+
+    def _cov(self, s_a: float, s_b: float, s_ab: float) -> float:
+        if self.n < 2:
+            return 0.0
+        return (s_ab - s_a * s_b / self.n) / (self.n - 1)
+
+    @property
+    def var_y(self) -> float:
+        return max(0.0, self._cov(self.sum_y, self.sum_y, self.sum_y2))
+
+    @property
+    def var_c(self) -> float:
+        return max(0.0, self._cov(self.sum_c, self.sum_c, self.sum_c2))
+
+    @property
+    def cov_xy(self) -> float:
+        return self._cov(self.sum_x, self.sum_y, self.sum_xy)
+
+    @property
+    def cov_xc(self) -> float:
+        return self._cov(self.sum_x, self.sum_c, self.sum_xc)
+
+    @property
+    def cov_yc(self) -> float:
+        return self._cov(self.sum_y, self.sum_c, self.sum_yc)
+
+    @property
+    def has_covariate(self) -> bool:
+        return self.sum_c2 > 0.0
+
+    @classmethod
+    def from_values(
+        cls,
+        x: Sequence[float],
+        y: Sequence[float] | None = None,
+        c: Sequence[float] | None = None,
+    ) -> SampleStats:
+        """Sums of per-unit values (tests, small in-memory data); SQL does this in production."""
+        n = len(x)
+        ys = list(y) if y is not None else [0.0] * n
+        cs = list(c) if c is not None else [0.0] * n
+        if len(ys) != n or len(cs) != n:
+            raise ValueError("x, y and c must have one value per unit")
+        xs = [float(v) for v in x]
+        return cls(
+            n=n,
+            sum_x=sum(xs),
+            sum_x2=sum(v * v for v in xs),
+            sum_y=sum(ys),
+            sum_y2=sum(v * v for v in ys),
+            sum_xy=sum(a * b for a, b in zip(xs, ys, strict=True)),
+            sum_c=sum(cs),
+            sum_c2=sum(v * v for v in cs),
+            sum_xc=sum(a * b for a, b in zip(xs, cs, strict=True)),
+            sum_yc=sum(a * b for a, b in zip(ys, cs, strict=True)),
+        )
