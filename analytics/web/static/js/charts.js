@@ -1,0 +1,195 @@
+// The two charts of the experiment page, drawn with the vendored Chart.js (global `Chart`).
+// Charts are created once and updated in place on every poll (no flicker, no re-layout).
+
+import { clock, lift, p, pct } from "./format.js";
+
+export const TONE = { good: "#1a7f37", bad: "#cf222e", neutral: "#8c959f", guard: "#8250df", accent: "#0969da" };
+const FAINT = { good: "rgba(26,127,55,0.25)", bad: "rgba(207,34,46,0.25)", neutral: "rgba(140,149,159,0.28)" };
+
+// Significance and direction → colour: green significantly better, red significantly
+// worse (or a failed guardrail), grey inconclusive.
+export function tone(result) {
+  if (!result || result.is_control) return "neutral";
+  if (result.guardrail && result.guardrail.outcome === "fail") return "bad";
+  if (result.significant && result.better === true) return "good";
+  if (result.significant && result.better === false) return "bad";
+  return "neutral";
+}
+
+const pcts = (iv) => (iv ? [iv.lower * 100, iv.upper * 100] : null);
+const zeroGrid = (ctx) => (ctx.tick && ctx.tick.value === 0 ? "#57606a" : "rgba(0,0,0,0.07)");
+
+function baseOptions() {
+  return {
+    animation: false,
+    responsive: true,
+    maintainAspectRatio: false,
+    font: { family: "'DejaVu Sans', 'Liberation Sans', sans-serif" },
+  };
+}
+
+// Forest plot: one row per metric × candidate. Wide pale bar = always-valid (sequential)
+// interval the verdict uses; thin dark bar = fixed-horizon interval; diamond = estimate;
+// purple tick = a guardrail's non-inferiority margin.
+export class ForestChart {
+  constructor(canvas) {
+    this.rows = [];
+    const rows = () => this.rows;
+    this.chart = new Chart(canvas, {
+      type: "bar",
+      data: { labels: [], datasets: [] },
+      options: {
+        ...baseOptions(),
+        indexAxis: "y",
+        scales: {
+          x: {
+            title: { display: true, text: "relative lift vs control (%)" },
+            grid: { color: zeroGrid },
+            grace: "5%",
+          },
+          y: {
+            type: "category",
+            grid: { display: false },
+            ticks: {
+              color: (ctx) => (rows()[ctx.index] && rows()[ctx.index].metric.guardrail ? TONE.guard : "#24292f"),
+              font: { size: 11 },
+            },
+          },
+        },
+        plugins: {
+          legend: { position: "bottom", labels: { boxWidth: 12, font: { size: 11 } } },
+          tooltip: {
+            callbacks: {
+              title: (items) => (items.length ? rows()[items[0].dataIndex].label : ""),
+              label: () => null,
+              afterBody: (items) => (items.length ? forestTooltip(rows()[items[0].dataIndex]) : []),
+            },
+          },
+        },
+      },
+    });
+  }
+
+  update(rows) {
+    this.rows = rows;
+    const c = this.chart;
+    c.data.labels = rows.map((r) => r.label);
+    const colours = rows.map((r) => TONE[tone(r.result)]);
+    c.data.datasets = [
+      {
+        label: "sequential CI",
+        data: rows.map((r) => pcts(r.result.sequential_ci_relative)),
+        backgroundColor: rows.map((r) => FAINT[tone(r.result)]),
+        barThickness: 14,
+        grouped: false,
+        order: 3,
+      },
+      {
+        label: "fixed-horizon CI",
+        data: rows.map((r) => pcts(r.result.ci_relative)),
+        backgroundColor: colours,
+        barThickness: 4,
+        grouped: false,
+        order: 2,
+      },
+      {
+        type: "scatter",
+        label: "lift",
+        data: rows.map((r) => (r.result.lift_relative == null ? null : { x: r.result.lift_relative * 100, y: r.label })),
+        backgroundColor: colours,
+        borderColor: "#ffffff",
+        pointStyle: "rectRot",
+        pointRadius: 6,
+        pointHoverRadius: 8,
+        order: 1,
+      },
+      {
+        type: "scatter",
+        label: "guardrail margin",
+        data: rows.map((r) => (r.metric.guardrail && r.metric.margin != null ? { x: marginX(r.metric), y: r.label } : null)),
+        borderColor: TONE.guard,
+        backgroundColor: TONE.guard,
+        pointStyle: "line",
+        rotation: 90,
+        pointRadius: 9,
+        borderWidth: 2,
+        order: 0,
+      },
+    ];
+    c.canvas.parentNode.style.height = `${Math.max(160, rows.length * 26 + 80)}px`;
+    c.update("none");
+  }
+}
+
+function marginX(metric) {
+  // The margin sits on the "worse" side: below zero when higher is better.
+  return (metric.direction === "increase" ? -metric.margin : metric.margin) * 100;
+}
+
+function forestTooltip(row) {
+  const r = row.result;
+  const iv = (x) => (x ? `${lift(x.lower)} … ${lift(x.upper)}` : "—");
+  const lines = [
+    `lift ${lift(r.lift_relative)} (${row.metric.direction === "increase" ? "higher" : "lower"} is better)`,
+    `sequential CI ${iv(r.sequential_ci_relative)}`,
+    `fixed CI ${iv(r.ci_relative)}`,
+    `p ${p(r.p_value)} · Holm ${p(r.p_holm)} · BH ${p(r.p_bh)}`,
+    `sequential p (Holm) ${p(r.p_sequential_holm)}`,
+    `chance to beat control ${pct(r.chance_to_beat_control)}`,
+  ];
+  if (r.guardrail) lines.push(`guardrail: ${r.guardrail.outcome} (margin ${pct(r.guardrail.margin)})`);
+  if (r.error) lines.push(`note: ${r.error.message}`);
+  return lines;
+}
+
+// Cumulative relative lift over time with the always-valid band (shaded) and the
+// fixed-horizon interval (dashed): the band is what may be watched continuously.
+export class LiftOverTimeChart {
+  constructor(canvas) {
+    const band = "rgba(9,105,218,0.14)";
+    const line = (label, extra) => ({ label, data: [], pointRadius: 0, borderWidth: 1, spanGaps: false, ...extra });
+    this.chart = new Chart(canvas, {
+      type: "line",
+      data: {
+        datasets: [
+          line("sequential CI", { borderWidth: 0, backgroundColor: band, fill: "+1" }),
+          line("sequential CI (lower)", { borderWidth: 0, backgroundColor: band, fill: false }),
+          line("fixed-horizon CI", { borderColor: "#57606a", borderDash: [4, 3], fill: false }),
+          line("fixed-horizon CI (lower)", { borderColor: "#57606a", borderDash: [4, 3], fill: false }),
+          line("cumulative lift", { borderColor: TONE.accent, backgroundColor: TONE.accent, borderWidth: 2, pointRadius: 2 }),
+        ],
+      },
+      options: {
+        ...baseOptions(),
+        interaction: { mode: "index", intersect: false },
+        scales: {
+          x: { type: "linear", ticks: { callback: (v) => clock(v), maxTicksLimit: 6 }, grid: { color: "rgba(0,0,0,0.05)" } },
+          y: { title: { display: true, text: "relative lift (%)" }, grid: { color: zeroGrid } },
+        },
+        plugins: {
+          legend: {
+            position: "bottom",
+            labels: { boxWidth: 12, font: { size: 11 }, filter: (item) => !item.text.includes("(lower)") },
+          },
+          tooltip: {
+            callbacks: {
+              title: (items) => (items.length ? clock(items[0].parsed.x) : ""),
+              label: (item) => `${item.dataset.label}: ${item.parsed.y == null ? "—" : item.parsed.y.toFixed(1) + "%"}`,
+            },
+          },
+        },
+      },
+    });
+  }
+
+  update(points) {
+    const at = (f) => points.map((pt) => ({ x: Date.parse(pt.t), y: f(pt) == null ? null : f(pt) * 100 }));
+    const ds = this.chart.data.datasets;
+    ds[0].data = at((pt) => pt.sequential_ci_relative && pt.sequential_ci_relative.upper);
+    ds[1].data = at((pt) => pt.sequential_ci_relative && pt.sequential_ci_relative.lower);
+    ds[2].data = at((pt) => pt.ci_relative && pt.ci_relative.upper);
+    ds[3].data = at((pt) => pt.ci_relative && pt.ci_relative.lower);
+    ds[4].data = at((pt) => pt.lift_relative);
+    this.chart.update("none");
+  }
+}

@@ -1,0 +1,300 @@
+// The experiment page: verdicts, SRM banner, allocation, forest plot, lift over time,
+// the metrics table, the rollout timeline and the shadow paired comparison. Everything
+// is drawn from one report (GET /api/experiments/{ref}/report) and, for rollouts, the
+// rollout state (GET /api/experiments/{ref}/rollout).
+
+import { ForestChart, LiftOverTimeChart, tone } from "./charts.js";
+import { cell, DASH, esc, when } from "./format.js";
+import { renderPaired } from "./paired.js";
+import { renderRollout } from "./rollout.js";
+import { badge, statusBadge } from "./verdicts.js";
+
+const SKELETON = `
+  <section class="card head" id="head"></section>
+  <div class="banner" id="srm-banner" role="status"></div>
+  <div class="row">
+    <section class="card" id="verdicts-card"><h2>Verdict</h2><div id="verdicts"></div></section>
+    <section class="card narrow" id="allocation-card"><h2>Allocation</h2>
+      <table class="grid compact" id="allocation"><thead><tr>
+        <th>variant</th><th class="r">weight</th><th class="r">units</th><th class="r">observed</th>
+      </tr></thead><tbody></tbody></table>
+    </section>
+  </div>
+  <div class="toolbar">
+    <label>Segment <select id="segment"><option value="">all units</option></select></label>
+    <span class="hint" id="segment-hint"></span>
+  </div>
+  <div class="row charts">
+    <section class="card" id="forest-card">
+      <h2>Relative lift by metric <span class="hint">hover for corrected p-values</span></h2>
+      <div class="chartbox"><canvas id="forest" aria-label="forest plot of relative lift"></canvas></div>
+    </section>
+    <section class="card" id="timeseries-card">
+      <h2>Cumulative lift over time</h2>
+      <div class="controls">
+        <select id="ts-metric" aria-label="metric"></select>
+        <select id="ts-variant" aria-label="candidate"></select>
+      </div>
+      <div class="chartbox ts"><canvas id="timeseries" aria-label="cumulative lift over time"></canvas></div>
+      <p class="empty" id="ts-empty" hidden>No snapshots yet: the series grows with every report snapshot.</p>
+    </section>
+  </div>
+  <section class="card" id="results-card">
+    <h2>Metrics</h2>
+    <table class="grid" id="results"><thead><tr>
+      <th>metric</th><th>variant</th><th class="r">units</th><th class="r">mean</th><th class="r">lift</th>
+      <th class="r">sequential CI</th><th class="r">p</th><th class="r">p Holm</th><th class="r">seq. p Holm</th>
+      <th class="r">P(beat control)</th><th>guardrail</th><th>progress to sample size</th>
+    </tr></thead><tbody></tbody></table>
+  </section>
+  <section class="card" id="rollout-card" hidden><h2>Rollout</h2><div id="rollout"></div></section>
+  <section class="card" id="paired-card" hidden><h2>Shadow: candidate vs baseline on the same prompts</h2><div id="paired"></div></section>
+  <section class="card notes" id="notes-card" hidden><h2>Notes</h2><ul id="notes"></ul></section>`;
+
+export class ExperimentPage {
+  constructor(root, ref) {
+    this.root = root;
+    this.ref = ref;
+    this.report = null;
+    root.innerHTML = SKELETON;
+    this.forest = new ForestChart(root.querySelector("#forest"));
+    this.lift = new LiftOverTimeChart(root.querySelector("#timeseries"));
+    for (const id of ["#segment", "#ts-metric", "#ts-variant"]) {
+      root.querySelector(id).addEventListener("change", () => this.render());
+    }
+  }
+
+  async refresh(api) {
+    const report = await api.report(this.ref);
+    // The rollout state is its own endpoint; a failure there must not hide the report.
+    let rollout = null;
+    if (report.mode === "rollout") {
+      try {
+        rollout = await api.rollout(this.ref);
+      } catch (err) {
+        rollout = { error: err.message };
+      }
+    }
+    this.report = report;
+    this.rollout = rollout;
+    this.render();
+  }
+
+  render() {
+    const r = this.report;
+    if (!r) return;
+    document.title = `liftgate — ${r.name}`;
+    const $ = (sel) => this.root.querySelector(sel);
+    const metrics = new Map(r.metrics.map((m) => [m.name, m]));
+    $("#head").innerHTML = head(r);
+    srmBanner($("#srm-banner"), r.srm);
+    $("#verdicts").innerHTML = verdicts(r);
+    $("#allocation tbody").innerHTML = allocation(r.allocation);
+
+    const view = this.segmentView(r);
+    const rows = forestRows(view.results, view.base, metrics, r.control);
+    this.forest.update(rows);
+    $("#results tbody").innerHTML = resultRows(view.results, view.base, metrics, r.control);
+
+    this.renderTimeseries(r, metrics);
+    const rolloutCard = $("#rollout-card");
+    rolloutCard.hidden = r.mode !== "rollout";
+    if (r.mode === "rollout") $("#rollout").innerHTML = renderRollout(this.rollout, r);
+    const pairedCard = $("#paired-card");
+    pairedCard.hidden = !(r.mode === "shadow" || r.paired.length);
+    if (!pairedCard.hidden) $("#paired").innerHTML = renderPaired(r.paired);
+    const notes = r.errors.map((e) => `<li><code>${esc(e.code)}</code> ${esc(e.message)}</li>`);
+    $("#notes-card").hidden = notes.length === 0;
+    $("#notes").innerHTML = notes.join("");
+  }
+
+  segmentView(r) {
+    const select = this.root.querySelector("#segment");
+    const wanted = ["", ...r.segments.map((s) => s.segment)];
+    const have = [...select.options].map((o) => o.value);
+    if (wanted.join("\n") !== have.join("\n")) {
+      const current = select.value;
+      select.innerHTML =
+        `<option value="">all units</option>` +
+        r.segments.map((s) => `<option value="${esc(s.segment)}">${esc(s.segment)} (${s.units} units)</option>`).join("");
+      select.value = wanted.includes(current) ? current : "";
+    }
+    select.disabled = r.segments.length === 0;
+    const k = r.segments.findIndex((s) => s.segment === select.value);
+    this.root.querySelector("#segment-hint").textContent =
+      r.segments.length === 0
+        ? "no tag breakdowns in this report"
+        : k >= 0
+          ? "p-values corrected across metrics × candidates × segments"
+          : `${r.segments.length} segments available`;
+    return k >= 0 ? { results: r.segments[k].results, base: `/segments/${k}/results` } : { results: r.results, base: "/results" };
+  }
+
+  renderTimeseries(r, metrics) {
+    const $ = (sel) => this.root.querySelector(sel);
+    const mSel = $("#ts-metric");
+    const vSel = $("#ts-variant");
+    const names = [...new Set(r.timeseries.map((s) => s.metric))];
+    const variants = [...new Set(r.timeseries.map((s) => s.variant))];
+    syncOptions(mSel, names.map((n) => [n, (metrics.get(n) || { label: n }).label]));
+    syncOptions(vSel, variants.map((v) => [v, v]));
+    vSel.hidden = variants.length < 2;
+    const series = r.timeseries.find((s) => s.metric === mSel.value && s.variant === vSel.value);
+    const points = series ? series.points : [];
+    $("#ts-empty").hidden = points.length > 0;
+    this.lift.update(points);
+  }
+}
+
+function syncOptions(select, pairs) {
+  const have = [...select.options].map((o) => o.value).join("\n");
+  if (have === pairs.map(([v]) => v).join("\n")) return;
+  const current = select.value;
+  select.innerHTML = pairs.map(([v, label]) => `<option value="${esc(v)}">${esc(label)}</option>`).join("");
+  if (pairs.some(([v]) => v === current)) select.value = current;
+}
+
+function head(r) {
+  const stage = r.stage == null ? "" : `<span>stage ${cell(r.stage, "count", "/stage")}</span>`;
+  return `
+    <div class="title">
+      <h1>${esc(r.name)}</h1>
+      ${statusBadge(r.status)}
+      ${r.verdicts.map((v) => badge(v.verdict, r.verdicts.length > 1 ? ` · ${esc(v.variant)}` : "")).join(" ")}
+    </div>
+    <div class="facts">
+      <span>route <code>${esc(r.route)}</code></span>
+      <span>mode <b>${esc(r.mode)}</b></span>
+      ${stage}
+      <span>control <b>${esc(r.control || DASH)}</b></span>
+      <span>${cell(r.units, "count", "/units")} units</span>
+      <span>α = ${cell(r.alpha, "num", "/alpha")}</span>
+      <span>started ${when(r.started_at)}</span>
+      <span class="muted" id="generated" data-generated="${esc(r.generated_at)}">report ${when(r.generated_at)}</span>
+    </div>`;
+}
+
+function srmBanner(el, srm) {
+  if (srm.error) {
+    el.className = "banner neutral";
+    el.innerHTML = `Sample-ratio check not available: ${esc(srm.error.message)}`;
+  } else if (srm.flagged) {
+    el.className = "banner bad";
+    el.innerHTML = `<b>Sample ratio mismatch.</b> The observed split differs from the configured weights
+      (χ² = ${cell(srm.chi2, "num", "/srm/chi2")}, p = ${cell(srm.p_value, "p", "/srm/p_value")}, threshold
+      ${cell(srm.threshold, "p", "/srm/threshold")}). Find the assignment or logging bug before trusting any result below.`;
+  } else {
+    el.className = "banner ok";
+    el.innerHTML = `Allocation matches the configured weights (SRM χ² = ${cell(srm.chi2, "num", "/srm/chi2")},
+      p = ${cell(srm.p_value, "p", "/srm/p_value")}).`;
+  }
+  el.dataset.flagged = String(Boolean(srm.flagged));
+}
+
+function verdicts(r) {
+  if (!r.verdicts.length) return `<p class="empty">No candidate to judge yet.</p>`;
+  const list = (label, items, cls) =>
+    items.length ? `<div class="${cls}">${label}: ${items.map((x) => esc(x)).join(", ")}</div>` : "";
+  return r.verdicts
+    .map(
+      (v) => `<div class="verdict" data-variant="${esc(v.variant)}">
+        <div><b>${esc(v.variant)}</b> vs ${esc(r.control || DASH)} ${badge(v.verdict)}</div>
+        <div class="reason">${esc(v.reason)}</div>
+        ${list("better", v.better, "good-text")}${list("worse", v.worse, "bad-text")}
+        ${list("failed guardrails", v.failed_guardrails, "bad-text")}
+      </div>`,
+    )
+    .join("");
+}
+
+function allocation(rows) {
+  return rows
+    .map(
+      (a, i) => `<tr>
+        <td>${esc(a.variant)}${a.is_control ? ' <span class="tag">control</span>' : ""}</td>
+        <td class="r">${cell(a.expected_share, "pct", `/allocation/${i}/expected_share`)}</td>
+        <td class="r">${cell(a.observed_units, "count", `/allocation/${i}/observed_units`)}</td>
+        <td class="r">${cell(a.observed_share, "pct", `/allocation/${i}/observed_share`)}</td>
+      </tr>`,
+    )
+    .join("");
+}
+
+function forestRows(results, base, metrics, control) {
+  const candidates = [...new Set(results.filter((x) => !x.is_control).map((x) => x.variant))];
+  const rows = [];
+  results.forEach((res, i) => {
+    if (res.is_control || res.variant === control) return;
+    const metric = metrics.get(res.metric) || { name: res.metric, label: res.metric, direction: "increase" };
+    const label = candidates.length > 1 ? `${metric.label} · ${res.variant}` : metric.label;
+    rows.push({ label: metric.guardrail ? `${label} [guardrail]` : label, metric, result: res, ptr: `${base}/${i}` });
+  });
+  return rows;
+}
+
+function resultRows(results, base, metrics, control) {
+  // Control rows first within each metric, metrics in catalogue order.
+  const order = [...metrics.keys()];
+  const idx = results.map((res, i) => i);
+  idx.sort((a, b) => {
+    const ra = results[a];
+    const rb = results[b];
+    const ma = order.indexOf(ra.metric);
+    const mb = order.indexOf(rb.metric);
+    if (ma !== mb) return ma - mb;
+    return (rb.is_control ? 1 : 0) - (ra.is_control ? 1 : 0);
+  });
+  return idx
+    .map((i) => {
+      const res = results[i];
+      const m = metrics.get(res.metric) || { label: res.metric, guardrail: false, direction: "increase" };
+      const ptr = `${base}/${i}`;
+      const t = tone(res);
+      const first = i === idx.find((j) => results[j].metric === res.metric);
+      const name = first
+        ? `<span title="${esc(m.description || "")}">${esc(m.label)}</span>${m.guardrail ? ' <span class="tag guard">guardrail</span>' : ""}
+           <span class="dir">${m.direction === "increase" ? "↑" : "↓"}</span>`
+        : "";
+      const err = res.error ? ` title="${esc(res.error.message)}"` : "";
+      if (res.is_control || res.variant === control) {
+        return `<tr class="control${first ? " first" : ""}" data-metric="${esc(res.metric)}" data-variant="${esc(res.variant)}"${err}>
+          <td>${name}</td><td>${esc(res.variant)} <span class="tag">control</span></td>
+          <td class="r">${cell(res.units, "count", `${ptr}/units`)}</td>
+          <td class="r">${cell(res.mean, "num", `${ptr}/mean`)}</td>
+          <td colspan="8"></td></tr>`;
+      }
+      const seq = res.sequential_ci_relative
+        ? `${cell(res.sequential_ci_relative.lower, "lift", `${ptr}/sequential_ci_relative/lower`)} … ${cell(res.sequential_ci_relative.upper, "lift", `${ptr}/sequential_ci_relative/upper`)}`
+        : DASH;
+      return `<tr class="tone-${t}${first ? " first" : ""}" data-metric="${esc(res.metric)}" data-variant="${esc(res.variant)}"${err}>
+        <td>${name}</td><td>${esc(res.variant)}</td>
+        <td class="r">${cell(res.units, "count", `${ptr}/units`)}</td>
+        <td class="r">${cell(res.mean, "num", `${ptr}/mean`)}</td>
+        <td class="r lift">${cell(res.lift_relative, "lift", `${ptr}/lift_relative`)}</td>
+        <td class="r">${seq}</td>
+        <td class="r">${cell(res.p_value, "p", `${ptr}/p_value`)}</td>
+        <td class="r">${cell(res.p_holm, "p", `${ptr}/p_holm`)}</td>
+        <td class="r">${cell(res.p_sequential_holm, "p", `${ptr}/p_sequential_holm`)}</td>
+        <td class="r">${cell(res.chance_to_beat_control, "pct", `${ptr}/chance_to_beat_control`)}</td>
+        <td>${guardrail(res.guardrail)}</td>
+        <td>${progress(res.progress, ptr)}</td>
+      </tr>`;
+    })
+    .join("");
+}
+
+function guardrail(g) {
+  if (!g) return "";
+  const t = { pass: "good", fail: "bad", inconclusive: "neutral" }[g.outcome];
+  return `<span class="badge ${t}" title="non-inferiority margin ${(g.margin * 100).toFixed(1)}%">${g.outcome}</span>`;
+}
+
+function progress(pr, ptr) {
+  if (!pr) return "";
+  if (pr.fraction == null) return `<span class="muted"${pr.error ? ` title="${esc(pr.error.message)}"` : ""}>${DASH}</span>`;
+  const w = Math.max(0, Math.min(1, pr.fraction)) * 100;
+  return `<div class="progress" title="${pr.units} of ${pr.required ?? "?"} units per variant to detect a ${pr.mde == null ? "?" : (pr.mde * 100).toFixed(1) + "%"} effect">
+      <div class="bar"><div style="width:${w.toFixed(1)}%"></div></div>
+      ${cell(pr.fraction, "pct", `${ptr}/progress/fraction`)}
+    </div>`;
+}
