@@ -21,5 +21,13 @@ def migrate(
     typer.echo(f"database at revision {revision}")
 
 
+from liftgate import cli_experiments, cli_feedback, cli_simulate, up  # noqa: E402  (front door)
+
+app.command("up")(up.up)
+app.command("simulate")(cli_simulate.simulate)
+app.add_typer(cli_experiments.app, name="experiments")
+app.add_typer(cli_feedback.app, name="feedback")
+
+
 def main() -> None:
     app()

@@ -1,0 +1,5 @@
+"""``python -m liftgate ...`` is the ``liftgate`` command (used for child processes of ``liftgate up``)."""
+
+from liftgate.cli import main
+
+main()

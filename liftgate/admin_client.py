@@ -1,0 +1,124 @@
+"""A small synchronous client for the gateway's admin API (``/admin/...``).
+
+Used by ``liftgate up`` (seeding the demo) and ``liftgate experiments``. Standard library
+only: the CLI makes a handful of calls, so a blocking client keeps it simple.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+TOKEN_FILE = "admin_token"
+
+
+class AdminError(RuntimeError):
+    """An admin call failed; ``status`` is the HTTP status (0: no answer)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def resolve_token(explicit: str | None, state_dir: Path | None = None) -> str:
+    """--token, else LIFTGATE_ADMIN_TOKEN, else ``<state dir>/admin_token`` (what ``liftgate up`` wrote)."""
+    if explicit:
+        return explicit
+    env = os.environ.get("LIFTGATE_ADMIN_TOKEN")
+    if env:
+        return env
+    state = state_dir or Path(os.environ.get("LIFTGATE_STATE_DIR", Path.cwd() / ".liftgate"))
+    path = state / TOKEN_FILE
+    try:
+        token = path.read_text().strip()
+    except OSError:
+        token = ""
+    if not token:
+        raise AdminError(
+            0,
+            f"no admin token: pass --token, set LIFTGATE_ADMIN_TOKEN, or run `liftgate up` (writes {path})",
+        )
+    return token
+
+
+def _detail(body: bytes) -> str:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return body.decode(errors="replace")[:300]
+    if isinstance(data, dict):
+        if "detail" in data:
+            detail = data["detail"]
+            return detail if isinstance(detail, str) else json.dumps(detail)
+        if isinstance(data.get("error"), dict):
+            return str(data["error"].get("message"))
+    return json.dumps(data)[:300]
+
+
+class AdminClient:
+    def __init__(self, base_url: str, token: str, *, timeout: float = 15.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._token = token
+        self._timeout = timeout
+
+    def request(self, method: str, path: str, body: Any = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(
+            self.base_url + path,
+            data=data,
+            method=method,
+            headers={"Authorization": f"Bearer {self._token}", "Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=self._timeout) as resp:
+                raw = resp.read()
+        except urllib.error.HTTPError as exc:
+            raise AdminError(exc.code, f"{method} {path}: HTTP {exc.code}: {_detail(exc.read())}") from None
+        except (urllib.error.URLError, OSError) as exc:
+            raise AdminError(0, f"{method} {path}: cannot reach {self.base_url} ({exc})") from None
+        return json.loads(raw) if raw else None
+
+    @staticmethod
+    def _q(name: str) -> str:
+        return urllib.parse.quote(str(name), safe="")
+
+    # -- upstreams -------------------------------------------------------------------
+    def upstreams(self) -> list[dict[str, Any]]:
+        return _items(self.request("GET", "/admin/upstreams"))
+
+    def create_upstream(self, spec: dict[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = self.request("POST", "/admin/upstreams", spec)
+        return result
+
+    # -- experiments -----------------------------------------------------------------
+    def experiments(self) -> list[dict[str, Any]]:
+        return _items(self.request("GET", "/admin/experiments"))
+
+    def experiment(self, name: str) -> dict[str, Any]:
+        result: dict[str, Any] = self.request("GET", f"/admin/experiments/{self._q(name)}")
+        return result
+
+    def create_experiment(self, spec: dict[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = self.request("POST", "/admin/experiments", spec)
+        return result
+
+    def action(self, name: str, action: str) -> dict[str, Any]:
+        result: dict[str, Any] = self.request("POST", f"/admin/experiments/{self._q(name)}/{action}")
+        return result
+
+
+def _items(data: Any) -> list[dict[str, Any]]:
+    """List endpoints may answer a bare list or an object wrapping one."""
+    if isinstance(data, list):
+        return data
+    if isinstance(data, dict):
+        for key in ("items", "experiments", "upstreams", "data"):
+            if isinstance(data.get(key), list):
+                items: list[dict[str, Any]] = data[key]
+                return items
+    return []

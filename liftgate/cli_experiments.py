@@ -1,0 +1,204 @@
+"""``liftgate experiments``: create from YAML, list, show, start, pause, stop (gateway admin API)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from liftgate.admin_client import AdminClient, AdminError, resolve_token
+
+app = typer.Typer(help="Manage experiments through the gateway's admin API.", no_args_is_help=True)
+console = Console()
+err = Console(stderr=True)
+
+GatewayOpt = Annotated[
+    str, typer.Option("--gateway", envvar="LIFTGATE_GATEWAY_URL", help="Gateway base URL.")
+]
+TokenOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--token",
+        envvar="LIFTGATE_ADMIN_TOKEN",
+        help="Admin token (default: LIFTGATE_ADMIN_TOKEN, else <state dir>/admin_token from `liftgate up`).",
+    ),
+]
+StateOpt = Annotated[
+    Path,
+    typer.Option("--state-dir", envvar="LIFTGATE_STATE_DIR", help="Where `liftgate up` keeps its state."),
+]
+DEFAULT_GATEWAY = "http://127.0.0.1:8080"
+
+
+def _client(gateway: str, token: str | None, state_dir: Path) -> AdminClient:
+    try:
+        return AdminClient(gateway, resolve_token(token, state_dir))
+    except AdminError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+
+
+def _fail(exc: AdminError) -> typer.Exit:
+    err.print(f"[red]error:[/red] {exc}")
+    return typer.Exit(1)
+
+
+def load_experiment_file(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(upstreams, experiments) from a YAML file: one experiment, or ``{upstreams: [...], experiments: [...]}``."""
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path} is not valid YAML: {exc}") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"{path}: expected a mapping (an experiment, or 'experiments:' and 'upstreams:')")
+    if "experiments" in doc or "upstreams" in doc:
+        upstreams, experiments = doc.get("upstreams") or [], doc.get("experiments") or []
+    else:
+        upstreams, experiments = [], [doc]
+    if not isinstance(upstreams, list) or not isinstance(experiments, list):
+        raise ValueError(f"{path}: 'upstreams' and 'experiments' must be lists")
+    for i, exp in enumerate(experiments):
+        where = f"{path}: experiment #{i + 1}"
+        if not isinstance(exp, dict):
+            raise ValueError(f"{where} must be a mapping")
+        missing = [k for k in ("name", "route", "variants") if not exp.get(k)]
+        if missing:
+            raise ValueError(f"{where} ({exp.get('name', '?')}) is missing {', '.join(missing)}")
+        if not isinstance(exp["variants"], list) or not all(isinstance(v, dict) for v in exp["variants"]):
+            raise ValueError(f"{where}: 'variants' must be a list of mappings")
+    for i, up in enumerate(upstreams):
+        if not isinstance(up, dict) or not up.get("name") or not up.get("base_url"):
+            raise ValueError(f"{path}: upstream #{i + 1} needs 'name' and 'base_url'")
+    return upstreams, experiments
+
+
+@app.command()
+def create(
+    file: Annotated[Path, typer.Option("-f", "--file", help="Experiment YAML (see docs/concepts.md).")],
+    start: Annotated[bool, typer.Option(help="Start the experiment(s) right after creating them.")] = False,
+    gateway: GatewayOpt = DEFAULT_GATEWAY,
+    token: TokenOpt = None,
+    state_dir: StateOpt = Path(".liftgate"),
+) -> None:
+    """Create experiments (and any upstreams they list) from a YAML file."""
+    try:
+        upstreams, experiments = load_experiment_file(file)
+    except ValueError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    client = _client(gateway, token, state_dir)
+    try:
+        known = {u.get("name") for u in client.upstreams()}
+        for up in upstreams:
+            if up["name"] in known:
+                console.print(f"upstream {up['name']} exists: kept")
+                continue
+            client.create_upstream(up)
+            console.print(f"upstream {up['name']} created")
+        for exp in experiments:
+            created = client.create_experiment(exp)
+            console.print(f"experiment {created.get('name', exp['name'])} created (id {created.get('id')})")
+            if start:
+                started = client.action(exp["name"], "start")
+                console.print(f"experiment {exp['name']} {started.get('status', 'started')}")
+    except AdminError as exc:
+        raise _fail(exc) from None
+
+
+def _variants(exp: dict[str, Any]) -> str:
+    parts = []
+    for v in exp.get("variants") or []:
+        mark = "*" if v.get("is_control") else ""
+        parts.append(f"{v.get('name')}{mark}:{v.get('weight')}")
+    return " ".join(parts)
+
+
+@app.command("list")
+def list_(
+    gateway: GatewayOpt = DEFAULT_GATEWAY,
+    token: TokenOpt = None,
+    state_dir: StateOpt = Path(".liftgate"),
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """List experiments: route, mode, status and variants (* marks the control)."""
+    client = _client(gateway, token, state_dir)
+    try:
+        items = client.experiments()
+    except AdminError as exc:
+        raise _fail(exc) from None
+    if as_json:
+        console.print_json(json.dumps(items, default=str))
+        return
+    table = Table()
+    for col in ("id", "name", "route", "mode", "status", "variants (weight)"):
+        table.add_column(col)
+    for exp in items:
+        table.add_row(
+            str(exp.get("id", "")), str(exp.get("name")), str(exp.get("route")), str(exp.get("mode")),
+            str(exp.get("status")), _variants(exp),
+        )  # fmt: skip
+    console.print(table)
+
+
+@app.command()
+def show(
+    experiment: Annotated[str, typer.Argument(help="Experiment name or id.")],
+    gateway: GatewayOpt = DEFAULT_GATEWAY,
+    token: TokenOpt = None,
+    state_dir: StateOpt = Path(".liftgate"),
+) -> None:
+    """Print one experiment's full configuration as JSON."""
+    client = _client(gateway, token, state_dir)
+    try:
+        console.print_json(json.dumps(client.experiment(experiment), default=str))
+    except AdminError as exc:
+        raise _fail(exc) from None
+
+
+def _action(action: str, experiment: str, gateway: str, token: str | None, state_dir: Path) -> None:
+    client = _client(gateway, token, state_dir)
+    try:
+        result = client.action(experiment, action)
+    except AdminError as exc:
+        raise _fail(exc) from None
+    console.print(f"experiment {result.get('name', experiment)}: {result.get('status', action)}")
+
+
+@app.command()
+def start(
+    experiment: Annotated[str, typer.Argument(help="Experiment name or id.")],
+    gateway: GatewayOpt = DEFAULT_GATEWAY,
+    token: TokenOpt = None,
+    state_dir: StateOpt = Path(".liftgate"),
+) -> None:
+    """Start routing the experiment's traffic (a route has at most one running experiment)."""
+    _action("start", experiment, gateway, token, state_dir)
+
+
+@app.command()
+def pause(
+    experiment: Annotated[str, typer.Argument(help="Experiment name or id.")],
+    gateway: GatewayOpt = DEFAULT_GATEWAY,
+    token: TokenOpt = None,
+    state_dir: StateOpt = Path(".liftgate"),
+) -> None:
+    """Pause: the route serves its control only until the experiment is started again."""
+    _action("pause", experiment, gateway, token, state_dir)
+
+
+@app.command()
+def stop(
+    experiment: Annotated[str, typer.Argument(help="Experiment name or id.")],
+    gateway: GatewayOpt = DEFAULT_GATEWAY,
+    token: TokenOpt = None,
+    state_dir: StateOpt = Path(".liftgate"),
+) -> None:
+    """Stop the experiment for good (its data and reports stay)."""
+    _action("stop", experiment, gateway, token, state_dir)

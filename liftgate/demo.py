@@ -1,0 +1,113 @@
+"""The experiments ``liftgate up`` creates, through the gateway's admin API (idempotent).
+
+* ``demo`` on route ``assistant``: baseline vs candidate, 50/50 — the simulator's known
+  differences (verbosity, latency, quality) should show up as significant lifts;
+* ``demo-aa`` on route ``assistant-aa``: the baseline against an identical copy of itself
+  (same upstream, same model) — an A/A test, which should show no significant difference.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from liftgate.admin_client import AdminClient, AdminError
+
+log = logging.getLogger(__name__)
+
+DEMO_ROUTE = "assistant"
+AA_ROUTE = "assistant-aa"
+
+
+@dataclass(frozen=True, slots=True)
+class Upstream:
+    name: str
+    base_url: str
+    model: str
+    api_key: str | None = None
+
+
+def demo_experiments(control: Upstream, candidate: Upstream) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": "demo",
+            "route": DEMO_ROUTE,
+            "mode": "ab",
+            "description": "liftgate up demo: baseline vs candidate (20% more verbose, slower, better liked)",
+            "variants": [
+                {"name": "baseline", "upstream": control.name, "model": control.model, "weight": 50, "is_control": True},
+                {"name": "candidate", "upstream": candidate.name, "model": candidate.model, "weight": 50},
+            ],
+        },
+        {
+            "name": "demo-aa",
+            "route": AA_ROUTE,
+            "mode": "ab",
+            "description": "liftgate up demo: A/A test (the baseline against an identical copy)",
+            "variants": [
+                {"name": "baseline", "upstream": control.name, "model": control.model, "weight": 50, "is_control": True},
+                {"name": "baseline-copy", "upstream": control.name, "model": control.model, "weight": 50},
+            ],
+        },
+    ]  # fmt: skip
+
+
+def ensure_upstreams(client: AdminClient, upstreams: list[dict[str, Any]]) -> None:
+    known = {u.get("name") for u in client.upstreams()}
+    for spec in upstreams:
+        if spec["name"] in known:
+            continue
+        client.create_upstream(spec)
+        log.info("created upstream %s", spec["name"])
+
+
+def ensure_experiments(client: AdminClient, experiments: list[dict[str, Any]]) -> list[str]:
+    """Create missing experiments and start the ones in draft; returns their routes."""
+    existing = {e.get("name"): e for e in client.experiments()}
+    for spec in experiments:
+        current = existing.get(spec["name"])
+        if current is None:
+            current = client.create_experiment(spec)
+            log.info("created experiment %s on route %s", spec["name"], spec["route"])
+        if current.get("status") in ("draft", "paused"):
+            try:
+                client.action(spec["name"], "start")
+            except AdminError as exc:
+                # e.g. another experiment already runs on this route: keep going, say why.
+                log.warning("could not start experiment %s: %s", spec["name"], exc)
+    return [str(e["route"]) for e in experiments]
+
+
+def seed(client: AdminClient, upstreams: list[Upstream]) -> list[str]:
+    """The demo experiments over the first two upstreams (one upstream: A/A only)."""
+    ensure_upstreams(
+        client,
+        [
+            {"name": u.name, "base_url": u.base_url, **({"api_key": u.api_key} if u.api_key else {})}
+            for u in upstreams
+        ],
+    )
+    control = upstreams[0]
+    experiments = demo_experiments(control, upstreams[1] if len(upstreams) > 1 else control)
+    if len(upstreams) < 2:
+        experiments = experiments[1:]
+    return ensure_experiments(client, experiments)
+
+
+def wait_for_routes(
+    gateway_url: str, client: AdminClient, routes: list[str], timeout_s: float = 15.0
+) -> bool:
+    """Poll the gateway's ``/v1/models`` until it serves every route (config refresh < 1 s)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            data = client.request("GET", "/v1/models")
+        except AdminError:
+            data = None
+        names = {m.get("id") for m in (data or {}).get("data", [])} if isinstance(data, dict) else set()
+        if set(routes) <= names:
+            return True
+        time.sleep(0.2)
+    return False

@@ -1,0 +1,54 @@
+"""``python -m liftgate.gateway_direct``: the gateway with the Direct sink (embedded default).
+
+The gateway never imports analytics, so the composition root wires them: events go
+straight from the gateway process into PostgreSQL through analytics' ingest function
+(``liftgate.direct_sink.DirectSink``). With Kafka, run ``python -m gateway`` instead.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import uvicorn
+
+from gateway.app import GatewayApp, create_app
+from gateway.settings import GatewaySettings
+from gateway.sink import EventSink
+
+
+def make_direct_sink(settings: GatewaySettings) -> EventSink:
+    from liftgate.direct_sink import DirectSink
+
+    factory = getattr(DirectSink, "from_settings", None)
+    sink: EventSink = factory(settings) if factory is not None else DirectSink(settings.database_url)
+    return sink
+
+
+def app_factory() -> GatewayApp:
+    settings = GatewaySettings()
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    return create_app(settings, make_direct_sink(settings))
+
+
+def main() -> None:
+    settings = GatewaySettings()  # fails fast without an admin token
+    # One worker: the Direct sink batches in this process (scale out with Kafka instead).
+    uvicorn.run(
+        "liftgate.gateway_direct:app_factory",
+        factory=True,
+        host=settings.host,
+        port=settings.port,
+        workers=1,
+        loop="uvloop",
+        http="httptools",
+        access_log=False,
+        log_level=settings.log_level,
+        server_header=False,
+        date_header=False,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,269 @@
+"""What ``liftgate up`` runs: the embedded stack, described as data and started in order.
+
+PostgreSQL (embedded, or any server named by a URL) → migrations → model simulator(s)
+→ gateway → analytics → demo experiments → optional simulated users. Every service is a
+``python -m ...`` child (see :mod:`liftgate.procs`), so stopping is one signal per group.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from liftgate import db
+from liftgate.embedded_pg import EmbeddedPostgres
+from liftgate.procs import Child, Supervisor
+from liftgate.simulator_model import SimulatorModel
+
+log = logging.getLogger(__name__)
+
+DATABASE_NAME = "liftgate"
+TOKEN_FILE = "admin_token"
+RUN_FILE = "up.json"
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamSpec:
+    """A real model server given with ``--upstream name=url`` (or in a config file)."""
+
+    name: str
+    base_url: str
+    model: str | None = None
+    api_key: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> UpstreamSpec:
+        name, sep, url = text.partition("=")
+        if not sep or not name.strip() or not url.strip().startswith(("http://", "https://")):
+            raise ValueError(f"expected --upstream NAME=http(s)://HOST:PORT[/v1], got {text!r}")
+        return cls(name=name.strip(), base_url=url.strip())
+
+
+@dataclass(frozen=True, slots=True)
+class StackOptions:
+    state_dir: Path
+    host: str = "127.0.0.1"
+    gateway_port: int = 8080
+    analytics_port: int = 8090
+    baseline_port: int = 8001
+    candidate_port: int = 8002
+    pg_port: int = 15432
+    database_url: str | None = None
+    kafka_bootstrap: str | None = None
+    simulator: bool = True
+    upstreams: tuple[UpstreamSpec, ...] = ()
+    reset: bool = False
+    ready_timeout_s: float = 90.0
+    log_level: str = "info"
+
+
+@dataclass
+class RunningStack:
+    """What is up, for printing and for ``up.json`` (tests read the pids from it)."""
+
+    options: StackOptions
+    admin_token: str
+    database_url: str
+    supervisor: Supervisor = field(default_factory=Supervisor)
+    pg: EmbeddedPostgres | None = None
+    started_pg: bool = False
+    simulator_models: tuple[SimulatorModel, ...] = ()
+
+    @property
+    def gateway_url(self) -> str:
+        return f"http://{self.options.host}:{self.options.gateway_port}"
+
+    @property
+    def analytics_url(self) -> str:
+        return f"http://{self.options.host}:{self.options.analytics_port}"
+
+    def upstream_urls(self) -> dict[str, str]:
+        o = self.options
+        if o.upstreams:
+            return {u.name: u.base_url for u in o.upstreams}
+        return {
+            "baseline": f"http://{o.host}:{o.baseline_port}/v1",
+            "candidate": f"http://{o.host}:{o.candidate_port}/v1",
+        }
+
+    def write_run_file(self) -> None:
+        data = {
+            "pid": os.getpid(),
+            "gateway": self.gateway_url,
+            "analytics": self.analytics_url,
+            "children": {c.name: c.pid for c in self.supervisor.children},
+            "postgres": {"port": self.pg.port, "started_here": self.started_pg} if self.pg else None,
+        }
+        (self.options.state_dir / RUN_FILE).write_text(json.dumps(data, indent=2))
+
+    def stop(self) -> None:
+        self.supervisor.stop_all()
+        if self.pg is not None and self.started_pg:
+            log.info("stopping embedded PostgreSQL")
+            self.pg.stop()
+        (self.options.state_dir / RUN_FILE).unlink(missing_ok=True)
+
+
+def admin_token(state_dir: Path) -> str:
+    """The stack's admin token: generated once (mode 0600) and reused on every later start."""
+    path = state_dir / TOKEN_FILE
+    if path.exists():
+        token = path.read_text().strip()
+        if len(token) >= 16:
+            return token
+    token = secrets.token_urlsafe(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(token + "\n")
+    os.chmod(path, 0o600)
+    return token
+
+
+def reset_state(state_dir: Path, pg_port: int) -> None:
+    """Delete the stack's data (PostgreSQL data, logs, spool); keeps the admin token."""
+    pg = EmbeddedPostgres(data_dir=state_dir / "pg", port=pg_port)
+    if pg.initialized():
+        pg.stop()
+    for name in ("pg", "logs", "spool"):
+        shutil.rmtree(state_dir / name, ignore_errors=True)
+
+
+def _child_env(extra: dict[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LIFTGATE_")}
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra)
+    return env
+
+
+def demo_models() -> tuple[SimulatorModel, SimulatorModel]:
+    """Baseline and candidate that differ in known ways (what the demo should reveal).
+
+    Candidate: 20% more verbose (tokens 144 vs 120), ~15% slower, and a higher quality
+    (0.66 vs 0.60), which simulated users turn into more thumbs-up and fewer regenerations.
+    """
+    baseline = SimulatorModel(
+        name="baseline", latency_ms=300, latency_sd=80, ttft_ms=60, ttft_sd=15,
+        tokens=120, tokens_sd=30, error_rate=0.005, quality=0.60, seed=1,
+    )  # fmt: skip
+    candidate = SimulatorModel(
+        name="candidate", latency_ms=345, latency_sd=90, ttft_ms=70, ttft_sd=18,
+        tokens=144, tokens_sd=36, error_rate=0.005, quality=0.66, seed=2,
+    )  # fmt: skip
+    return baseline, candidate
+
+
+def start_stack(opts: StackOptions) -> RunningStack:
+    """Start every service; on any failure stop what was started and re-raise."""
+    state = opts.state_dir
+    state.mkdir(parents=True, exist_ok=True)
+    if opts.reset:
+        reset_state(state, opts.pg_port)
+    token = admin_token(state)
+    stack = RunningStack(options=opts, admin_token=token, database_url="")
+    try:
+        _start_database(stack)
+        _start_services(stack)
+    except BaseException:
+        stack.stop()
+        raise
+    return stack
+
+
+def _start_database(stack: RunningStack) -> None:
+    opts = stack.options
+    if opts.database_url:
+        stack.database_url = opts.database_url
+    else:
+        pg = EmbeddedPostgres(data_dir=opts.state_dir / "pg", port=opts.pg_port, durable=True)
+        stack.pg = pg
+        # Attach to a server already running on this data dir; only stop what we start.
+        stack.started_pg = not (pg.initialized() and pg.running())
+        t0 = time.monotonic()
+        pg.start()
+        log.info("PostgreSQL ready on port %s in %.1f s", pg.port, time.monotonic() - t0)
+        stack.database_url = pg.ensure_database(DATABASE_NAME)
+    db.upgrade(stack.database_url)
+
+
+def _py(*args: str) -> list[str]:
+    return [sys.executable, "-m", *args]
+
+
+def _start_services(stack: RunningStack) -> None:
+    opts = stack.options
+    sup = stack.supervisor
+    logs = opts.state_dir / "logs"
+    common = {
+        "LIFTGATE_DATABASE_URL": stack.database_url,
+        "LIFTGATE_ADMIN_TOKEN": stack.admin_token,
+        "LIFTGATE_STATE_DIR": str(opts.state_dir),
+        "LIFTGATE_LOG_LEVEL": opts.log_level,
+    }
+    if opts.kafka_bootstrap:
+        common["LIFTGATE_KAFKA_BOOTSTRAP"] = opts.kafka_bootstrap
+
+    if opts.simulator and not opts.upstreams:
+        models = demo_models()
+        stack.simulator_models = models
+        for model, port in zip(models, (opts.baseline_port, opts.candidate_port), strict=True):
+            argv = _py(
+                "liftgate.simulator", "--host", opts.host, "--port", str(port), "--model", model.to_spec()
+            )
+            child = Child(
+                f"simulator-{model.name}", argv, _child_env({}), logs / f"simulator-{model.name}.log",
+                health_url=f"http://{opts.host}:{port}/health",
+            )  # fmt: skip
+            sup.start(child, ready_timeout=opts.ready_timeout_s)
+
+    # Direct sink (embedded default): the composition root wires analytics' ingest into the
+    # gateway process. With Kafka the gateway runs on its own and analytics consumes.
+    gateway_module = "gateway" if opts.kafka_bootstrap else "liftgate.gateway_direct"
+    gateway_env = {
+        **common,
+        "LIFTGATE_HOST": opts.host,
+        "LIFTGATE_PORT": str(opts.gateway_port),
+        "LIFTGATE_SPOOL_DIR": str(opts.state_dir / "spool"),
+    }
+    sup.start(
+        Child(
+            "gateway", _py(gateway_module), _child_env(gateway_env), logs / "gateway.log",
+            health_url=f"http://{opts.host}:{opts.gateway_port}/healthz",
+        ),
+        ready_timeout=opts.ready_timeout_s,
+    )  # fmt: skip
+    analytics_env = {
+        **common,
+        "LIFTGATE_ANALYTICS_HOST": opts.host,
+        "LIFTGATE_ANALYTICS_PORT": str(opts.analytics_port),
+        # Demo: fresh numbers quickly.
+        "LIFTGATE_SNAPSHOT_INTERVAL_S": os.environ.get("LIFTGATE_SNAPSHOT_INTERVAL_S", "10"),
+        "LIFTGATE_REPORT_MAX_AGE_S": os.environ.get("LIFTGATE_REPORT_MAX_AGE_S", "10"),
+    }
+    sup.start(
+        Child(
+            "analytics", _py("analytics"), _child_env(analytics_env), logs / "analytics.log",
+            health_url=f"http://{opts.host}:{opts.analytics_port}/healthz",
+        ),
+        ready_timeout=opts.ready_timeout_s,
+    )  # fmt: skip
+
+
+def start_traffic(
+    stack: RunningStack, *, users: int, rate: float, routes: list[str], duration_s: float
+) -> Child:
+    """Simulated users as one more child (``liftgate simulate``), stopped with the rest."""
+    opts = stack.options
+    argv = _py("liftgate", "simulate", "--gateway", stack.gateway_url, "--users", str(users))
+    argv += ["--rate", str(rate), "--duration", str(duration_s), "--quiet"]
+    for route in routes:
+        argv += ["--route", route]
+    child = Child("traffic", argv, _child_env({}), opts.state_dir / "logs" / "traffic.log")
+    stack.supervisor.start(child)
+    return child
