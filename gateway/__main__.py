@@ -1,0 +1,82 @@
+"""``python -m gateway``: uvicorn (uvloop + httptools, access log off), one or more workers.
+
+Events go to Kafka (``gateway.kafka_sink.KafkaSink``) when ``LIFTGATE_KAFKA_BOOTSTRAP`` is set;
+otherwise nowhere (``NullSink``) — ``liftgate up`` injects the Direct sink instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import tempfile
+
+import uvicorn
+
+from gateway.app import GatewayApp, create_app
+from gateway.null_sink import NullSink
+from gateway.settings import GatewaySettings
+from gateway.sink import EventSink
+
+log = logging.getLogger("gateway")
+
+
+def make_sink(settings: GatewaySettings) -> EventSink:
+    if settings.kafka_bootstrap:
+        try:
+            module = importlib.import_module("gateway.kafka_sink")
+        except ImportError:
+            log.warning(
+                "LIFTGATE_KAFKA_BOOTSTRAP is set but gateway.kafka_sink is not available; events are dropped"
+            )
+            return NullSink()
+        factory = getattr(module.KafkaSink, "from_settings", None)
+        sink: EventSink = (
+            factory(settings) if factory is not None else module.KafkaSink(settings.kafka_bootstrap)
+        )
+        return sink
+    log.warning("no LIFTGATE_KAFKA_BOOTSTRAP: events go nowhere (inject a sink, e.g. via `liftgate up`)")
+    return NullSink()
+
+
+def app_factory() -> GatewayApp:
+    """Called in each worker process (uvicorn ``factory=True``)."""
+    settings = GatewaySettings()
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    return create_app(settings, make_sink(settings))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m gateway", description=__doc__)
+    parser.add_argument("--host")
+    parser.add_argument("--port", type=int)
+    parser.add_argument("--workers", type=int)
+    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    args = parser.parse_args(argv)
+    for name in ("host", "port", "workers", "log_level"):
+        value = getattr(args, name)
+        if value is not None:
+            os.environ[f"LIFTGATE_{name.upper()}"] = str(value)
+    settings = GatewaySettings()  # fails fast without an admin token
+    if settings.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="liftgate-prom-")
+    uvicorn.run(
+        "gateway.__main__:app_factory",
+        factory=True,
+        host=settings.host,
+        port=settings.port,
+        workers=settings.workers,
+        loop="uvloop",
+        http="httptools",
+        access_log=False,
+        log_level=settings.log_level,
+        server_header=False,
+        date_header=False,
+    )
+
+
+if __name__ == "__main__":
+    main()

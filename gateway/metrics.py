@@ -1,0 +1,183 @@
+"""Prometheus metrics of the gateway (bounded labels only: never a unit or user id).
+
+Metric names (the Grafana dashboards are built on these):
+
+=============================================  =========  ==========================================
+name                                           type       labels
+=============================================  =========  ==========================================
+liftgate_gateway_requests_total                counter    route, experiment, variant, role, status_class
+liftgate_gateway_request_duration_seconds      histogram  route, experiment, variant, role
+liftgate_gateway_ttft_seconds                  histogram  route, experiment, variant, role
+liftgate_gateway_tokens_total                  counter    route, experiment, variant, kind (prompt|completion)
+liftgate_gateway_upstream_errors_total         counter    route, experiment, variant, error_type
+liftgate_gateway_fallbacks_total               counter    route, experiment, variant (the failed candidate)
+liftgate_gateway_shadow_total                  counter    route, experiment, variant, outcome
+                                                          (sent|dropped|ok|failed)
+liftgate_gateway_events_emitted_total          counter    type (interaction|feedback)
+liftgate_gateway_sink_events                   gauge      state (queued|spooled|delivered|dropped|...)
+                                                          as reported by ``sink.stats()``
+liftgate_gateway_variant_weight                gauge      route, experiment, variant (normalised share)
+liftgate_gateway_rollout_stage                 gauge      route, experiment
+liftgate_gateway_config_reloads_total          counter    outcome (ok|error)
+liftgate_gateway_config_age_seconds            gauge      —  (seconds since the last successful refresh)
+=============================================  =========  ==========================================
+
+``experiment`` and ``variant`` are ``""`` for traffic outside any experiment.
+``status_class`` is ``2xx``/``4xx``/``5xx``; ``error_type`` is one of ``connect``, ``timeout``,
+``http_4xx``, ``http_5xx``, ``stream``, ``protocol``.
+
+Several worker processes: set ``PROMETHEUS_MULTIPROC_DIR`` to an empty directory before the
+workers start (``python -m gateway --workers N`` does this); ``/metrics`` then aggregates the
+per-process files with ``MultiProcessCollector``. Gauges use ``livesum``/``max`` modes so
+values of dead workers disappear.
+
+The hot path must stay cheap: label children are bound once per (route, experiment, variant)
+and cached in :class:`GatewayMetrics` (``children``), so one request costs a dict lookup and a
+few ``inc``/``observe`` calls.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.multiprocess import MultiProcessCollector
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+_STATUS_CLASSES = ("2xx", "4xx", "5xx")
+
+
+def multiprocess_enabled() -> bool:
+    return bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+
+
+@dataclass(slots=True)
+class VariantChildren:
+    """Pre-bound label children for one (route, experiment, variant, role)."""
+
+    requests: dict[str, Any]  # status_class -> counter child
+    duration: Any
+    ttft: Any
+    prompt_tokens: Any
+    completion_tokens: Any
+
+
+class GatewayMetrics:
+    """Declares every metric once on an injectable registry."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        r = self.registry
+        variant = ["route", "experiment", "variant"]
+        self.requests = Counter(
+            "liftgate_gateway_requests", "Requests answered", [*variant, "role", "status_class"], registry=r
+        )
+        self.duration = Histogram(
+            "liftgate_gateway_request_duration_seconds",
+            "Upstream call latency measured by the gateway",
+            [*variant, "role"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "liftgate_gateway_ttft_seconds",
+            "Time to first token of streamed responses",
+            [*variant, "role"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.tokens = Counter(
+            "liftgate_gateway_tokens", "Tokens reported by upstreams", [*variant, "kind"], registry=r
+        )
+        self.upstream_errors = Counter(
+            "liftgate_gateway_upstream_errors", "Failed upstream calls", [*variant, "error_type"], registry=r
+        )
+        self.fallbacks = Counter(
+            "liftgate_gateway_fallbacks", "Candidate calls retried on the control", variant, registry=r
+        )
+        self.shadow = Counter(
+            "liftgate_gateway_shadow", "Shadow calls by outcome", [*variant, "outcome"], registry=r
+        )
+        self.events = Counter(
+            "liftgate_gateway_events_emitted", "Events handed to the sink", ["type"], registry=r
+        )
+        self.sink_events = Gauge(
+            "liftgate_gateway_sink_events",
+            "Event sink counters",
+            ["state"],
+            registry=r,
+            multiprocess_mode="livesum",
+        )
+        self.variant_weight = Gauge(
+            "liftgate_gateway_variant_weight",
+            "Configured traffic share per variant",
+            variant,
+            registry=r,
+            multiprocess_mode="max",
+        )
+        self.rollout_stage = Gauge(
+            "liftgate_gateway_rollout_stage",
+            "Current rollout stage index",
+            ["route", "experiment"],
+            registry=r,
+            multiprocess_mode="max",
+        )
+        self.config_reloads = Counter(
+            "liftgate_gateway_config_reloads", "Config snapshot reloads", ["outcome"], registry=r
+        )
+        self.config_age = Gauge(
+            "liftgate_gateway_config_age_seconds",
+            "Seconds since the last successful config refresh",
+            registry=r,
+            multiprocess_mode="max",
+        )
+        self._children: dict[tuple[str, str, str, str], VariantChildren] = {}
+        self.interaction_events = self.events.labels("interaction")
+        self.feedback_events = self.events.labels("feedback")
+
+    def children(self, route: str, experiment: str, variant: str, role: str) -> VariantChildren:
+        key = (route, experiment, variant, role)
+        found = self._children.get(key)
+        if found is None:
+            found = VariantChildren(
+                requests={
+                    c: self.requests.labels(route, experiment, variant, role, c) for c in _STATUS_CLASSES
+                },
+                duration=self.duration.labels(route, experiment, variant, role),
+                ttft=self.ttft.labels(route, experiment, variant, role),
+                prompt_tokens=self.tokens.labels(route, experiment, variant, "prompt"),
+                completion_tokens=self.tokens.labels(route, experiment, variant, "completion"),
+            )
+            # Bounded: keys come from the config snapshot (routes x experiments x variants), not
+            # from clients; the cap only guards against a pathological config churn.
+            if len(self._children) > 10_000:
+                self._children.clear()
+            self._children[key] = found
+        return found
+
+    def update_sink(self, stats: dict[str, int]) -> None:
+        for state, value in stats.items():
+            self.sink_events.labels(state).set(value)
+
+    def render(self) -> tuple[bytes, str]:
+        """The exposition text; aggregates all worker processes in multiprocess mode."""
+        if multiprocess_enabled():
+            registry = CollectorRegistry()
+            MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+            return generate_latest(registry), CONTENT_TYPE_LATEST
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+def status_class(status: int) -> str:
+    if status < 400:
+        return "2xx"
+    return "4xx" if status < 500 else "5xx"

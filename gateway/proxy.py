@@ -1,0 +1,368 @@
+"""The hot path: a raw ASGI handler for ``/v1/chat/completions``, ``/v1/completions`` and
+``/v1/embeddings`` that runs before FastAPI's router.
+
+Per request: read the body, one pass over the headers, ``orjson.loads``, look the route up in
+the in-memory snapshot, assign the variant (pure hash), rewrite ``model`` (and, for streams,
+``stream_options.include_usage``), ``orjson.dumps``, call the upstream, relay the answer,
+then hand one event to the sink and enqueue shadow mirrors. Unknown request fields pass
+through untouched. No pydantic, no database, no blocking I/O.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Awaitable, Callable, MutableMapping
+from time import perf_counter
+from typing import Any
+
+import aiohttp
+import orjson
+
+from gateway import errors
+from gateway.recorder import CallInfo, Recorder, prompt_text
+from gateway.relay import CallResult, SseFilter, call_json, classify, open_stream, summarize_json
+from gateway.routing import Decision, RequestFacts, api_key_of, decide, key_hash, parse_tags
+from gateway.shadow import ShadowJob, ShadowMirror
+from gateway.snapshot import RouteConfig, VariantConfig
+from gateway.upstreams import UpstreamPool
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+MAX_BODY = 32 * 1024 * 1024
+_JSON = (b"content-type", b"application/json")
+_SSE = (b"content-type", b"text/event-stream; charset=utf-8")
+_NO_CACHE = (b"cache-control", b"no-cache")
+_DONE = b"data: [DONE]\n\n"
+_FALLBACK_MODES = ("ab", "rollout")
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+async def read_body(receive: Receive) -> bytes:
+    msg = await receive()
+    body: bytes = msg.get("body", b"")
+    if not msg.get("more_body"):
+        return body
+    parts = [body]
+    size = len(body)
+    while True:
+        msg = await receive()
+        chunk = msg.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise BodyTooLarge
+        parts.append(chunk)
+        if not msg.get("more_body"):
+            return b"".join(parts)
+
+
+async def send_json(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [_JSON, (b"content-length", b"%d" % len(body)), *headers],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+def error_for(res: CallResult, upstream: str) -> tuple[int, bytes]:
+    if res.error_type == "connect":
+        return errors.upstream_down(upstream)
+    if res.error_type == "timeout":
+        return errors.upstream_timeout(upstream)
+    if res.error_type in ("http_4xx", "http_5xx"):
+        return res.status, errors.upstream_error(res.status, res.body)
+    return errors.upstream_bad_response(upstream)
+
+
+def _mid_stream_error(res: CallResult) -> bytes:
+    message = "upstream timed out mid-stream" if res.error_type == "timeout" else "upstream stream failed"
+    return b"data: " + errors.error_body(message, "upstream_error", res.error_type) + b"\n\n" + _DONE
+
+
+class CompletionProxy:
+    def __init__(
+        self,
+        snapshot: Callable[[], Any],
+        pool: UpstreamPool,
+        recorder: Recorder,
+        shadow: ShadowMirror | None,
+        rng: Callable[[], float] = random.random,
+    ) -> None:
+        self.snapshot = snapshot
+        self.pool = pool
+        self.recorder = recorder
+        self.shadow = shadow
+        self.rng = rng
+        self.metrics = recorder.metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send, endpoint: str) -> None:
+        t0 = perf_counter()
+        try:
+            body = await read_body(receive)
+        except BodyTooLarge:
+            await send_json(
+                send, 413, errors.error_body("Request body too large.", "invalid_request_error"), []
+            )
+            return
+        unit_header = tags_raw = conversation = None
+        authorization: bytes | None = None
+        headers: list[tuple[bytes, bytes]] = scope["headers"]
+        for name, value in headers:
+            if name == b"authorization":
+                authorization = value
+            elif name.startswith(b"x-liftgate-"):
+                if name == b"x-liftgate-unit":
+                    unit_header = value.decode("utf-8", "replace")
+                elif name == b"x-liftgate-tags":
+                    tags_raw = value.decode("utf-8", "replace")
+                elif name == b"x-liftgate-conversation":
+                    conversation = value.decode("utf-8", "replace")[:128]
+        snap = self.snapshot()
+        if snap.api_key_hashes:
+            key = api_key_of(authorization)
+            if key is None or key_hash(key) not in snap.api_key_hashes:
+                await send_json(send, *errors.unauthorized(), [])
+                return
+        try:
+            req = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            await send_json(send, *errors.bad_request("Request body is not valid JSON."), [])
+            return
+        if not isinstance(req, dict):
+            await send_json(send, *errors.bad_request("Request body must be a JSON object."), [])
+            return
+        model = req.get("model")
+        route: RouteConfig | None = snap.routes.get(model) if isinstance(model, str) else None
+        if route is None:
+            await send_json(send, *errors.model_not_found(model), [])
+            return
+        user = req.get("user")
+        facts = RequestFacts(
+            unit_header=unit_header,
+            user=user if isinstance(user, str) else None,
+            authorization=authorization,
+            headers=headers,
+            tags=parse_tags(tags_raw) if tags_raw else {},
+            model=model,  # type: ignore[arg-type]
+        )
+        d = decide(route, facts)
+        exp = route.experiment
+        stream = endpoint != "embeddings" and req.get("stream") is True
+        keep_usage = True
+        if stream:
+            opts = req.get("stream_options")
+            keep_usage = isinstance(opts, dict) and opts.get("include_usage") is True
+            if not keep_usage:
+                req["stream_options"] = (
+                    {**opts, "include_usage": True} if isinstance(opts, dict) else {"include_usage": True}
+                )
+        rid = "req-" + os.urandom(12).hex()
+        info = CallInfo(
+            request_id=rid,
+            route=route.route,
+            experiment_id=exp.id if d.attributed else None,
+            experiment=exp.name if d.attributed else None,
+            unit_id=d.unit_id,
+            unit_source=d.unit_source,
+            mode=d.mode,
+            endpoint=endpoint,
+            stream=stream,
+            tags=facts.tags,
+            conversation_id=conversation,
+            content_logging=exp.content_logging if d.attributed else "none",
+        )
+        prompt = prompt_text(req, endpoint) if info.content_logging != "none" else None
+        if stream:
+            await self._stream(send, info, route, d, req, keep_usage, t0, prompt)
+        else:
+            await self._json(send, info, route, d, req, t0, prompt)
+        if route.shadows and d.attributed and self.shadow is not None:
+            self._mirror(info, route, req, prompt)
+
+    def _headers(self, info: CallInfo, variant: VariantConfig) -> list[tuple[bytes, bytes]]:
+        out = [(b"x-request-id", info.request_id.encode()), (b"x-liftgate-variant", variant.name.encode())]
+        if info.experiment is not None:
+            out.append((b"x-liftgate-experiment", info.experiment.encode()))
+        return out
+
+    def _can_fallback(self, route: RouteConfig, d: Decision, variant: VariantConfig) -> bool:
+        exp = route.experiment
+        return (
+            exp.fallback_to_control
+            and d.attributed
+            and not variant.is_control
+            and exp.mode in _FALLBACK_MODES
+        )
+
+    def _record_failed_attempt(
+        self, info: CallInfo, variant: VariantConfig, res: CallResult, t0: float, prompt: str | None
+    ) -> None:
+        status = res.status or (504 if res.error_type == "timeout" else 502)
+        self.recorder.record(
+            info,
+            variant.name,
+            variant.model,
+            variant.upstream,
+            res,
+            status,
+            perf_counter() - t0,
+            prompt=prompt,
+        )
+        self.metrics.fallbacks.labels(info.route, info.experiment or "", variant.name).inc()
+
+    async def _json(
+        self,
+        send: Send,
+        info: CallInfo,
+        route: RouteConfig,
+        d: Decision,
+        req: dict[str, Any],
+        t0: float,
+        prompt: str | None,
+    ) -> None:
+        variant = d.variant
+        req["model"] = variant.model
+        res = await self._call_json(variant, info.endpoint, orjson.dumps(req))
+        fallback_from = None
+        if res.failed_before_response and self._can_fallback(route, d, variant):
+            self._record_failed_attempt(info, variant, res, t0, prompt)
+            fallback_from, variant = variant.name, route.control
+            req["model"] = variant.model
+            res = await self._call_json(variant, info.endpoint, orjson.dumps(req))
+        latency = perf_counter() - t0
+        if res.error_type is None:
+            status, body = res.status, res.body
+        else:
+            status, body = error_for(res, variant.upstream)
+        await send_json(send, status, body, self._headers(info, variant))
+        if res.error_type is None:
+            summarize_json(res, info.endpoint, info.content_logging != "none")
+        self.recorder.record(
+            info,
+            variant.name,
+            variant.model,
+            variant.upstream,
+            res,
+            status,
+            latency,
+            fallback_from=fallback_from,
+            prompt=prompt,
+        )
+
+    async def _call_json(self, variant: VariantConfig, endpoint: str, payload: bytes) -> CallResult:
+        res = CallResult()
+        client = self.pool.clients.get(variant.upstream)
+        if client is None:
+            res.error_type = "connect"
+        else:
+            await call_json(client, endpoint, payload, res)
+        return res
+
+    async def _open(
+        self, variant: VariantConfig, endpoint: str, payload: bytes, res: CallResult
+    ) -> aiohttp.ClientResponse | None:
+        client = self.pool.clients.get(variant.upstream)
+        if client is None:
+            res.error_type = "connect"
+            return None
+        return await open_stream(client, endpoint, payload, res)
+
+    async def _stream(
+        self,
+        send: Send,
+        info: CallInfo,
+        route: RouteConfig,
+        d: Decision,
+        req: dict[str, Any],
+        keep_usage: bool,
+        t0: float,
+        prompt: str | None,
+    ) -> None:
+        variant = d.variant
+        req["model"] = variant.model
+        res = CallResult()
+        resp = await self._open(variant, info.endpoint, orjson.dumps(req), res)
+        fallback_from = None
+        if resp is None and res.failed_before_response and self._can_fallback(route, d, variant):
+            self._record_failed_attempt(info, variant, res, t0, prompt)
+            fallback_from, variant = variant.name, route.control
+            req["model"] = variant.model
+            res = CallResult()
+            resp = await self._open(variant, info.endpoint, orjson.dumps(req), res)
+        headers = self._headers(info, variant)
+        if resp is None:
+            status, body = error_for(res, variant.upstream)
+            await send_json(send, status, body, headers)
+            self.recorder.record(
+                info,
+                variant.name,
+                variant.model,
+                variant.upstream,
+                res,
+                status,
+                perf_counter() - t0,
+                fallback_from=fallback_from,
+                prompt=prompt,
+            )
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": [_SSE, _NO_CACHE, *headers]})
+        flt = SseFilter(res, info.endpoint == "chat", keep_usage, info.content_logging != "none", t0)
+        tail = b""
+        try:
+            async for chunk in resp.content.iter_any():
+                out = flt.feed(chunk)
+                if out:
+                    await send({"type": "http.response.body", "body": out, "more_body": True})
+            tail = flt.flush()
+            if not res.done:
+                res.error_type = "stream"
+                tail += _mid_stream_error(res)
+        except Exception as exc:  # upstream broke mid-stream: one error frame, then [DONE]
+            kind = classify(exc)
+            res.error_type = "timeout" if kind == "timeout" else "stream"
+            tail = flt.flush() + _mid_stream_error(res)
+        finally:
+            resp.release()
+        await send({"type": "http.response.body", "body": tail, "more_body": False})
+        self.recorder.record(
+            info,
+            variant.name,
+            variant.model,
+            variant.upstream,
+            res,
+            200,
+            perf_counter() - t0,
+            fallback_from=fallback_from,
+            prompt=prompt,
+        )
+
+    def _mirror(self, info: CallInfo, route: RouteConfig, req: dict[str, Any], prompt: str | None) -> None:
+        assert self.shadow is not None
+        rate = route.experiment.shadow_sample_rate
+        for variant in route.shadows:
+            if rate < 1.0 and self.rng() >= rate:
+                continue
+            req["model"] = variant.model
+            shadow_info = CallInfo(
+                request_id="req-" + os.urandom(12).hex(),
+                route=info.route,
+                experiment_id=info.experiment_id,
+                experiment=info.experiment,
+                unit_id=info.unit_id,
+                unit_source=info.unit_source,
+                mode="shadow",
+                endpoint=info.endpoint,
+                stream=info.stream,
+                tags=info.tags,
+                conversation_id=info.conversation_id,
+                content_logging=info.content_logging,
+            )
+            self.shadow.submit(ShadowJob(shadow_info, info.request_id, variant, orjson.dumps(req), prompt))

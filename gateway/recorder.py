@@ -1,0 +1,165 @@
+"""Turns finished calls into events (handed to the sink) and metric observations.
+
+Content logging per experiment: ``none`` (default), ``hashed`` (SHA-256 of the redacted
+text: lets analytics count identical prompts without storing them) or ``full`` (text after
+the redaction hook, by default e-mail addresses and digit runs replaced).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from hashlib import sha256
+from typing import Any
+
+from contracts.events import InteractionEvent
+from gateway.metrics import GatewayMetrics
+from gateway.relay import CallResult
+from gateway.sink import EventSink
+
+log = logging.getLogger(__name__)
+
+_EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
+_NUMBER = re.compile(r"\d{3,}")
+
+
+def default_redact(text: str) -> str:
+    return _NUMBER.sub("<num>", _EMAIL.sub("<email>", text))
+
+
+def prompt_text(request: dict[str, Any], endpoint: str) -> str:
+    if endpoint == "chat":
+        parts = []
+        for msg in request.get("messages") or ():
+            content = msg.get("content") if isinstance(msg, dict) else None
+            if isinstance(content, str):
+                parts.append(content)
+            elif isinstance(content, list):
+                parts.extend(str(p.get("text", "")) for p in content if isinstance(p, dict))
+        return "\n".join(parts)
+    prompt = request.get("prompt" if endpoint == "completions" else "input")
+    return prompt if isinstance(prompt, str) else str(prompt)
+
+
+@dataclass(slots=True)
+class CallInfo:
+    """Everything known about one request besides the upstream's answer."""
+
+    request_id: str
+    route: str
+    experiment_id: int | None
+    experiment: str | None
+    unit_id: str
+    unit_source: str
+    mode: str
+    endpoint: str
+    stream: bool
+    tags: dict[str, str]
+    conversation_id: str | None
+    content_logging: str
+
+
+class Recorder:
+    def __init__(
+        self,
+        sink: EventSink,
+        metrics: GatewayMetrics,
+        memory: int = 100_000,
+        redact: Callable[[str], str] = default_redact,
+    ) -> None:
+        self.sink = sink
+        self.metrics = metrics
+        self.redact = redact
+        self.memory = memory
+        # request_id -> (unit_id, experiment_id, variant): lets /v1/feedback fill attribution.
+        self.recent: OrderedDict[str, tuple[str, int | None, str | None]] = OrderedDict()
+
+    def _content(self, text: str | None, policy: str) -> str | None:
+        if text is None or policy == "none":
+            return None
+        text = self.redact(text)
+        return sha256(text.encode()).hexdigest() if policy == "hashed" else text
+
+    def record(
+        self,
+        info: CallInfo,
+        variant: str,
+        model: str,
+        upstream: str,
+        res: CallResult,
+        http_status: int,
+        latency: float,
+        role: str = "primary",
+        pair_id: str | None = None,
+        fallback_from: str | None = None,
+        prompt: str | None = None,
+    ) -> None:
+        ok = res.error_type is None and http_status < 400
+        exp_label = info.experiment or ""
+        ch = self.metrics.children(info.route, exp_label, variant, role)
+        ch.requests["2xx" if ok else ("4xx" if 400 <= http_status < 500 else "5xx")].inc()
+        ch.duration.observe(latency)
+        if res.ttft is not None:
+            ch.ttft.observe(res.ttft)
+        if res.prompt_tokens:
+            ch.prompt_tokens.inc(res.prompt_tokens)
+        if res.completion_tokens:
+            ch.completion_tokens.inc(res.completion_tokens)
+        if res.error_type is not None:
+            self.metrics.upstream_errors.labels(info.route, exp_label, variant, res.error_type).inc()
+        policy = info.content_logging
+        event = InteractionEvent(
+            request_id=info.request_id,
+            route=info.route,
+            unit_id=info.unit_id,
+            unit_source=info.unit_source,  # type: ignore[arg-type]
+            role=role,  # type: ignore[arg-type]
+            mode=info.mode,  # type: ignore[arg-type]
+            endpoint=info.endpoint,  # type: ignore[arg-type]
+            model=model,
+            upstream=upstream,
+            status="ok" if ok else "error",
+            http_status=http_status,
+            latency_ms=latency * 1000.0,
+            experiment_id=info.experiment_id,
+            experiment=info.experiment,
+            variant=variant,
+            pair_id=pair_id,
+            error_type=res.error_type,
+            ttft_ms=res.ttft * 1000.0 if res.ttft is not None else None,
+            prompt_tokens=res.prompt_tokens,
+            completion_tokens=res.completion_tokens,
+            response_chars=res.chars,
+            finish_reason=res.finish_reason,
+            stream=info.stream,
+            fallback=fallback_from is not None,
+            fallback_from=fallback_from,
+            conversation_id=info.conversation_id,
+            tags=info.tags,
+            prompt=self._content(prompt, policy) if policy != "none" else None,
+            response=self._content("".join(res.texts or ()), policy) if policy != "none" else None,
+        )
+        self.emit(event)
+        if role == "primary" and ok and self.memory:
+            recent = self.recent
+            recent[info.request_id] = (
+                info.unit_id,
+                info.experiment_id,
+                variant if info.experiment_id else None,
+            )
+            if len(recent) > self.memory:
+                recent.popitem(last=False)
+
+    def emit(self, event: Any) -> None:
+        try:
+            self.sink.emit(event)
+        except Exception:  # the sink must never fail a request; count and move on
+            log.exception("event sink raised on emit; event dropped")
+            return
+        if isinstance(event, InteractionEvent):
+            self.metrics.interaction_events.inc()
+        else:
+            self.metrics.feedback_events.inc()

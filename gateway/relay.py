@@ -1,0 +1,205 @@
+"""Calling an upstream: one JSON call, or an SSE stream relayed event by event.
+
+The gateway measures latency and time to first token itself and takes token usage from the
+upstream. For streams it always asks for ``stream_options.include_usage`` and, when the
+client did not ask for it, drops the usage-only chunk (``"choices": []``) before relaying.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from time import perf_counter
+from typing import Any
+
+import aiohttp
+import orjson
+
+from gateway.upstreams import UpstreamClient
+
+_SEP = b"\n\n"
+
+
+@dataclass(slots=True)
+class CallResult:
+    """Outcome of one upstream call, filled as the response is read or relayed."""
+
+    status: int = 0  # HTTP status the upstream answered (0: none)
+    error_type: str | None = None  # connect | timeout | http_4xx | http_5xx | stream | protocol
+    body: bytes = b""
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    finish_reason: str | None = None
+    chars: int = 0
+    ttft: float | None = None
+    texts: list[str] | None = None  # collected only when content logging needs the text
+    done: bool = False
+
+    @property
+    def failed_before_response(self) -> bool:
+        """A failure eligible for fallback: nothing reached the client yet."""
+        return self.error_type in ("connect", "timeout", "http_5xx")
+
+
+def classify(exc: BaseException) -> str:
+    if isinstance(exc, asyncio.TimeoutError):
+        return "timeout"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return "connect"
+    return "protocol"
+
+
+def _usage(res: CallResult, usage: Any) -> None:
+    if isinstance(usage, dict):
+        pt, ct = usage.get("prompt_tokens"), usage.get("completion_tokens")
+        res.prompt_tokens = pt if isinstance(pt, int) else None
+        res.completion_tokens = ct if isinstance(ct, int) else None
+
+
+def summarize_json(res: CallResult, endpoint: str, keep_text: bool) -> None:
+    """Usage, finish reason and response length of a JSON response (failures are ignored)."""
+    try:
+        obj = orjson.loads(res.body)
+    except orjson.JSONDecodeError:
+        return
+    if not isinstance(obj, dict):
+        return
+    _usage(res, obj.get("usage"))
+    choices = obj.get("choices")
+    if not isinstance(choices, list):
+        return
+    for choice in choices:
+        if not isinstance(choice, dict):
+            continue
+        if endpoint == "chat":
+            msg = choice.get("message")
+            text = msg.get("content") if isinstance(msg, dict) else None
+        else:
+            text = choice.get("text")
+        if isinstance(text, str):
+            res.chars += len(text)
+            if keep_text:
+                if res.texts is None:
+                    res.texts = []
+                res.texts.append(text)
+        if res.finish_reason is None and isinstance(choice.get("finish_reason"), str):
+            res.finish_reason = choice["finish_reason"]
+
+
+async def call_json(client: UpstreamClient, endpoint: str, payload: bytes, res: CallResult) -> None:
+    try:
+        async with client.session.post(
+            client.urls[endpoint], data=payload, headers=client.headers, timeout=client.timeout
+        ) as resp:
+            res.body = await resp.read()
+            res.status = resp.status
+    except (TimeoutError, aiohttp.ClientError) as exc:
+        res.error_type = classify(exc)
+        return
+    if res.status >= 400:
+        res.error_type = "http_5xx" if res.status >= 500 else "http_4xx"
+
+
+async def open_stream(
+    client: UpstreamClient, endpoint: str, payload: bytes, res: CallResult
+) -> aiohttp.ClientResponse | None:
+    """Start a streamed call; returns the open response when it answered 200 with a stream."""
+    try:
+        resp = await client.session.post(
+            client.urls[endpoint], data=payload, headers=client.headers, timeout=client.stream_timeout
+        )
+    except (TimeoutError, aiohttp.ClientError) as exc:
+        res.error_type = classify(exc)
+        return None
+    res.status = resp.status
+    if resp.status == 200:
+        return resp
+    try:
+        res.body = await resp.read()
+    except (TimeoutError, aiohttp.ClientError):
+        res.body = b""
+    finally:
+        resp.release()
+    res.error_type = "http_5xx" if resp.status >= 500 else "http_4xx"
+    return None
+
+
+@dataclass(slots=True)
+class SseFilter:
+    """Parses complete SSE events, records usage/TTFT/length, drops the usage chunk if asked."""
+
+    res: CallResult
+    chat: bool
+    keep_usage: bool
+    keep_text: bool
+    t0: float
+    buf: bytes = b""
+    _parts: list[bytes] = field(default_factory=list)
+
+    def feed(self, chunk: bytes) -> bytes:
+        """Bytes to relay now: every complete event in ``buf + chunk`` (possibly edited)."""
+        data = self.buf + chunk if self.buf else chunk
+        cut = data.rfind(_SEP)
+        if cut < 0:
+            self.buf = data
+            return b""
+        block, self.buf = data[: cut + 2], data[cut + 2 :]
+        return self._events(block)
+
+    def flush(self) -> bytes:
+        rest, self.buf = self.buf, b""
+        return self._events(rest + _SEP) if rest.strip() else b""
+
+    def _events(self, block: bytes) -> bytes:
+        res = self.res
+        dropped = False
+        kept: list[bytes] = self._parts
+        kept.clear()
+        for ev in block.split(_SEP):
+            if not ev:
+                continue
+            if ev.startswith(b"data:"):
+                payload = ev[5:].strip()
+                if payload == b"[DONE]":
+                    res.done = True
+                elif not self._record(payload):
+                    dropped = True
+                    continue
+            kept.append(ev)
+        if not dropped:
+            return block
+        return b"".join(ev + _SEP for ev in kept)
+
+    def _record(self, payload: bytes) -> bool:
+        """Record one data event; False when it is a usage-only chunk to drop."""
+        res = self.res
+        try:
+            obj = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            return True
+        if not isinstance(obj, dict):
+            return True
+        choices = obj.get("choices")
+        usage = obj.get("usage")
+        if usage:
+            _usage(res, usage)
+        if not choices:
+            return bool(self.keep_usage or not usage or "error" in obj)
+        for choice in choices:
+            if self.chat:
+                delta = choice.get("delta")
+                text = delta.get("content") if isinstance(delta, dict) else None
+            else:
+                text = choice.get("text")
+            if text and isinstance(text, str):
+                if res.ttft is None:
+                    res.ttft = perf_counter() - self.t0
+                res.chars += len(text)
+                if self.keep_text:
+                    if res.texts is None:
+                        res.texts = []
+                    res.texts.append(text)
+            fr = choice.get("finish_reason")
+            if fr and isinstance(fr, str):
+                res.finish_reason = fr
+        return True

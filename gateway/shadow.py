@@ -1,0 +1,122 @@
+"""Shadow mirroring: off the hot path, bounded queue + bounded concurrency, overflow dropped.
+
+The user's request only does ``put_nowait`` (after its response is complete); a fixed pool
+of worker tasks sends the mirrored calls. A full queue drops the mirror and counts it. A
+hanging, failing or unreachable candidate therefore only occupies workers and fills the
+queue — it never delays or changes a user's response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from time import perf_counter
+
+from gateway.metrics import GatewayMetrics
+from gateway.recorder import CallInfo, Recorder
+from gateway.relay import CallResult, SseFilter, call_json, classify, open_stream, summarize_json
+from gateway.snapshot import VariantConfig
+from gateway.upstreams import UpstreamPool
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class ShadowJob:
+    info: CallInfo  # request_id is the shadow call's own id; pair_id links it to the primary
+    pair_id: str
+    variant: VariantConfig
+    payload: bytes
+    prompt: str | None
+
+
+class ShadowMirror:
+    def __init__(
+        self,
+        pool: UpstreamPool,
+        recorder: Recorder,
+        metrics: GatewayMetrics,
+        concurrency: int,
+        queue_size: int,
+    ) -> None:
+        self.pool = pool
+        self.recorder = recorder
+        self.metrics = metrics
+        self.concurrency = concurrency
+        self.queue: asyncio.Queue[ShadowJob] = asyncio.Queue(maxsize=queue_size)
+        self._workers: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._workers = [loop.create_task(self._work()) for _ in range(self.concurrency)]
+
+    async def close(self) -> None:
+        for task in self._workers:
+            task.cancel()
+        await asyncio.gather(*self._workers, return_exceptions=True)
+        self._workers = []
+
+    def submit(self, job: ShadowJob) -> bool:
+        info = job.info
+        labels = (info.route, info.experiment or "", job.variant.name)
+        try:
+            self.queue.put_nowait(job)
+        except asyncio.QueueFull:
+            self.metrics.shadow.labels(*labels, "dropped").inc()
+            return False
+        self.metrics.shadow.labels(*labels, "sent").inc()
+        return True
+
+    async def _work(self) -> None:
+        while True:
+            job = await self.queue.get()
+            try:
+                await self._call(job)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a broken mirror must not kill the worker
+                log.exception("shadow call failed unexpectedly")
+            finally:
+                self.queue.task_done()
+
+    async def _call(self, job: ShadowJob) -> None:
+        info, variant = job.info, job.variant
+        res = CallResult()
+        t0 = perf_counter()
+        keep_text = info.content_logging != "none"
+        client = self.pool.clients.get(variant.upstream)
+        if client is None:
+            res.error_type = "connect"
+        elif info.stream:
+            resp = await open_stream(client, info.endpoint, job.payload, res)
+            if resp is not None:
+                flt = SseFilter(res, info.endpoint == "chat", True, keep_text, t0)
+                try:
+                    async for chunk in resp.content.iter_any():
+                        flt.feed(chunk)
+                    flt.flush()
+                except Exception as exc:
+                    res.error_type = "stream" if classify(exc) == "protocol" else classify(exc)
+                finally:
+                    resp.release()
+        else:
+            await call_json(client, info.endpoint, job.payload, res)
+            if res.error_type is None:
+                summarize_json(res, info.endpoint, keep_text)
+        latency = perf_counter() - t0
+        outcome = "failed" if res.error_type else "ok"
+        self.metrics.shadow.labels(info.route, info.experiment or "", variant.name, outcome).inc()
+        status = res.status or (504 if res.error_type == "timeout" else 502)
+        self.recorder.record(
+            info,
+            variant.name,
+            variant.model,
+            variant.upstream,
+            res,
+            status,
+            latency,
+            role="shadow",
+            pair_id=job.pair_id,
+            prompt=job.prompt,
+        )

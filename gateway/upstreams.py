@@ -1,0 +1,92 @@
+"""One pooled aiohttp ClientSession per upstream, created in the lifespan and kept in sync with the snapshot."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import aiohttp
+from yarl import URL
+
+from gateway.snapshot import UpstreamConfig
+
+log = logging.getLogger(__name__)
+
+ENDPOINT_PATHS = {"chat": "/chat/completions", "completions": "/completions", "embeddings": "/embeddings"}
+
+
+@dataclass(slots=True)
+class UpstreamClient:
+    config: UpstreamConfig
+    session: aiohttp.ClientSession
+    urls: Mapping[str, URL]
+    headers: Mapping[str, str]
+    timeout: aiohttp.ClientTimeout  # whole call (JSON responses)
+    stream_timeout: aiohttp.ClientTimeout  # connect + gap between chunks (SSE)
+
+
+def _base(url: str) -> str:
+    url = url.rstrip("/")
+    return url if url.endswith("/v1") else url + "/v1"
+
+
+def make_client(cfg: UpstreamConfig) -> UpstreamClient:
+    connector = aiohttp.TCPConnector(limit=cfg.max_connections, limit_per_host=0, ttl_dns_cache=300)
+    session = aiohttp.ClientSession(
+        connector=connector,
+        auto_decompress=False,
+        cookie_jar=aiohttp.DummyCookieJar(),
+        skip_auto_headers=("User-Agent", "Accept-Encoding"),
+    )
+    base = _base(cfg.base_url)
+    headers = {"Content-Type": "application/json"}
+    if cfg.api_key:
+        headers["Authorization"] = f"Bearer {cfg.api_key}"
+    return UpstreamClient(
+        config=cfg,
+        session=session,
+        urls={k: URL(base + p) for k, p in ENDPOINT_PATHS.items()} | {"models": URL(base + "/models")},
+        headers=headers,
+        timeout=aiohttp.ClientTimeout(total=cfg.timeout_s, sock_connect=cfg.connect_timeout_s),
+        stream_timeout=aiohttp.ClientTimeout(
+            total=None, sock_connect=cfg.connect_timeout_s, sock_read=cfg.timeout_s
+        ),
+    )
+
+
+class UpstreamPool:
+    """Maps upstream name -> client; ``sync`` opens sessions for new/changed upstreams and closes old ones."""
+
+    def __init__(self) -> None:
+        self.clients: dict[str, UpstreamClient] = {}
+        self._closing: set[asyncio.Task[None]] = set()
+
+    def sync(self, upstreams: Mapping[str, UpstreamConfig]) -> None:
+        for name, cfg in upstreams.items():
+            cur = self.clients.get(name)
+            if cur is not None and cur.config == cfg:
+                continue
+            self.clients[name] = make_client(cfg)
+            if cur is not None:
+                self._close_later(cur)
+        for name in [n for n in self.clients if n not in upstreams]:
+            self._close_later(self.clients.pop(name))
+
+    def _close_later(self, client: UpstreamClient) -> None:
+        # In-flight requests may still use the old session: close it after a grace period.
+        async def close() -> None:
+            await asyncio.sleep(client.config.timeout_s + 1)
+            await client.session.close()
+
+        task = asyncio.get_running_loop().create_task(close())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    async def close(self) -> None:
+        for task in list(self._closing):
+            task.cancel()
+        for client in self.clients.values():
+            await client.session.close()
+        self.clients.clear()
