@@ -134,6 +134,12 @@ class Interaction(Base):
         Index("ix_interactions_experiment_variant_ts", "experiment_id", "variant", "ts"),
         Index("ix_interactions_request_id", "request_id"),
         Index("ix_interactions_pair_id", "pair_id", postgresql_where="pair_id IS NOT NULL"),
+        # Ingest counts a unit's distinct conversations by probing this on each new turn.
+        Index(
+            "ix_interactions_conversation_id",
+            "conversation_id",
+            postgresql_where="conversation_id IS NOT NULL",
+        ),
     )
 
     event_id: Mapped[Any] = mapped_column(UUID(as_uuid=False), primary_key=True)
@@ -190,55 +196,124 @@ class Feedback(Base):
     ingested_at: Mapped[datetime] = _created()
 
 
-class UnitRollup(Base):
-    """Per-unit sufficient statistics for one experiment variant (and one segment).
+#: Additive per-unit measures shared by ``unit_rollups`` and ``preperiod_rollups``. All are
+#: double precision: Postgres sums float8 far faster than bigint (numeric accumulator),
+#: and counts stay exact up to 2**53.
+ROLLUP_MEASURES: tuple[str, ...] = (
+    "requests",
+    "errors",
+    "fallbacks",
+    "latency_sum",
+    "ttft_n",
+    "ttft_sum",
+    "prompt_tokens",
+    "completion_tokens",
+    "response_chars",
+    "conversations",
+    "turns",
+    "thumbs_up",
+    "thumbs_down",
+    "ratings_n",
+    "ratings_sum",
+    "regenerates",
+    "copies",
+    "edits",
+    "continued",
+    "task_success_n",
+    "task_success_sum",
+)
+
+
+def _measure() -> Mapped[float]:
+    return mapped_column(Double, server_default="0")
+
+
+class RollupMeasures:
+    """The ROLLUP_MEASURES columns (mixin) and the custom-feedback ``counters``.
+
+    ``counters`` holds custom feedback kinds as ``{"<kind>": sum, "<kind>:n": count}``, so
+    new signals need no schema change.
+    """
+
+    requests: Mapped[float] = _measure()
+    errors: Mapped[float] = _measure()
+    fallbacks: Mapped[float] = _measure()
+    latency_sum: Mapped[float] = _measure()
+    ttft_n: Mapped[float] = _measure()
+    ttft_sum: Mapped[float] = _measure()
+    prompt_tokens: Mapped[float] = _measure()
+    completion_tokens: Mapped[float] = _measure()
+    response_chars: Mapped[float] = _measure()
+    conversations: Mapped[float] = _measure()
+    turns: Mapped[float] = _measure()
+    thumbs_up: Mapped[float] = _measure()
+    thumbs_down: Mapped[float] = _measure()
+    ratings_n: Mapped[float] = _measure()
+    ratings_sum: Mapped[float] = _measure()
+    regenerates: Mapped[float] = _measure()
+    copies: Mapped[float] = _measure()
+    edits: Mapped[float] = _measure()
+    continued: Mapped[float] = _measure()
+    task_success_n: Mapped[float] = _measure()
+    task_success_sum: Mapped[float] = _measure()
+    counters: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default="{}")
+
+
+class UnitRollup(RollupMeasures, Base):
+    """Per-unit sufficient statistics for one experiment variant (whole experiment).
 
     The report aggregates these (n, Σx, Σx², Σxy) with SQL, so its cost grows with units,
-    not with events. ``segment`` is '' for the whole experiment, or 'tag=value' for a
-    breakdown by an event tag. ``counters`` holds per-unit sums keyed by name (feedback
-    kinds, custom metrics) so new signals need no schema change.
+    not with events. Tag breakdowns live in ``segment_rollups`` so the headline query
+    scans only one row per unit.
     """
 
     __tablename__ = "unit_rollups"
 
     experiment_id: Mapped[int] = mapped_column(Integer, primary_key=True)
     variant: Mapped[str] = mapped_column(String(64), primary_key=True)
-    segment: Mapped[str] = mapped_column(String(256), primary_key=True, server_default="")
     unit_id: Mapped[str] = mapped_column(String(256), primary_key=True)
     first_ts: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     last_ts: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    requests: Mapped[int] = mapped_column(BigInteger, server_default="0")
-    errors: Mapped[int] = mapped_column(BigInteger, server_default="0")
-    fallbacks: Mapped[int] = mapped_column(BigInteger, server_default="0")
-    latency_sum: Mapped[float] = mapped_column(Double, server_default="0")
-    ttft_n: Mapped[int] = mapped_column(BigInteger, server_default="0")
-    ttft_sum: Mapped[float] = mapped_column(Double, server_default="0")
-    prompt_tokens: Mapped[int] = mapped_column(BigInteger, server_default="0")
-    completion_tokens: Mapped[int] = mapped_column(BigInteger, server_default="0")
-    response_chars: Mapped[int] = mapped_column(BigInteger, server_default="0")
-    conversations: Mapped[int] = mapped_column(BigInteger, server_default="0")
-    counters: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default="{}")
 
 
-class PreperiodRollup(Base):
-    """A unit's own history before an experiment started (CUPED covariate), per metric input."""
+class SegmentRollup(RollupMeasures, Base):
+    """Like ``unit_rollups`` for one segment 'tag=value' (one row per event tag of the unit)."""
+
+    __tablename__ = "segment_rollups"
+
+    experiment_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    segment: Mapped[str] = mapped_column(String(256), primary_key=True)
+    variant: Mapped[str] = mapped_column(String(64), primary_key=True)
+    unit_id: Mapped[str] = mapped_column(String(256), primary_key=True)
+    first_ts: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    last_ts: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class PreperiodRollup(RollupMeasures, Base):
+    """A unit's own history on the experiment's route before it started (CUPED covariate).
+
+    Same measures as ``unit_rollups`` so a metric's expression applies to both.
+    """
 
     __tablename__ = "preperiod_rollups"
 
     experiment_id: Mapped[int] = mapped_column(Integer, primary_key=True)
     unit_id: Mapped[str] = mapped_column(String(256), primary_key=True)
-    values: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default="{}")
     computed_at: Mapped[datetime] = _created()
 
 
 class LatencyHistogram(Base):
-    """Log-bucketed counts of latency/TTFT per experiment variant, for quantile metrics."""
+    """Log-bucketed counts of latency/TTFT per experiment variant and segment (quantile metrics).
+
+    ``bucket`` = floor(20·ln(ms)) (≈5% wide); see ``analytics.aggregate.bucket_bounds``.
+    """
 
     __tablename__ = "latency_histograms"
 
     experiment_id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    variant: Mapped[str] = mapped_column(String(64), primary_key=True)
     metric: Mapped[str] = mapped_column(String(32), primary_key=True)
+    segment: Mapped[str] = mapped_column(String(256), primary_key=True, server_default="")
+    variant: Mapped[str] = mapped_column(String(64), primary_key=True)
     bucket: Mapped[int] = mapped_column(Integer, primary_key=True)
     count: Mapped[int] = mapped_column(BigInteger, server_default="0")
 

@@ -168,15 +168,23 @@ def upgrade() -> None:
         postgresql_where="pair_id IS NOT NULL",
     )
     op.create_index("ix_interactions_request_id", "interactions", ["request_id"], unique=False)
+    op.create_index(
+        "ix_interactions_conversation_id",
+        "interactions",
+        ["conversation_id"],
+        unique=False,
+        postgresql_where="conversation_id IS NOT NULL",
+    )
     op.create_table(
         "latency_histograms",
         sa.Column("experiment_id", sa.Integer(), nullable=False),
-        sa.Column("variant", sa.String(length=64), nullable=False),
         sa.Column("metric", sa.String(length=32), nullable=False),
+        sa.Column("segment", sa.String(length=256), server_default="", nullable=False),
+        sa.Column("variant", sa.String(length=64), nullable=False),
         sa.Column("bucket", sa.Integer(), nullable=False),
         sa.Column("count", sa.BigInteger(), server_default="0", nullable=False),
         sa.PrimaryKeyConstraint(
-            "experiment_id", "variant", "metric", "bucket", name=op.f("pk_latency_histograms")
+            "experiment_id", "metric", "segment", "variant", "bucket", name=op.f("pk_latency_histograms")
         ),
     )
     op.create_table(
@@ -193,32 +201,95 @@ def upgrade() -> None:
         "preperiod_rollups",
         sa.Column("experiment_id", sa.Integer(), nullable=False),
         sa.Column("unit_id", sa.String(length=256), nullable=False),
-        sa.Column("values", postgresql.JSONB(astext_type=sa.Text()), server_default="{}", nullable=False),
+        sa.Column("requests", sa.Double(), server_default="0", nullable=False),
+        sa.Column("errors", sa.Double(), server_default="0", nullable=False),
+        sa.Column("fallbacks", sa.Double(), server_default="0", nullable=False),
+        sa.Column("latency_sum", sa.Double(), server_default="0", nullable=False),
+        sa.Column("ttft_n", sa.Double(), server_default="0", nullable=False),
+        sa.Column("ttft_sum", sa.Double(), server_default="0", nullable=False),
+        sa.Column("prompt_tokens", sa.Double(), server_default="0", nullable=False),
+        sa.Column("completion_tokens", sa.Double(), server_default="0", nullable=False),
+        sa.Column("response_chars", sa.Double(), server_default="0", nullable=False),
+        sa.Column("conversations", sa.Double(), server_default="0", nullable=False),
+        sa.Column("turns", sa.Double(), server_default="0", nullable=False),
+        sa.Column("thumbs_up", sa.Double(), server_default="0", nullable=False),
+        sa.Column("thumbs_down", sa.Double(), server_default="0", nullable=False),
+        sa.Column("ratings_n", sa.Double(), server_default="0", nullable=False),
+        sa.Column("ratings_sum", sa.Double(), server_default="0", nullable=False),
+        sa.Column("regenerates", sa.Double(), server_default="0", nullable=False),
+        sa.Column("copies", sa.Double(), server_default="0", nullable=False),
+        sa.Column("edits", sa.Double(), server_default="0", nullable=False),
+        sa.Column("continued", sa.Double(), server_default="0", nullable=False),
+        sa.Column("task_success_n", sa.Double(), server_default="0", nullable=False),
+        sa.Column("task_success_sum", sa.Double(), server_default="0", nullable=False),
+        sa.Column("counters", postgresql.JSONB(astext_type=sa.Text()), server_default="{}", nullable=False),
         sa.Column("computed_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False),
         sa.PrimaryKeyConstraint("experiment_id", "unit_id", name=op.f("pk_preperiod_rollups")),
+    )
+    op.create_table(
+        "segment_rollups",
+        sa.Column("experiment_id", sa.Integer(), nullable=False),
+        sa.Column("segment", sa.String(length=256), nullable=False),
+        sa.Column("variant", sa.String(length=64), nullable=False),
+        sa.Column("unit_id", sa.String(length=256), nullable=False),
+        sa.Column("first_ts", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("last_ts", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("requests", sa.Double(), server_default="0", nullable=False),
+        sa.Column("errors", sa.Double(), server_default="0", nullable=False),
+        sa.Column("fallbacks", sa.Double(), server_default="0", nullable=False),
+        sa.Column("latency_sum", sa.Double(), server_default="0", nullable=False),
+        sa.Column("ttft_n", sa.Double(), server_default="0", nullable=False),
+        sa.Column("ttft_sum", sa.Double(), server_default="0", nullable=False),
+        sa.Column("prompt_tokens", sa.Double(), server_default="0", nullable=False),
+        sa.Column("completion_tokens", sa.Double(), server_default="0", nullable=False),
+        sa.Column("response_chars", sa.Double(), server_default="0", nullable=False),
+        sa.Column("conversations", sa.Double(), server_default="0", nullable=False),
+        sa.Column("turns", sa.Double(), server_default="0", nullable=False),
+        sa.Column("thumbs_up", sa.Double(), server_default="0", nullable=False),
+        sa.Column("thumbs_down", sa.Double(), server_default="0", nullable=False),
+        sa.Column("ratings_n", sa.Double(), server_default="0", nullable=False),
+        sa.Column("ratings_sum", sa.Double(), server_default="0", nullable=False),
+        sa.Column("regenerates", sa.Double(), server_default="0", nullable=False),
+        sa.Column("copies", sa.Double(), server_default="0", nullable=False),
+        sa.Column("edits", sa.Double(), server_default="0", nullable=False),
+        sa.Column("continued", sa.Double(), server_default="0", nullable=False),
+        sa.Column("task_success_n", sa.Double(), server_default="0", nullable=False),
+        sa.Column("task_success_sum", sa.Double(), server_default="0", nullable=False),
+        sa.Column("counters", postgresql.JSONB(astext_type=sa.Text()), server_default="{}", nullable=False),
+        sa.PrimaryKeyConstraint(
+            "experiment_id", "segment", "variant", "unit_id", name=op.f("pk_segment_rollups")
+        ),
     )
     op.create_table(
         "unit_rollups",
         sa.Column("experiment_id", sa.Integer(), nullable=False),
         sa.Column("variant", sa.String(length=64), nullable=False),
-        sa.Column("segment", sa.String(length=256), server_default="", nullable=False),
         sa.Column("unit_id", sa.String(length=256), nullable=False),
         sa.Column("first_ts", sa.DateTime(timezone=True), nullable=False),
         sa.Column("last_ts", sa.DateTime(timezone=True), nullable=False),
-        sa.Column("requests", sa.BigInteger(), server_default="0", nullable=False),
-        sa.Column("errors", sa.BigInteger(), server_default="0", nullable=False),
-        sa.Column("fallbacks", sa.BigInteger(), server_default="0", nullable=False),
+        sa.Column("requests", sa.Double(), server_default="0", nullable=False),
+        sa.Column("errors", sa.Double(), server_default="0", nullable=False),
+        sa.Column("fallbacks", sa.Double(), server_default="0", nullable=False),
         sa.Column("latency_sum", sa.Double(), server_default="0", nullable=False),
-        sa.Column("ttft_n", sa.BigInteger(), server_default="0", nullable=False),
+        sa.Column("ttft_n", sa.Double(), server_default="0", nullable=False),
         sa.Column("ttft_sum", sa.Double(), server_default="0", nullable=False),
-        sa.Column("prompt_tokens", sa.BigInteger(), server_default="0", nullable=False),
-        sa.Column("completion_tokens", sa.BigInteger(), server_default="0", nullable=False),
-        sa.Column("response_chars", sa.BigInteger(), server_default="0", nullable=False),
-        sa.Column("conversations", sa.BigInteger(), server_default="0", nullable=False),
+        sa.Column("prompt_tokens", sa.Double(), server_default="0", nullable=False),
+        sa.Column("completion_tokens", sa.Double(), server_default="0", nullable=False),
+        sa.Column("response_chars", sa.Double(), server_default="0", nullable=False),
+        sa.Column("conversations", sa.Double(), server_default="0", nullable=False),
+        sa.Column("turns", sa.Double(), server_default="0", nullable=False),
+        sa.Column("thumbs_up", sa.Double(), server_default="0", nullable=False),
+        sa.Column("thumbs_down", sa.Double(), server_default="0", nullable=False),
+        sa.Column("ratings_n", sa.Double(), server_default="0", nullable=False),
+        sa.Column("ratings_sum", sa.Double(), server_default="0", nullable=False),
+        sa.Column("regenerates", sa.Double(), server_default="0", nullable=False),
+        sa.Column("copies", sa.Double(), server_default="0", nullable=False),
+        sa.Column("edits", sa.Double(), server_default="0", nullable=False),
+        sa.Column("continued", sa.Double(), server_default="0", nullable=False),
+        sa.Column("task_success_n", sa.Double(), server_default="0", nullable=False),
+        sa.Column("task_success_sum", sa.Double(), server_default="0", nullable=False),
         sa.Column("counters", postgresql.JSONB(astext_type=sa.Text()), server_default="{}", nullable=False),
-        sa.PrimaryKeyConstraint(
-            "experiment_id", "variant", "segment", "unit_id", name=op.f("pk_unit_rollups")
-        ),
+        sa.PrimaryKeyConstraint("experiment_id", "variant", "unit_id", name=op.f("pk_unit_rollups")),
     )
     op.create_table(
         "upstreams",
@@ -315,10 +386,16 @@ def downgrade() -> None:
     op.drop_table("analysis_snapshots")
     op.drop_table("upstreams")
     op.drop_table("unit_rollups")
+    op.drop_table("segment_rollups")
     op.drop_table("preperiod_rollups")
     op.drop_table("metric_definitions")
     op.drop_table("latency_histograms")
     op.drop_index("ix_interactions_request_id", table_name="interactions")
+    op.drop_index(
+        "ix_interactions_conversation_id",
+        table_name="interactions",
+        postgresql_where="conversation_id IS NOT NULL",
+    )
     op.drop_index(
         "ix_interactions_pair_id", table_name="interactions", postgresql_where="pair_id IS NOT NULL"
     )
