@@ -1,0 +1,248 @@
+"""The analytics HTTP API: experiments, reports, snapshots, health and Prometheus metrics.
+
+Reads are open; mutating calls need ``Authorization: Bearer <LIFTGATE_ADMIN_TOKEN>``
+(401 without a bearer token, 403 with a wrong one) and are written to ``audit_log``.
+Errors are ``{"detail": reason}``.
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+import orjson
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
+from sqlalchemy import Connection, text
+
+from analytics.app import ServiceContext
+from analytics.audit import write_audit
+from analytics.metrics import BUILTINS, MetricError, parse_spec, spec_dict
+from analytics.report_schema import ExperimentSummary, Report, Verdict
+from analytics.snapshot import latest_snapshot, load_timeseries, save_snapshot, with_current_point
+
+router = APIRouter()
+
+
+def get_ctx(request: Request) -> ServiceContext:
+    ctx: ServiceContext = request.app.state.ctx
+    return ctx
+
+
+Ctx = Annotated[ServiceContext, Depends(get_ctx)]
+
+
+def require_admin(request: Request, ctx: Ctx) -> str:
+    """The actor name for the audit log; raises 401/403 unless the admin token is presented."""
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token:
+        raise HTTPException(401, "admin token required", headers={"WWW-Authenticate": "Bearer"})
+    if not hmac.compare_digest(token.strip().encode(), ctx.settings.admin_token.encode()):
+        raise HTTPException(403, "invalid admin token")
+    return "admin"
+
+
+Admin = Annotated[str, Depends(require_admin)]
+
+
+def resolve_experiment(conn: Connection, id_or_name: str) -> int:
+    if id_or_name.isdigit():
+        row = conn.execute(text("SELECT id FROM experiments WHERE id = :v"), {"v": int(id_or_name)}).first()
+    else:
+        row = conn.execute(text("SELECT id FROM experiments WHERE name = :v"), {"v": id_or_name}).first()
+    if row is None:
+        raise HTTPException(404, f"experiment {id_or_name!r} not found")
+    return int(row[0])
+
+
+@router.get("/healthz")
+def healthz(ctx: Ctx) -> dict[str, Any]:
+    with ctx.engine.connect() as conn:
+        conn.execute(text("SELECT 1"))
+    workers = {name: t.is_alive() for name, t in ctx.threads.items()}
+    return {"status": "ok", "workers": workers}
+
+
+@router.get("/metrics")
+def prometheus_metrics(ctx: Ctx) -> Response:
+    return Response(ctx.metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+_LIST_SQL = text(
+    """
+    SELECT e.id, e.name, e.route, e.mode, e.status, e.rollout_stage, e.started_at,
+           s.created_at, s.units, s.verdicts
+    FROM experiments e
+    LEFT JOIN LATERAL (
+        SELECT created_at, (report->>'units')::bigint AS units, report->'verdicts' AS verdicts
+        FROM analysis_snapshots WHERE experiment_id = e.id
+        ORDER BY created_at DESC, id DESC LIMIT 1
+    ) s ON true
+    ORDER BY e.id
+    """
+)
+
+
+@router.get("/api/experiments", response_model=list[ExperimentSummary])
+def list_experiments(ctx: Ctx) -> list[ExperimentSummary]:
+    out: list[ExperimentSummary] = []
+    with ctx.engine.connect() as conn:
+        for eid, name, route, mode, status, stage, started, at, units, verdicts in conn.execute(_LIST_SQL):
+            if at is None:
+                # Never snapshotted: count its units directly (index-only, one experiment).
+                units = conn.execute(
+                    text("SELECT count(*) FROM unit_rollups WHERE experiment_id = :e"),
+                    {"e": eid},
+                ).scalar_one()
+            raw = verdicts if isinstance(verdicts, list) else orjson.loads(verdicts) if verdicts else []
+            headline = _headline([Verdict.model_validate(v) for v in raw])
+            out.append(
+                ExperimentSummary(
+                    id=eid, name=name, route=route, mode=mode, status=status, stage=stage,
+                    units=int(units or 0), verdict=headline, started_at=started, report_at=at,
+                )
+            )  # fmt: skip
+    return out
+
+
+def _headline(verdicts: list[Verdict]) -> Any:
+    order = ["srm", "harm", "insufficient_data", "no_difference_yet", "ship"]
+    found = {v.verdict for v in verdicts}
+    return next((name for name in order if name in found), None)
+
+
+def _compute(ctx: ServiceContext, conn: Connection, eid: int, source: str) -> Report:
+    started = time.perf_counter()
+    report = ctx.build(conn, eid)
+    ctx.metrics.build_seconds.labels(source).observe(time.perf_counter() - started)
+    return report
+
+
+@router.get("/api/experiments/{id_or_name}/report", response_model=Report)
+def get_report(ctx: Ctx, id_or_name: str, fresh: Annotated[bool, Query()] = False) -> Response:
+    with ctx.engine.connect() as conn:
+        eid = resolve_experiment(conn, id_or_name)
+        report = None if fresh else latest_snapshot(conn, eid)
+        age = (datetime.now(UTC) - report.generated_at).total_seconds() if report is not None else None
+        if report is not None and age is not None and age <= ctx.settings.report_max_age_s:
+            series = load_timeseries(conn, eid, ctx.settings.max_timeseries_points)
+            report = report.model_copy(update={"timeseries": series})
+            ctx.metrics.report_requests.labels("snapshot").inc()
+        else:
+            report = _compute(ctx, conn, eid, "api")
+            ctx.metrics.report_requests.labels("computed").inc()
+    return Response(report.model_dump_json(), media_type="application/json")
+
+
+@router.post("/api/experiments/{id_or_name}/snapshot", response_model=Report, status_code=201)
+def post_snapshot(ctx: Ctx, actor: Admin, id_or_name: str) -> Response:
+    with ctx.engine.begin() as conn:
+        eid = resolve_experiment(conn, id_or_name)
+        report = _compute(ctx, conn, eid, "api")
+        snapshot_id = save_snapshot(conn, report)
+        write_audit(
+            conn, actor=actor, action="snapshot", entity="experiment", entity_id=str(eid),
+            before=None, after={"snapshot_id": snapshot_id, "generated_at": report.generated_at.isoformat()},
+        )  # fmt: skip
+    ctx.metrics.snapshots.labels("ok").inc()
+    series = with_current_point(report.timeseries, report)
+    body = report.model_copy(update={"timeseries": series}).model_dump_json()
+    return Response(body, media_type="application/json", status_code=201)
+
+
+# --- metric definitions ------------------------------------------------------------------
+
+
+def _metric_row(conn: Connection, name: str) -> dict[str, Any] | None:
+    row = conn.execute(text("SELECT definition FROM metric_definitions WHERE name = :n"), {"n": name}).first()
+    if row is None:
+        return None
+    value = row[0]
+    return value if isinstance(value, dict) else dict(orjson.loads(value))
+
+
+def _validated(body: Any, name: str | None = None) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise HTTPException(422, "a metric definition must be a JSON object")
+    if name is not None and body.setdefault("name", name) != name:
+        raise HTTPException(422, f"name in the body ({body['name']!r}) differs from the URL ({name!r})")
+    try:
+        return spec_dict(parse_spec(body))
+    except MetricError as exc:
+        raise HTTPException(422, str(exc)) from None
+
+
+@router.get("/api/metrics")
+def list_metrics(ctx: Ctx) -> list[dict[str, Any]]:
+    out = [spec_dict(m) | {"builtin": True} for m in BUILTINS.values()]
+    with ctx.engine.connect() as conn:
+        for (definition,) in conn.execute(text("SELECT definition FROM metric_definitions ORDER BY name")):
+            out.append(dict(definition) | {"builtin": False})
+    return out
+
+
+@router.post("/api/metrics", status_code=201)
+async def create_metric(ctx: Ctx, actor: Admin, request: Request) -> dict[str, Any]:
+    spec = _validated(await _json(request))
+    with ctx.engine.begin() as conn:
+        if _metric_row(conn, spec["name"]) is not None:
+            raise HTTPException(409, f"metric {spec['name']!r} already exists")
+        conn.execute(
+            text("INSERT INTO metric_definitions (name, definition) VALUES (:n, CAST(:d AS jsonb))"),
+            {"n": spec["name"], "d": orjson.dumps(spec).decode()},
+        )
+        write_audit(
+            conn,
+            actor=actor,
+            action="create",
+            entity="metric",
+            entity_id=spec["name"],
+            before=None,
+            after=spec,
+        )
+    return spec | {"builtin": False}
+
+
+@router.put("/api/metrics/{name}")
+async def update_metric(ctx: Ctx, actor: Admin, name: str, request: Request) -> dict[str, Any]:
+    if name in BUILTINS:
+        raise HTTPException(422, f"{name!r} is a built-in metric and cannot be changed")
+    spec = _validated(await _json(request), name)
+    with ctx.engine.begin() as conn:
+        before = _metric_row(conn, name)
+        if before is None:
+            raise HTTPException(404, f"metric {name!r} not found")
+        conn.execute(
+            text(
+                "UPDATE metric_definitions SET definition = CAST(:d AS jsonb), updated_at = now() WHERE name = :n"
+            ),
+            {"n": name, "d": orjson.dumps(spec).decode()},
+        )
+        write_audit(
+            conn, actor=actor, action="update", entity="metric", entity_id=name, before=before, after=spec
+        )
+    return spec | {"builtin": False}
+
+
+@router.delete("/api/metrics/{name}", status_code=204)
+def delete_metric(ctx: Ctx, actor: Admin, name: str) -> Response:
+    if name in BUILTINS:
+        raise HTTPException(422, f"{name!r} is a built-in metric and cannot be deleted")
+    with ctx.engine.begin() as conn:
+        before = _metric_row(conn, name)
+        if before is None:
+            raise HTTPException(404, f"metric {name!r} not found")
+        conn.execute(text("DELETE FROM metric_definitions WHERE name = :n"), {"n": name})
+        write_audit(
+            conn, actor=actor, action="delete", entity="metric", entity_id=name, before=before, after=None
+        )
+    return Response(status_code=204)
+
+
+async def _json(request: Request) -> Any:
+    try:
+        return orjson.loads(await request.body())
+    except orjson.JSONDecodeError:
+        raise HTTPException(400, "request body is not valid JSON") from None

@@ -1,0 +1,233 @@
+"""One metric compared across variants: the rows of the report's table.
+
+Turns the SQL sufficient statistics of one metric (or its latency histograms) into
+:class:`~analytics.report_schema.VariantResult` rows by calling the statistics engine
+(``analytics.stats``): Welch lift and CIs, confidence sequences, sequential
+non-inferiority for guardrails, CUPED with θ pooled over all variants. Multiple-testing
+corrections and verdicts need every row and are applied afterwards (``analytics.report``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from scipy import stats as sps
+
+from analytics.metrics import Metric
+from analytics.report_schema import Cuped, ErrorInfo, Guardrail, Interval, Progress, VariantResult
+from analytics.stats.bayes import chance_to_beat
+from analytics.stats.cuped import cuped_estimates
+from analytics.stats.errors import finite
+from analytics.stats.estimate import VariantEstimate, estimate
+from analytics.stats.lift import Interval as StatsInterval
+from analytics.stats.lift import welch_lift
+from analytics.stats.power import required_sample_size
+from analytics.stats.quantile import quantile_ci, quantile_diff
+from analytics.stats.sequential import sequential_lift, sequential_noninferiority
+from analytics.stats.sufficient import SampleStats
+
+_MESSAGES = {
+    "empty_variant": "the variant has no units",
+    "too_few_units": "fewer than 2 units: no variance estimate",
+    "zero_variance": "no variation in the metric: no test is possible",
+    "zero_control_mean": "the control's mean is 0: relative lift undefined",
+    "zero_denominator": "the ratio's denominator is 0 (nothing to divide by)",
+    "no_data": "no observations",
+}
+
+
+def error(code: str, message: str | None = None) -> ErrorInfo:
+    return ErrorInfo(code=code, message=message or _MESSAGES.get(code, code))
+
+
+def direction_of(metric: Metric) -> str:
+    return "increase" if metric.direction == "higher_is_better" else "decrease"
+
+
+@dataclass(frozen=True, slots=True)
+class CompareOptions:
+    alpha: float = 0.05
+    power: float = 0.8
+    mde: float = 0.05  # relative minimum detectable effect for the progress figures
+    planned_units: int = 10_000  # tunes the confidence sequence (fixed so looks are comparable)
+
+
+def _iv(i: StatsInterval | None) -> Interval | None:
+    return None if i is None else Interval(lower=i.lower, upper=i.upper)
+
+
+def _good(value: float, direction: str) -> float:
+    return value if direction == "increase" else -value
+
+
+def _bayes(
+    c: VariantEstimate, t: VariantEstimate, direction: str, relative: bool
+) -> tuple[float | None, float | None]:
+    res = chance_to_beat(c, t, direction, relative=relative)
+    return res.chance_to_beat_control, res.risk_treatment
+
+
+def required_units(control: VariantEstimate, kind: str, opts: CompareOptions) -> int | None:
+    """Units per variant to detect a relative ``mde`` with ``power`` (50/50 split)."""
+    if control.mean is None or control.mean == 0.0:
+        return None
+    res = required_sample_size(control.mean, opts.mde, kind, control.unit_variance, opts.alpha, opts.power)
+    return res.n_control
+
+
+def _progress(units: int, control: VariantEstimate, kind: str, opts: CompareOptions) -> Progress:
+    req = required_units(control, kind, opts)
+    if req is None:
+        return Progress(units=units, required=None, fraction=None, mde=opts.mde, power=opts.power,
+                        error=error("no_data", "the control has no usable mean/variance yet"))  # fmt: skip
+    return Progress(units=units, required=req, fraction=min(1.0, units / req), mde=opts.mde, power=opts.power)
+
+
+def _guardrail(metric: Metric, c: VariantEstimate, t: VariantEstimate, opts: CompareOptions) -> Guardrail:
+    direction = direction_of(metric)
+    res = sequential_noninferiority(c, t, metric.margin, direction, opts.alpha, opts.planned_units)
+    if res.error is not None or res.harm_upper is None:
+        return Guardrail(outcome="inconclusive", margin=metric.margin, bound=None,
+                         error=error(str(res.error or "no_data"), res.message))  # fmt: skip
+    outcome = "fail" if res.reject_harm else "pass" if res.noninferior else "inconclusive"
+    # harm is the lift in the bad direction; report the bound as a relative lift.
+    bound = -res.harm_upper if direction == "increase" else res.harm_upper
+    return Guardrail(outcome=outcome, margin=metric.margin, bound=bound, p_value=res.p_value_harm)
+
+
+def compare_metric(
+    metric: Metric,
+    stats: Mapping[str, SampleStats],
+    variants: Sequence[str],
+    control: str,
+    opts: CompareOptions,
+    previous_p: Mapping[tuple[str, str], float] | None = None,
+) -> list[VariantResult]:
+    """Rows for every variant (control first) of a mean/proportion/ratio metric."""
+    empty = SampleStats(n=0, sum_x=0.0, sum_x2=0.0)
+    ordered = [control, *[v for v in variants if v != control]]
+    sample = [stats.get(v, empty) for v in ordered]
+    kind = metric.kind
+    cup = cuped_estimates(sample, kind)
+    adjusted = cup.estimates if cup.applied else tuple(estimate(s, kind) for s in sample)
+    raw = cup.unadjusted
+    cuped = None
+    if cup.applied and cup.theta is not None and cup.variance_reduction is not None:
+        covered = sum(s.n for s in sample)
+        cuped = Cuped(theta=cup.theta, variance_reduction=cup.variance_reduction, covered_units=covered)
+    c_adj = adjusted[0]
+    rows: list[VariantResult] = []
+    for name, s, r, a in zip(ordered, sample, raw, adjusted, strict=True):
+        base = {
+            "metric": metric.name, "variant": name, "is_control": name == control, "units": s.n,
+            "mean": r.mean, "std_error": finite(r.std_error), "numerator": s.sum_x,
+            "denominator": s.sum_y if kind == "ratio" else float(s.n),
+        }  # fmt: skip
+        if r.error is not None:
+            rows.append(VariantResult(**base, error=error(str(r.error), r.message)))
+            continue
+        if name == control:
+            rows.append(VariantResult(**base))
+            continue
+        rows.append(_candidate_row(metric, base, c_adj, a, cuped, opts, previous_p))
+    return rows
+
+
+def _candidate_row(
+    metric: Metric,
+    base: dict[str, object],
+    c: VariantEstimate,
+    t: VariantEstimate,
+    cuped: Cuped | None,
+    opts: CompareOptions,
+    previous_p: Mapping[tuple[str, str], float] | None,
+) -> VariantResult:
+    direction = direction_of(metric)
+    fixed = welch_lift(c, t, opts.alpha)
+    seq = sequential_lift(c, t, opts.alpha, opts.planned_units)
+    progress = _progress(min(c.n, t.n), c, metric.kind, opts)
+    if fixed.error is not None or fixed.absolute is None:
+        return VariantResult(**base, progress=progress, error=error(str(fixed.error), fixed.message))
+    chance, loss = _bayes(c, t, direction, relative=fixed.relative is not None)
+    p_seq = seq.absolute.p_value if seq.absolute is not None else None
+    if p_seq is not None and previous_p:
+        # mSPRT p-values are valid as a running minimum over looks (snapshots).
+        prev = previous_p.get((metric.name, str(base["variant"])))
+        p_seq = min(p_seq, prev) if prev is not None else p_seq
+    rel_err = error(str(fixed.relative_error)) if fixed.relative_error is not None else None
+    return VariantResult(
+        **base,
+        lift_absolute=fixed.absolute.estimate,
+        lift_relative=fixed.relative.estimate if fixed.relative else None,
+        ci_absolute=_iv(fixed.absolute),
+        ci_relative=_iv(fixed.relative),
+        sequential_ci_absolute=_iv(seq.absolute),
+        sequential_ci_relative=_iv(seq.relative),
+        p_value=fixed.absolute.p_value,
+        p_value_sequential=p_seq,
+        better=_good(fixed.absolute.estimate, direction) > 0 if fixed.absolute.estimate != 0 else None,
+        chance_to_beat_control=chance,
+        expected_loss=loss,
+        guardrail=_guardrail(metric, c, t, opts) if metric.guardrail else None,
+        cuped=cuped,
+        progress=progress,
+        error=rel_err,
+    )
+
+
+def compare_quantile(
+    metric: Metric,
+    hist: Mapping[str, Sequence[tuple[int, int]]],
+    units: Mapping[str, int],
+    variants: Sequence[str],
+    control: str,
+    opts: CompareOptions,
+) -> list[VariantResult]:
+    """Rows for a quantile metric from request-level log-bucketed histograms.
+
+    CIs are the engine's order-statistic intervals, which treat requests as independent
+    (heavy users can make them too narrow), so quantile guardrails are fixed-horizon.
+    """
+    q = float(metric.q or 0.5)
+    direction = direction_of(metric)
+    ordered = [control, *[v for v in variants if v != control]]
+    counts = {v: dict(hist.get(v, ())) for v in ordered}
+    rows: list[VariantResult] = []
+    for v in ordered:
+        base = {"metric": metric.name, "variant": v, "is_control": v == control, "units": units.get(v, 0),
+                "denominator": float(sum(counts[v].values()))}  # fmt: skip
+        own = quantile_ci(counts[v], q, opts.alpha)
+        if own.error is not None:
+            rows.append(VariantResult(**base, mean=None, error=error(str(own.error), own.message)))
+            continue
+        if v == control:
+            rows.append(VariantResult(**base, mean=own.estimate, std_error=own.std_error))
+            continue
+        d = quantile_diff(counts[control], counts[v], q, opts.alpha)
+        if d.error is not None or d.absolute is None:
+            rows.append(VariantResult(**base, mean=own.estimate, std_error=own.std_error,
+                                      error=error(str(d.error or "no_data"), d.message)))  # fmt: skip
+            continue
+        rel = d.relative
+        effect = rel or d.absolute
+        chance = finite(float(sps.norm.cdf(_good(effect.estimate, direction) / effect.std_error)))
+        guard = None
+        if metric.guardrail and rel is not None:
+            harm_hi = -rel.lower if direction == "increase" else rel.upper
+            harm_lo = -rel.upper if direction == "increase" else rel.lower
+            outcome = (
+                "pass" if harm_hi < metric.margin else "fail" if harm_lo > metric.margin else "inconclusive"
+            )
+            bound = rel.lower if direction == "increase" else rel.upper
+            guard = Guardrail(outcome=outcome, margin=metric.margin, bound=bound)
+        rows.append(
+            VariantResult(
+                **base, mean=own.estimate, std_error=own.std_error,
+                lift_absolute=d.absolute.estimate, lift_relative=rel.estimate if rel else None,
+                ci_absolute=_iv(d.absolute), ci_relative=_iv(rel), p_value=d.absolute.p_value,
+                better=_good(d.absolute.estimate, direction) > 0 if d.absolute.estimate else None,
+                chance_to_beat_control=chance, guardrail=guard,
+            )
+        )  # fmt: skip
+    return rows

@@ -1,0 +1,405 @@
+"""Report assembly: experiment → metric catalogue → SQL sufficient statistics (one pass)
+→ statistics engine → :class:`~analytics.report_schema.Report`.
+
+Cost grows with units and segments, never with events: the overall table is one
+aggregate query over ``unit_rollups`` (plus the small latency histograms), each segment
+one more over its index range (at most ``max_segments``), the time series a bounded read
+of stored snapshots, and the shadow pairs a bounded join on a recent window.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from sqlalchemy import Connection, text
+
+from analytics.aggregate import histograms, segments, unit_counts, variant_stats
+from analytics.comparison import CompareOptions, compare_metric, compare_quantile, error
+from analytics.metrics import BUILTINS, DEFAULT_METRICS, Metric, MetricError, MetricSpec, parse_spec
+from analytics.paired import paired_comparisons
+from analytics.report_schema import (
+    AllocationRow,
+    ErrorInfo,
+    MetricInfo,
+    Report,
+    SegmentBreakdown,
+    SrmCheck,
+    VariantResult,
+    Verdict,
+)
+from analytics.snapshot import load_timeseries, with_current_point
+from analytics.stats.correction import benjamini_hochberg, holm
+from analytics.stats.srm import SRM_THRESHOLD
+from analytics.stats.srm import srm_check as srm_test
+
+
+class _Settings(Protocol):
+    alpha: float
+    max_segments: int
+    max_timeseries_points: int
+    max_pairs: int
+    paired_window_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class ReportOptions:
+    alpha: float = 0.05
+    power: float = 0.8
+    mde: float = 0.05
+    max_segments: int = 12
+    max_timeseries_points: int = 200
+    max_pairs: int = 20_000
+    paired_window_s: float = 86_400.0
+    segments: bool = True
+    timeseries: bool = True
+
+    @classmethod
+    def from_settings(cls, s: _Settings) -> ReportOptions:
+        return cls(
+            alpha=s.alpha,
+            max_segments=s.max_segments,
+            max_timeseries_points=s.max_timeseries_points,
+            max_pairs=s.max_pairs,
+            paired_window_s=s.paired_window_s,
+        )
+
+    @property
+    def compare(self) -> CompareOptions:
+        return CompareOptions(alpha=self.alpha, power=self.power, mde=self.mde)
+
+
+class ExperimentNotFound(LookupError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class _Experiment:
+    id: int
+    name: str
+    route: str
+    mode: str
+    status: str
+    stage: int | None
+    started_at: datetime | None
+    stage_started_at: datetime | None
+    metrics: list[Any]
+    variants: list[tuple[str, float, bool]]  # name, weight, is_control
+
+    @property
+    def control(self) -> str | None:
+        return next((n for n, _, c in self.variants if c), None)
+
+
+def _load_experiment(conn: Connection, experiment_id: int) -> _Experiment:
+    row = conn.execute(
+        text(
+            "SELECT id, name, route, mode, status, rollout_stage, started_at, stage_started_at, metrics"
+            " FROM experiments WHERE id = :id"
+        ),
+        {"id": experiment_id},
+    ).first()
+    if row is None:
+        raise ExperimentNotFound(f"experiment {experiment_id} not found")
+    variants = conn.execute(
+        text("SELECT name, weight, is_control FROM variants WHERE experiment_id = :id ORDER BY id"),
+        {"id": experiment_id},
+    ).all()
+    eid, name, route, mode, status, stage, started, stage_started, wanted = row
+    return _Experiment(
+        id=eid, name=name, route=route, mode=mode, status=status, stage=stage, started_at=started,
+        stage_started_at=stage_started, metrics=list(wanted or []),
+        variants=[(str(n), float(w), bool(c)) for n, w, c in variants],
+    )  # fmt: skip
+
+
+def resolve_metrics(conn: Connection, wanted: Sequence[Any]) -> tuple[list[Metric], list[ErrorInfo]]:
+    """The experiment's metrics: names (built-in or user-defined) or inline definitions.
+
+    No list means every built-in plus every user definition.
+    """
+    user: dict[str, Metric] = {}
+    errors: list[ErrorInfo] = []
+    for name, definition in conn.execute(
+        text("SELECT name, definition FROM metric_definitions ORDER BY name")
+    ):
+        try:
+            user[name] = MetricSpec.model_validate(definition).to_metric()
+        except ValueError as exc:
+            errors.append(error("invalid_metric", f"user metric {name!r}: {exc}"))
+    if not wanted:
+        return [BUILTINS[n] for n in DEFAULT_METRICS] + list(user.values()), errors
+    out: list[Metric] = []
+    for item in wanted:
+        if isinstance(item, str):
+            metric = BUILTINS.get(item) or user.get(item)
+            if metric is None:
+                errors.append(error("unknown_metric", f"metric {item!r} is not defined"))
+            else:
+                out.append(metric)
+        else:
+            try:
+                out.append(parse_spec(item))
+            except MetricError as exc:
+                errors.append(error("invalid_metric", str(exc)))
+    return out, errors
+
+
+def metric_info(m: Metric, mde: float) -> MetricInfo:
+    return MetricInfo(
+        name=m.name, label=m.description or m.name, kind=m.kind,
+        direction="increase" if m.direction == "higher_is_better" else "decrease",
+        guardrail=m.guardrail, margin=m.margin if m.guardrail else None, mde=mde, quantile=m.q,
+        description=m.description,
+    )  # fmt: skip
+
+
+def srm_check(exp: _Experiment, counts: Mapping[str, int]) -> tuple[list[AllocationRow], SrmCheck]:
+    weights = {n: w for n, w, _ in exp.variants}
+    total_w = sum(weights.values())
+    total_n = sum(counts.get(n, 0) for n in weights)
+    rows = [
+        AllocationRow(
+            variant=n, is_control=c, expected_weight=w,
+            expected_share=w / total_w if total_w > 0 else 0.0, observed_units=counts.get(n, 0),
+            observed_share=counts.get(n, 0) / total_n if total_n else None,
+        )
+        for n, w, c in exp.variants
+    ]  # fmt: skip
+    if exp.mode == "shadow":
+        na = error("not_applicable", "shadow experiments serve every unit the control")
+        return rows, SrmCheck(chi2=None, p_value=None, flagged=False, error=na)
+    names = [n for n, _, _ in exp.variants]
+    stray = sum(v for k, v in counts.items() if k not in weights)
+    res = srm_test([counts.get(n, 0) for n in names], [weights[n] for n in names], SRM_THRESHOLD)
+    if stray:
+        # Units logged under a variant the experiment does not have: logging is broken.
+        bad = error("unexpected_variant", f"{stray} units in variants the experiment does not define")
+        return rows, SrmCheck(chi2=None, p_value=0.0, flagged=True, threshold=SRM_THRESHOLD, error=bad)
+    err = error(str(res.error), res.message) if res.error is not None else None
+    if err is None and res.message:
+        err = error("unexpected_variant", res.message)
+    return rows, SrmCheck(
+        chi2=res.chi2, p_value=res.p_value, flagged=res.flagged, threshold=SRM_THRESHOLD, error=err
+    )
+
+
+def _srm_counts(conn: Connection, exp: _Experiment, overall: Mapping[str, int]) -> dict[str, int]:
+    """Units per variant to test against the weights.
+
+    A rollout's weights change per stage, so only units first seen in the current stage
+    were assigned with the current weights (assignment is monotone under ramp).
+    """
+    if exp.mode != "rollout" or exp.stage_started_at is None:
+        return dict(overall)
+    rows = conn.execute(
+        text(
+            "SELECT variant, count(*) FROM unit_rollups WHERE experiment_id = :e"
+            " AND first_ts >= :t GROUP BY variant"
+        ),
+        {"e": exp.id, "t": exp.stage_started_at},
+    )
+    return {str(v): int(n) for v, n in rows}
+
+
+def _driver(conn: Connection) -> Any:
+    """The psycopg connection under ``conn`` (same transaction) for ``analytics.aggregate``."""
+    return conn.connection.driver_connection
+
+
+def _table(
+    conn: Connection, exp: _Experiment, metrics: Sequence[Metric], segment: str, opts: ReportOptions,
+    with_covariate: bool, previous_p: Mapping[tuple[str, str], float] | None,
+) -> tuple[list[VariantResult], dict[str, int]]:  # fmt: skip
+    assert exp.control is not None
+    names = [n for n, _, _ in exp.variants]
+    plain = [m for m in metrics if m.kind != "quantile"]
+    stats = (
+        variant_stats(_driver(conn), exp.id, plain, segment, with_covariate=with_covariate) if plain else {}
+    )
+    counts: dict[str, int] = {}
+    for per_variant in stats.values():
+        counts = {v: s.n for v, s in per_variant.items()}
+        break
+    if not plain and not segment:
+        counts = unit_counts(_driver(conn), exp.id)
+    rows: list[VariantResult] = []
+    for m in metrics:
+        if m.kind == "quantile":
+            hist = histograms(_driver(conn), exp.id, m, segment)
+            rows += compare_quantile(m, hist, counts, names, exp.control, opts.compare)
+        else:
+            rows += compare_metric(m, stats.get(m.name, {}), names, exp.control, opts.compare, previous_p)
+    return rows, counts
+
+
+def apply_corrections(rows: list[VariantResult], alpha: float) -> list[VariantResult]:
+    """Holm and BH over every candidate row with a p-value (one family: the whole list)."""
+    idx = [i for i, r in enumerate(rows) if not r.is_control and r.p_value is not None]
+    holm_p = holm([rows[i].p_value for i in idx])
+    bh_p = benjamini_hochberg([rows[i].p_value for i in idx])
+    sidx = [i for i, r in enumerate(rows) if not r.is_control and r.p_value_sequential is not None]
+    seq_p = holm([rows[i].p_value_sequential for i in sidx])
+    out = list(rows)
+    for i, ph, pb in zip(idx, holm_p, bh_p, strict=True):
+        out[i] = out[i].model_copy(update={"p_holm": ph, "p_bh": pb})
+    for i, ps in zip(sidx, seq_p, strict=True):
+        out[i] = out[i].model_copy(
+            update={"p_sequential_holm": ps, "significant": ps is not None and ps < alpha}
+        )
+    return out
+
+
+def verdicts(exp: _Experiment, rows: Sequence[VariantResult], metrics: Sequence[Metric], srm: SrmCheck,
+             counts: Mapping[str, int]) -> list[Verdict]:  # fmt: skip
+    guard = {m.name for m in metrics if m.guardrail}
+    out: list[Verdict] = []
+    for name, _, is_control in exp.variants:
+        if is_control:
+            continue
+        mine = [r for r in rows if r.variant == name]
+        better = sorted(r.metric for r in mine if r.significant and r.better)
+        worse = sorted(r.metric for r in mine if r.significant and r.better is False)
+        failed = sorted(r.metric for r in mine if r.guardrail and r.guardrail.outcome == "fail")
+        pending = sorted(
+            r.metric
+            for r in mine
+            if r.metric in guard and (r.guardrail is None or r.guardrail.outcome != "pass")
+        )
+        kw: dict[str, Any] = {"variant": name, "better": better, "worse": worse, "failed_guardrails": failed}
+        if exp.mode == "shadow":
+            out.append(Verdict(**kw, verdict="no_difference_yet",
+                               reason="shadow: compare candidate and baseline in the paired comparison"))  # fmt: skip
+        elif counts.get(name, 0) < 2 or counts.get(exp.control or "", 0) < 2:
+            out.append(
+                Verdict(
+                    **kw, verdict="insufficient_data", reason="candidate or control has fewer than 2 units"
+                )
+            )
+        elif srm.flagged:
+            out.append(
+                Verdict(
+                    **kw,
+                    verdict="srm",
+                    reason=f"sample ratio mismatch (p={srm.p_value:.2g} < {srm.threshold})",
+                )
+            )
+        elif failed or worse:
+            what = ", ".join(
+                [
+                    *(f"guardrail {m} failed" for m in failed),
+                    *(f"{m} worse" for m in worse if m not in failed),
+                ]
+            )
+            out.append(Verdict(**kw, verdict="harm", reason=what))
+        elif better and not pending:
+            out.append(
+                Verdict(**kw, verdict="ship", reason=f"better on {', '.join(better)}; guardrails pass")
+            )
+        else:
+            why = "no significant difference yet"
+            if better and pending:
+                why = f"better on {', '.join(better)}, but guardrails not yet shown non-inferior: {', '.join(pending)}"
+            out.append(Verdict(**kw, verdict="no_difference_yet", reason=why))
+    return out
+
+
+def _previous_sequential_p(conn: Connection, eid: int) -> dict[tuple[str, str], float]:
+    rows = conn.execute(
+        text(
+            """
+            SELECT r->>'metric', r->>'variant', (r->>'p_value_sequential')::float8
+            FROM (SELECT report FROM analysis_snapshots WHERE experiment_id = :e
+                  ORDER BY created_at DESC, id DESC LIMIT 1) s
+            CROSS JOIN LATERAL jsonb_array_elements(s.report->'results') r
+            WHERE r->>'p_value_sequential' IS NOT NULL
+            """
+        ),
+        {"e": eid},
+    )
+    return {(m, v): float(p) for m, v, p in rows}
+
+
+def _has_preperiod(conn: Connection, eid: int) -> bool:
+    row = conn.execute(
+        text("SELECT EXISTS (SELECT 1 FROM preperiod_rollups WHERE experiment_id = :e)"), {"e": eid}
+    )
+    return bool(row.scalar_one())
+
+
+def _segment_tables(conn: Connection, exp: _Experiment, metrics: Sequence[Metric], opts: ReportOptions,
+                    errors: list[ErrorInfo]) -> list[SegmentBreakdown]:  # fmt: skip
+    names = [s for s in segments(_driver(conn), exp.id) if s and "=" in s]
+    if len(names) > opts.max_segments:
+        errors.append(
+            error("segments_truncated", f"{len(names)} segments; showing the first {opts.max_segments}")
+        )
+        names = names[: opts.max_segments]
+    tables: list[tuple[str, list[VariantResult], int]] = []
+    for seg in names:
+        rows, counts = _table(conn, exp, metrics, seg, opts, False, None)
+        tables.append((seg, rows, sum(counts.values())))
+    # One correction family over metrics × candidates × segments.
+    flat = [r for _, rows, _ in tables for r in rows]
+    corrected = apply_corrections(flat, opts.alpha)
+    out: list[SegmentBreakdown] = []
+    pos = 0
+    for seg, rows, units in tables:
+        tag, _, value = seg.partition("=")
+        out.append(
+            SegmentBreakdown(
+                segment=seg, tag=tag, value=value, units=units, results=corrected[pos : pos + len(rows)]
+            )
+        )
+        pos += len(rows)
+    return out
+
+
+def build_report(
+    conn: Connection, experiment_id: int, *, now: datetime | None = None, options: ReportOptions | None = None
+) -> Report:
+    """The experiment's report at ``now`` (default: the current time)."""
+    started = time.perf_counter()
+    opts = options or ReportOptions()
+    generated = now or datetime.now(UTC)
+    exp = _load_experiment(conn, experiment_id)
+    metrics, errors = resolve_metrics(conn, exp.metrics)
+    head: dict[str, Any] = {
+        "experiment_id": exp.id, "name": exp.name, "route": exp.route, "mode": exp.mode, "status": exp.status,
+        "stage": exp.stage, "started_at": exp.started_at, "generated_at": generated, "alpha": opts.alpha,
+        "control": exp.control, "metrics": [metric_info(m, opts.mde) for m in metrics],
+    }  # fmt: skip
+    if exp.control is None:
+        allocation, srm = srm_check(exp, {})
+        errors.append(error("no_control", "the experiment has no control variant"))
+        return Report(**head, units=0, allocation=allocation, srm=srm, results=[], verdicts=[], errors=errors,
+                      build_seconds=time.perf_counter() - started)  # fmt: skip
+    previous = _previous_sequential_p(conn, exp.id)
+    rows, counts = _table(conn, exp, metrics, "", opts, _has_preperiod(conn, exp.id), previous)
+    rows = apply_corrections(rows, opts.alpha)
+    allocation, srm = srm_check(exp, _srm_counts(conn, exp, counts))
+    units = sum(counts.values())
+    if units == 0:
+        errors.append(error("no_data", "no units have been recorded for this experiment yet"))
+    report = Report(
+        **head, units=units, allocation=allocation, srm=srm, results=rows,
+        verdicts=verdicts(exp, rows, metrics, srm, counts), errors=errors,
+    )  # fmt: skip
+    update: dict[str, Any] = {}
+    if opts.segments and units:
+        update["segments"] = _segment_tables(conn, exp, metrics, opts, errors)
+    if exp.mode == "shadow":
+        update["paired"] = paired_comparisons(conn, exp.id, exp.control, [n for n, _, c in exp.variants if not c],
+                                              generated, opts.paired_window_s, opts.max_pairs, opts.alpha)  # fmt: skip
+    if opts.timeseries:
+        series = load_timeseries(conn, exp.id, opts.max_timeseries_points)
+        update["timeseries"] = with_current_point(series, report)
+    update["errors"] = errors
+    update["build_seconds"] = time.perf_counter() - started
+    return report.model_copy(update=update)
+
+
+__all__ = ["ExperimentNotFound", "ReportOptions", "build_report"]

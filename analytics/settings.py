@@ -1,0 +1,46 @@
+"""Analytics service settings (environment prefix ``LIFTGATE_``), built once in the entry point."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+_WEAK_TOKENS = frozenset({"changeme", "change-me", "admin", "secret", "token", "password", "liftgate"})
+MIN_TOKEN_LENGTH = 16
+
+
+class AnalyticsSettings(BaseSettings):
+    """Everything ``python -m analytics`` needs; passed explicitly to ``create_app``."""
+
+    model_config = SettingsConfigDict(env_prefix="LIFTGATE_", extra="ignore")
+
+    database_url: str = "postgresql+psycopg://postgres@127.0.0.1:15432/liftgate"
+    # Required: mutating endpoints are refused without a strong token, so is startup.
+    admin_token: str = Field(min_length=MIN_TOKEN_LENGTH)
+    kafka_bootstrap: str | None = None
+    # Run the Kafka consumer inside the service when a bootstrap is set (turn off when the
+    # consumers run as separate processes).
+    analytics_consumer: bool = True
+    analytics_host: str = "127.0.0.1"
+    analytics_port: int = Field(default=8090, ge=0, le=65535)
+    # Snapshotter: every running experiment is snapshotted this often (0 disables it).
+    snapshot_interval_s: float = Field(default=30.0, ge=0, le=86_400)
+    # A report request is served from the latest snapshot when it is younger than this.
+    report_max_age_s: float = Field(default=60.0, ge=0, le=86_400)
+    alpha: float = Field(default=0.05, gt=0, lt=0.5)
+    # Bounds that keep a report cheap whatever the data: segments shown, snapshots in the
+    # time series, and shadow pairs read for the paired comparison.
+    max_segments: int = Field(default=12, ge=0, le=200)
+    max_timeseries_points: int = Field(default=200, ge=2, le=5000)
+    max_pairs: int = Field(default=20_000, ge=100, le=1_000_000)
+    paired_window_s: float = Field(default=86_400.0, gt=0)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @field_validator("admin_token")
+    @classmethod
+    def _refuse_weak_token(cls, value: str) -> str:
+        if value.lower() in _WEAK_TOKENS or len(set(value)) < 6:
+            raise ValueError("admin token is a default or trivially weak value; generate a random one")
+        return value

@@ -1,0 +1,160 @@
+"""Analysis snapshots: stored reports, the lift time series read back from them, and the
+snapshotter that writes one per running experiment every interval.
+
+A snapshot stores the report without its time series (the series is rebuilt from the
+snapshots themselves), so storage grows linearly with the number of snapshots.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import orjson
+from sqlalchemy import Connection, Engine, text
+
+from analytics.report_schema import Interval, Report, TimePoint, TimeSeries
+
+log = logging.getLogger(__name__)
+
+
+def save_snapshot(conn: Connection, report: Report) -> int:
+    """Insert ``report`` (time series stripped) and return the snapshot id."""
+    body = report.model_copy(update={"timeseries": []}).model_dump_json()
+    row = conn.execute(
+        text(
+            "INSERT INTO analysis_snapshots (experiment_id, report, created_at)"
+            " VALUES (:eid, CAST(:body AS jsonb), :at) RETURNING id"
+        ),
+        {"eid": report.experiment_id, "body": body, "at": report.generated_at},
+    ).one()
+    return int(row[0])
+
+
+def latest_snapshot(conn: Connection, experiment_id: int) -> Report | None:
+    row = conn.execute(
+        text(
+            "SELECT report::text FROM analysis_snapshots WHERE experiment_id = :eid"
+            " ORDER BY created_at DESC, id DESC LIMIT 1"
+        ),
+        {"eid": experiment_id},
+    ).first()
+    if row is None:
+        return None
+    return Report.model_validate_json(row[0])
+
+
+# Picks at most :n snapshots evenly spread over the experiment's history (always the
+# newest), then unpacks only the candidate rows of the overall table.
+_SERIES_SQL = text(
+    """
+    WITH ranked AS (
+        SELECT id, created_at,
+               row_number() OVER (ORDER BY created_at, id) AS rn,
+               count(*) OVER () AS cnt
+        FROM analysis_snapshots WHERE experiment_id = :eid
+    ), chosen AS (
+        SELECT id, created_at FROM ranked
+        WHERE cnt <= :n OR rn = cnt OR (rn * :n) / cnt <> ((rn - 1) * :n) / cnt
+    )
+    SELECT c.created_at, r->>'metric', r->>'variant', (r->>'units')::bigint,
+           (r->>'lift_relative')::float8, r->'ci_relative', r->'sequential_ci_relative'
+    FROM chosen c
+    JOIN analysis_snapshots s ON s.id = c.id
+    CROSS JOIN LATERAL jsonb_array_elements(s.report->'results') AS r
+    WHERE r->>'is_control' = 'false'
+    ORDER BY c.created_at, c.id
+    """
+)
+
+
+def _interval(raw: Any) -> Interval | None:
+    if raw is None:
+        return None
+    data = raw if isinstance(raw, dict) else orjson.loads(raw)
+    return Interval(lower=float(data["lower"]), upper=float(data["upper"]))
+
+
+def load_timeseries(conn: Connection, experiment_id: int, max_points: int) -> list[TimeSeries]:
+    """Cumulative relative lift and CIs per (metric, candidate) from stored snapshots."""
+    series: dict[tuple[str, str], list[TimePoint]] = {}
+    for at, metric, variant, units, lift, ci, seq in conn.execute(
+        _SERIES_SQL, {"eid": experiment_id, "n": max_points}
+    ):
+        series.setdefault((metric, variant), []).append(
+            TimePoint(
+                t=at,
+                units=int(units or 0),
+                lift_relative=lift,
+                ci_relative=_interval(ci),
+                sequential_ci_relative=_interval(seq),
+            )
+        )
+    return [TimeSeries(metric=m, variant=v, points=pts) for (m, v), pts in series.items()]
+
+
+def with_current_point(series: list[TimeSeries], report: Report) -> list[TimeSeries]:
+    """Append the report's own estimate (when it is newer than the last stored point)."""
+    by_key = {(s.metric, s.variant): list(s.points) for s in series}
+    for r in report.results:
+        if r.is_control:
+            continue
+        points = by_key.setdefault((r.metric, r.variant), [])
+        if points and points[-1].t >= report.generated_at:
+            continue
+        points.append(
+            TimePoint(
+                t=report.generated_at,
+                units=r.units,
+                lift_relative=r.lift_relative,
+                ci_relative=r.ci_relative,
+                sequential_ci_relative=r.sequential_ci_relative,
+            )
+        )
+    return [TimeSeries(metric=m, variant=v, points=p) for (m, v), p in by_key.items()]
+
+
+def running_experiments(conn: Connection) -> list[int]:
+    rows = conn.execute(text("SELECT id FROM experiments WHERE status = 'running' ORDER BY id"))
+    return [int(r[0]) for r in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshotter:
+    """Snapshots every running experiment each ``interval_s`` until ``stop`` is set."""
+
+    engine: Engine
+    build: Callable[[Connection, int, datetime | None], Report]
+    interval_s: float
+    on_built: Callable[[float, bool], None] = lambda seconds, ok: None
+
+    def snapshot_all(self) -> int:
+        """One round; returns how many snapshots were written. Errors are per experiment."""
+        with self.engine.connect() as conn:
+            ids = running_experiments(conn)
+        written = 0
+        for eid in ids:
+            started = time.perf_counter()
+            try:
+                with self.engine.begin() as conn:
+                    save_snapshot(conn, self.build(conn, eid, None))
+                written += 1
+                self.on_built(time.perf_counter() - started, True)
+            except Exception:
+                # One broken experiment must not stop snapshots of the others.
+                log.exception("snapshot of experiment %s failed", eid)
+                self.on_built(time.perf_counter() - started, False)
+        return written
+
+    def run(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            try:
+                self.snapshot_all()
+            except Exception:
+                log.exception("snapshot round failed; retrying after the interval")
+            stop.wait(self.interval_s)
