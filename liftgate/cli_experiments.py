@@ -83,6 +83,9 @@ def load_experiment_file(path: Path) -> tuple[list[dict[str, Any]], list[dict[st
 def create(
     file: Annotated[Path, typer.Option("-f", "--file", help="Experiment YAML (see docs/concepts.md).")],
     start: Annotated[bool, typer.Option(help="Start the experiment(s) right after creating them.")] = False,
+    exist_ok: Annotated[
+        bool, typer.Option("--exist-ok", help="Skip experiments that already exist instead of failing.")
+    ] = False,
     gateway: GatewayOpt = DEFAULT_GATEWAY,
     token: TokenOpt = None,
     state_dir: StateOpt = Path(".liftgate"),
@@ -96,6 +99,7 @@ def create(
     client = _client(gateway, token, state_dir)
     try:
         known = {u.get("name") for u in client.upstreams()}
+        existing = {e.get("name") for e in client.experiments()} if exist_ok else set()
         for up in upstreams:
             if up["name"] in known:
                 console.print(f"upstream {up['name']} exists: kept")
@@ -103,6 +107,9 @@ def create(
             client.create_upstream(up)
             console.print(f"upstream {up['name']} created")
         for exp in experiments:
+            if exp["name"] in existing:
+                console.print(f"experiment {exp['name']} exists: kept")
+                continue
             created = client.create_experiment(exp)
             console.print(f"experiment {created.get('name', exp['name'])} created (id {created.get('id')})")
             if start:

@@ -1,0 +1,31 @@
+# liftgate: one image for the gateway, the analytics service, migrations, the model
+# simulator and the CLI (the compose file picks the command).
+FROM python:3.12-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+WORKDIR /app
+# Dependencies first, so code edits do not reinstall them.
+COPY pyproject.toml README.md ./
+RUN mkdir -p contracts gateway analytics liftgate migrations \
+ && touch contracts/__init__.py gateway/__init__.py analytics/__init__.py liftgate/__init__.py migrations/__init__.py \
+ && pip install . && pip uninstall -y liftgate
+
+COPY alembic.ini ./
+COPY contracts ./contracts
+COPY gateway ./gateway
+COPY analytics ./analytics
+COPY liftgate ./liftgate
+COPY migrations ./migrations
+COPY examples ./examples
+# Editable: migrations are read from /app/migrations (see liftgate/db.py).
+RUN pip install --no-deps -e . \
+ && useradd --system --uid 10001 --home-dir /var/lib/liftgate --create-home liftgate
+
+USER liftgate
+EXPOSE 8080 8090
+# Override per service: python -m gateway | python -m analytics | liftgate migrate | ...
+CMD ["liftgate", "--help"]
