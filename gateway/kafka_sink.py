@@ -1,0 +1,365 @@
+"""The Kafka event sink: a few hundred nanoseconds on the request path, delivery in the background.
+
+``emit`` appends the event object to a deque and returns: no encoding, no lock, no I/O.
+One background thread does everything else, in order:
+
+* **live** (spool empty, broker answering): pop a batch, encode it, ``send`` every record
+  with an explicit partition (the default partitioner's murmur2, cached per key), ``flush``
+  once per batch and check the batch's futures. Records that were not acknowledged go to
+  the spool and the sink turns *degraded*.
+* **degraded**: every event goes to the durable spool (fsync per batch). A probe tries to
+  reach the broker with bounded exponential backoff; once it answers, the spool is replayed
+  oldest first (its committed position advances per delivered batch) while newer events
+  keep being appended behind it; when it is empty the sink is live again. So each unit's
+  events reach Kafka in the order they were emitted, across broker outages and restarts.
+
+If the in-memory queue grows past ``max_queue`` (Kafka slower than traffic) the sink spills
+to the spool rather than dropping; only past ``hard_max_queue`` (the background thread
+cannot keep up even with the disk) does ``emit`` drop, and counts it. Delivery is at least
+once: a timed-out batch may have partly landed and is sent again; consumers dedup by
+``event_id``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kafka import KafkaProducer
+from kafka.admin import KafkaAdminClient, NewTopic
+from kafka.errors import TopicAlreadyExistsError
+from kafka.partitioner.default import murmur2
+
+from contracts.events import FEEDBACK_TOPIC, INTERACTIONS_TOPIC, Event, InteractionEvent, encode
+from gateway.spool import Record, Spool, claim_spool_dir
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Topics:
+    """Topic names; tests use unique ones."""
+
+    interactions: str = INTERACTIONS_TOPIC
+    feedback: str = FEEDBACK_TOPIC
+
+    def of(self, event: Event) -> str:
+        return self.interactions if isinstance(event, InteractionEvent) else self.feedback
+
+
+@dataclass(frozen=True, slots=True)
+class SinkConfig:
+    """Tuning of the sink. Times in seconds."""
+
+    max_queue: int = 50_000  # above this, the background thread spills to the spool
+    hard_max_queue: int = 1_000_000  # above this, emit drops (and counts) events
+    batch_max: int = 5_000
+    idle_sleep_s: float = 0.005  # how long the thread naps when there is nothing to do
+    flush_timeout_s: float = 5.0
+    probe_timeout_s: float = 2.0
+    backoff_initial_s: float = 0.2
+    backoff_max_s: float = 5.0
+    close_timeout_s: float = 5.0
+    linger_ms: int = 2
+    batch_bytes: int = 1 << 20
+    segment_bytes: int = 64 << 20
+
+
+def ensure_topics(
+    bootstrap: str, partitions: int = 6, topics: Topics = Topics(), timeout_s: float = 30.0
+) -> None:
+    """Create the interaction and feedback topics if they do not exist (idempotent)."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000))
+    try:
+        existing = set(admin.list_topics())
+        new = [
+            NewTopic(name, num_partitions=partitions, replication_factor=1)
+            for name in (topics.interactions, topics.feedback)
+            if name not in existing
+        ]
+        if new:
+            with contextlib.suppress(TopicAlreadyExistsError):
+                admin.create_topics(new)
+    finally:
+        admin.close()
+
+
+class KafkaSink:
+    """``gateway.sink.EventSink`` delivering to Kafka, with a durable spool for outages."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        spool_root: Path,
+        *,
+        topics: Topics = Topics(),
+        config: SinkConfig = SinkConfig(),
+        producer_options: dict[str, Any] | None = None,
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.spool_root = spool_root
+        self.topics = topics
+        self.config = config
+        self._producer_options = dict(producer_options or {})
+        self._queue: collections.deque[Event] = collections.deque()
+        self._hard_max = config.hard_max_queue
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._producer: KafkaProducer | None = None
+        self._spool: Spool | None = None
+        self._partitions: dict[str, int] = {}
+        self._partition_cache: dict[tuple[str, bytes], int] = {}
+        self._live = False
+        self._closed = False
+        self._next_probe = 0.0
+        self._backoff = config.backoff_initial_s
+        self._counters = dict.fromkeys(("delivered", "spooled", "replayed", "send_failures", "probes"), 0)
+        self._dropped = 0
+
+    # --- the request path -------------------------------------------------------------------
+
+    def emit(self, event: Event) -> None:
+        if len(self._queue) >= self._hard_max or self._closed:
+            self._dropped += 1
+            return
+        self._queue.append(event)
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="liftgate-kafka-sink", daemon=True)
+            self._thread.start()
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.close_sync)
+
+    def close_sync(self) -> None:
+        """Deliver what can be delivered within ``close_timeout_s``; spool the rest; stop."""
+        self._closed = True
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(self.config.close_timeout_s + self.config.flush_timeout_s + 5.0)
+            if self._thread.is_alive():
+                log.error("kafka sink thread did not stop in time; %s events still queued", len(self._queue))
+
+    def healthy(self) -> bool:
+        """True while events go straight to Kafka (False while spooling or stopped)."""
+        return self._live and self._thread is not None and self._thread.is_alive()
+
+    def stats(self) -> dict[str, int]:
+        spool = self._spool
+        return {
+            "queued": len(self._queue),
+            "dropped": self._dropped,
+            "spool_pending": spool.pending_records if spool else 0,
+            "spool_bytes": spool.pending_bytes if spool else 0,
+            "spool_corrupt": spool.corrupt_records if spool else 0,
+            "live": int(self._live),
+            **self._counters,
+        }
+
+    # --- the background thread ------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            self._spool = claim_spool_dir(self.spool_root)
+        except Exception:
+            log.exception("kafka sink: cannot open a spool under %s; events stay in memory", self.spool_root)
+            return
+        log.info("kafka sink: spool %s holds %s events", self._spool.directory, self._spool.pending_records)
+        while not self._stop.is_set():
+            try:
+                busy = self._step()
+            except Exception:
+                # e.g. a full disk: keep the events queued (bounded) and try again shortly.
+                log.exception("kafka sink: background step failed")
+                self._degrade()
+                busy = False
+                self._stop.wait(1.0)
+            if not busy:
+                self._stop.wait(self.config.idle_sleep_s)
+        try:
+            self._shutdown()
+        except Exception:
+            log.exception("kafka sink: shutdown failed; %s events not persisted", len(self._queue))
+
+    def _step(self) -> bool:
+        """One unit of work; False when idle (the caller naps)."""
+        assert self._spool is not None
+        if self._live:
+            if len(self._queue) > self.config.max_queue:
+                log.warning("kafka sink: %s events queued; spilling to the spool", len(self._queue))
+                self._degrade(retry_now=True)
+                return True
+            batch = self._pop(self.config.batch_max)
+            if not batch:
+                return False
+            unacked = self._deliver(batch)
+            if unacked:
+                self._spool_records(unacked)
+                self._degrade()
+            return True
+        busy = self._spill_queue()
+        if time.monotonic() < self._next_probe:
+            return busy
+        if self._producer is None and not self._connect():
+            return busy
+        self._replay()
+        return True
+
+    def _pop(self, limit: int) -> list[Record]:
+        q, topics = self._queue, self.topics
+        out: list[Record] = []
+        for _ in range(min(len(q), limit)):
+            event = q.popleft()
+            out.append((topics.of(event), event.key, encode(event)))
+        return out
+
+    def _spool_records(self, records: list[Record]) -> None:
+        assert self._spool is not None
+        self._spool.append(records)
+        self._counters["spooled"] += len(records)
+
+    def _spill_queue(self) -> bool:
+        batch = self._pop(self.config.batch_max * 4)
+        if batch:
+            self._spool_records(batch)
+        return bool(batch)
+
+    def _degrade(self, *, retry_now: bool = False) -> None:
+        if self._live:
+            log.warning("kafka sink: broker unreachable or slow; spooling events to %s", self.spool_root)
+        self._live = False
+        if not retry_now:
+            self._close_producer()
+            self._next_probe = time.monotonic() + self._backoff
+            self._backoff = min(self._backoff * 2, self.config.backoff_max_s)
+
+    def _connect(self) -> bool:
+        self._counters["probes"] += 1
+        cfg = self.config
+        try:
+            producer = KafkaProducer(
+                bootstrap_servers=self.bootstrap,
+                acks="all",
+                enable_idempotence=True,
+                linger_ms=cfg.linger_ms,
+                batch_size=cfg.batch_bytes,
+                max_request_size=max(cfg.batch_bytes, 1 << 20) * 2,
+                max_block_ms=int(cfg.probe_timeout_s * 1000),
+                bootstrap_timeout_ms=int(cfg.probe_timeout_s * 1000),
+                request_timeout_ms=int(cfg.flush_timeout_s * 1000),
+                delivery_timeout_ms=int(cfg.flush_timeout_s * 1000) + cfg.linger_ms + 1000,
+                metrics_enabled=False,  # its per-record sensors cost more CPU than the send itself
+                **self._producer_options,
+            )
+        except Exception as exc:
+            log.info("kafka sink: broker %s not reachable yet (%s)", self.bootstrap, exc)
+            self._degrade()
+            return False
+        try:
+            for topic in (self.topics.interactions, self.topics.feedback):
+                parts = producer.partitions_for(topic)
+                if not parts:
+                    raise RuntimeError(f"topic {topic} has no partitions")
+                self._partitions[topic] = len(parts)
+        except Exception as exc:
+            log.warning("kafka sink: broker up but topics not available (%s)", exc)
+            producer.close(0)
+            self._degrade()
+            return False
+        self._producer = producer
+        self._partition_cache.clear()
+        return True
+
+    def _close_producer(self) -> None:
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            # Abandon whatever it still holds: those records are in the spool already.
+            with contextlib.suppress(Exception):
+                producer.close(0)
+
+    def _partition(self, topic: str, key: bytes) -> int:
+        cache = self._partition_cache
+        part = cache.get((topic, key))
+        if part is None:
+            if len(cache) > 200_000:
+                cache.clear()
+            # Same choice as Kafka's default partitioner, so other producers agree.
+            part = (murmur2(key) & 0x7FFFFFFF) % self._partitions[topic]
+            cache[(topic, key)] = part
+        return part
+
+    def _deliver(self, records: list[Record]) -> list[Record]:
+        """Send and flush one batch; return the records not acknowledged, in order."""
+        producer = self._producer
+        if producer is None:
+            return records
+        futures = []
+        try:
+            send, partition = producer.send, self._partition
+            for topic, key, value in records:
+                futures.append(send(topic, value=value, key=key, partition=partition(topic, key)))
+            producer.flush(self.config.flush_timeout_s)
+        except Exception as exc:
+            log.warning("kafka sink: delivery of %s events failed (%s)", len(records), exc)
+        first_bad = next((i for i, f in enumerate(futures) if not f.succeeded()), len(futures))
+        if first_bad == len(records):
+            self._counters["delivered"] += len(records)
+            self._backoff = self.config.backoff_initial_s
+            return []
+        self._counters["send_failures"] += 1
+        # Everything from the first failure on is retried, so a unit's order never inverts;
+        # acknowledged records after it become (deduplicated) duplicates.
+        self._counters["delivered"] += first_bad
+        return records[first_bad:]
+
+    def _replay(self) -> None:
+        """Deliver the spool oldest first, then go live; new events queue behind it."""
+        spool = self._spool
+        assert spool is not None
+        deadline = time.monotonic() + 0.5  # keep spilling the queue regularly while replaying
+        while not spool.empty() and time.monotonic() < deadline:
+            entries = spool.read(self.config.batch_max)
+            if not entries:
+                break
+            records = [r for r, _ in entries]
+            unacked = self._deliver(records)
+            done = len(records) - len(unacked)
+            if done:
+                spool.commit(entries[done - 1][1], done)
+                self._counters["replayed"] += done
+            if unacked:
+                spool.rewind()
+                self._degrade()
+                return
+        if spool.empty() and not self._queue_over_limit():
+            self._live = True
+            self._backoff = self.config.backoff_initial_s
+            log.info("kafka sink: live again (spool drained)")
+
+    def _queue_over_limit(self) -> bool:
+        return len(self._queue) > self.config.max_queue
+
+    def _shutdown(self) -> None:
+        deadline = time.monotonic() + self.config.close_timeout_s
+        while self._live and self._queue and time.monotonic() < deadline:
+            batch = self._pop(self.config.batch_max)
+            unacked = self._deliver(batch)
+            if unacked:
+                self._spool_records(unacked)
+                self._live = False
+        while self._queue:
+            self._spill_queue()
+        self._close_producer()
+        if self._spool is not None:
+            self._spool.close()
+        log.info("kafka sink stopped: %s", self.stats())
