@@ -53,6 +53,7 @@ export class ForestChart {
             ticks: {
               color: (ctx) => (rows()[ctx.index] && rows()[ctx.index].metric.guardrail ? TONE.guard : "#24292f"),
               font: { size: 11 },
+              callback: (_, i) => shorten(rows()[i] ? rows()[i].label : ""),
             },
           },
         },
@@ -95,7 +96,7 @@ export class ForestChart {
       {
         type: "scatter",
         label: "lift",
-        data: rows.map((r) => (r.result.lift_relative == null ? null : { x: r.result.lift_relative * 100, y: r.label })),
+        data: rows.map((r) => ({ x: r.result.lift_relative == null ? null : r.result.lift_relative * 100, y: r.label })),
         backgroundColor: colours,
         borderColor: "#ffffff",
         pointStyle: "rectRot",
@@ -106,7 +107,7 @@ export class ForestChart {
       {
         type: "scatter",
         label: "guardrail margin",
-        data: rows.map((r) => (r.metric.guardrail && r.metric.margin != null ? { x: marginX(r.metric), y: r.label } : null)),
+        data: rows.map((r) => ({ x: r.metric.guardrail && r.metric.margin != null ? marginX(r.metric) : null, y: r.label })),
         borderColor: TONE.guard,
         backgroundColor: TONE.guard,
         pointStyle: "line",
@@ -116,9 +117,13 @@ export class ForestChart {
         order: 0,
       },
     ];
-    c.canvas.parentNode.style.height = `${Math.max(160, rows.length * 26 + 80)}px`;
+    c.canvas.parentNode.style.height = `${Math.max(160, rows.length * 21 + 80)}px`;
     c.update("none");
   }
+}
+
+function shorten(label) {
+  return label.length > 42 ? label.slice(0, 40) + "…" : label;
 }
 
 function marginX(metric) {

@@ -42,7 +42,7 @@ const SKELETON = `
   <section class="card" id="results-card">
     <h2>Metrics</h2>
     <table class="grid" id="results"><thead><tr>
-      <th>metric</th><th>variant</th><th class="r">units</th><th class="r">mean</th><th class="r">lift</th>
+      <th>metric</th><th class="r">units</th><th class="r">control</th><th class="r">candidate</th><th class="r">lift</th>
       <th class="r">sequential CI</th><th class="r">p</th><th class="r">p Holm</th><th class="r">seq. p Holm</th>
       <th class="r">P(beat control)</th><th>guardrail</th><th>progress to sample size</th>
     </tr></thead><tbody></tbody></table>
@@ -168,7 +168,7 @@ function head(r) {
       ${stage}
       <span>control <b>${esc(r.control || DASH)}</b></span>
       <span>${cell(r.units, "count", "/units")} units</span>
-      <span>α = ${cell(r.alpha, "num", "/alpha")}</span>
+      <span>α = ${cell(r.alpha, "p", "/alpha")}</span>
       <span>started ${when(r.started_at)}</span>
       <span class="muted" id="generated" data-generated="${esc(r.generated_at)}">report ${when(r.generated_at)}</span>
     </div>`;
@@ -233,42 +233,34 @@ function forestRows(results, base, metrics, control) {
 }
 
 function resultRows(results, base, metrics, control) {
-  // Control rows first within each metric, metrics in catalogue order.
+  // One row per metric × candidate, with the control's mean beside the candidate's;
+  // metrics in catalogue order.
   const order = [...metrics.keys()];
-  const idx = results.map((res, i) => i);
-  idx.sort((a, b) => {
-    const ra = results[a];
-    const rb = results[b];
-    const ma = order.indexOf(ra.metric);
-    const mb = order.indexOf(rb.metric);
-    if (ma !== mb) return ma - mb;
-    return (rb.is_control ? 1 : 0) - (ra.is_control ? 1 : 0);
+  const controls = new Map();
+  results.forEach((res, i) => {
+    if (res.is_control || res.variant === control) controls.set(res.metric, i);
   });
+  const idx = results.map((_, i) => i).filter((i) => !(results[i].is_control || results[i].variant === control));
+  idx.sort((a, b) => order.indexOf(results[a].metric) - order.indexOf(results[b].metric) || a - b);
+  const candidates = new Set(idx.map((i) => results[i].variant));
   return idx
     .map((i) => {
       const res = results[i];
       const m = metrics.get(res.metric) || { label: res.metric, guardrail: false, direction: "increase" };
       const ptr = `${base}/${i}`;
-      const t = tone(res);
-      const first = i === idx.find((j) => results[j].metric === res.metric);
-      const name = first
-        ? `<span title="${esc(m.description || "")}">${esc(m.label)}</span>${m.guardrail ? ' <span class="tag guard">guardrail</span>' : ""}
-           <span class="dir">${m.direction === "increase" ? "↑" : "↓"}</span>`
-        : "";
+      const c = controls.get(res.metric);
+      const controlMean = c == null ? DASH : cell(results[c].mean, "num", `${base}/${c}/mean`);
       const err = res.error ? ` title="${esc(res.error.message)}"` : "";
-      if (res.is_control || res.variant === control) {
-        return `<tr class="control${first ? " first" : ""}" data-metric="${esc(res.metric)}" data-variant="${esc(res.variant)}"${err}>
-          <td>${name}</td><td>${esc(res.variant)} <span class="tag">control</span></td>
-          <td class="r">${cell(res.units, "count", `${ptr}/units`)}</td>
-          <td class="r">${cell(res.mean, "num", `${ptr}/mean`)}</td>
-          <td colspan="8"></td></tr>`;
-      }
       const seq = res.sequential_ci_relative
         ? `${cell(res.sequential_ci_relative.lower, "lift", `${ptr}/sequential_ci_relative/lower`)} … ${cell(res.sequential_ci_relative.upper, "lift", `${ptr}/sequential_ci_relative/upper`)}`
         : DASH;
-      return `<tr class="tone-${t}${first ? " first" : ""}" data-metric="${esc(res.metric)}" data-variant="${esc(res.variant)}"${err}>
-        <td>${name}</td><td>${esc(res.variant)}</td>
+      const variant = candidates.size > 1 ? ` <span class="tag">${esc(res.variant)}</span>` : "";
+      return `<tr class="tone-${tone(res)}" data-metric="${esc(res.metric)}" data-variant="${esc(res.variant)}"${err}>
+        <td><span title="${esc(m.description || m.name || "")}">${esc(m.label)}</span>${variant}
+          ${m.guardrail ? '<span class="tag guard">guardrail</span>' : ""}
+          <span class="dir" title="${m.direction === "increase" ? "higher" : "lower"} is better">${m.direction === "increase" ? "↑" : "↓"}</span></td>
         <td class="r">${cell(res.units, "count", `${ptr}/units`)}</td>
+        <td class="r muted">${controlMean}</td>
         <td class="r">${cell(res.mean, "num", `${ptr}/mean`)}</td>
         <td class="r lift">${cell(res.lift_relative, "lift", `${ptr}/lift_relative`)}</td>
         <td class="r">${seq}</td>

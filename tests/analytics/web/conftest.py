@@ -1,0 +1,220 @@
+"""Fixtures of the dashboard tests: seeded experiments, the real analytics service in a
+subprocess on a free port, and a real headless Chromium driven by Playwright."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
+from sqlalchemy import Engine
+
+from tests.analytics.web.seed import (
+    ExperimentSpec,
+    VariantSpec,
+    add_decisions,
+    add_shadow_pairs,
+    add_units,
+    create_experiment,
+)
+
+ROOT = Path(__file__).resolve().parents[3]
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+LAPTOP = {"width": 1366, "height": 768}
+BATCHES = 4
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def http(
+    method: str, url: str, headers: dict[str, str] | None = None, timeout: float = 30
+) -> tuple[int, bytes]:
+    req = urllib.request.Request(url, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as res:
+            return int(res.status), res.read()
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), exc.read()
+
+
+def get_json(url: str) -> Any:
+    status, body = http("GET", url)
+    assert status == 200, f"GET {url}: {status} {body[:300]!r}"
+    return json.loads(body)
+
+
+def wait_http(url: str, deadline_s: float, proc: subprocess.Popen[bytes] | None = None) -> None:
+    end = time.monotonic() + deadline_s
+    last = ""
+    while time.monotonic() < end:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before {url} answered")
+        try:
+            if http("GET", url, timeout=2)[0] == 200:
+                return
+        except OSError as exc:
+            last = str(exc)
+        time.sleep(0.1)
+    raise TimeoutError(f"{url} not ready after {deadline_s}s: {last}")
+
+
+@dataclass(frozen=True, slots=True)
+class Seeded:
+    ab: str
+    rollout: str
+    shadow: str
+
+
+AB = ExperimentSpec(
+    name="assistant-verbose",
+    route="assistant",
+    mode="ab",
+    variants=(
+        VariantSpec("baseline", 50, control=True),
+        VariantSpec("candidate", 50, thumbs_up=0.26, latency_ms=860, tokens=240, task_thumbs={"math": 0.6}),
+    ),
+)
+ROLLOUT = ExperimentSpec(
+    name="coder-rollout",
+    route="coder",
+    mode="rollout",
+    stage=2,
+    rollout_plan={"stages": [1, 5, 10, 25, 50, 100]},
+    variants=(VariantSpec("baseline", 90, control=True), VariantSpec("candidate", 10, error=0.012)),
+)
+SHADOW = ExperimentSpec(
+    name="search-shadow",
+    route="search",
+    mode="shadow",
+    variants=(
+        VariantSpec("baseline", 100, control=True),
+        VariantSpec("candidate", 0, latency_ms=950, tokens=260),
+    ),
+)
+
+
+@pytest.fixture(scope="session")
+def admin_token() -> str:
+    return "dash-" + secrets.token_hex(16)
+
+
+@pytest.fixture(scope="session")
+def analytics_url(database_url: str, admin_token: str) -> Iterator[str]:
+    """The real analytics service (uvicorn in a subprocess) on a free port."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "LIFTGATE_DATABASE_URL": database_url,
+        "LIFTGATE_ADMIN_TOKEN": admin_token,
+        "LIFTGATE_SNAPSHOT_INTERVAL_S": "0",
+        "LIFTGATE_REPORT_MAX_AGE_S": "3600",
+        "LIFTGATE_ANALYTICS_PORT": str(port),
+    }
+    env.pop("LIFTGATE_KAFKA_BOOTSTRAP", None)
+    launcher = (
+        "import uvicorn\n"
+        "from analytics.app import create_app\n"
+        "from analytics.settings import AnalyticsSettings\n"
+        "s = AnalyticsSettings()\n"
+        "uvicorn.run(create_app(s), host='127.0.0.1', port=s.analytics_port, log_level='warning')\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", launcher], cwd=ROOT, env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(f"{url}/healthz", 60, proc)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+@pytest.fixture(scope="session")
+def seeded(engine: Engine, analytics_url: str, admin_token: str) -> Seeded:
+    """Three experiments, data in batches with a snapshot after each (the lift series)."""
+    rng = np.random.default_rng(7)
+    with engine.begin() as conn:
+        ids = {spec.name: create_experiment(conn, spec) for spec in (AB, ROLLOUT, SHADOW)}
+        add_decisions(
+            conn,
+            ids[ROLLOUT.name],
+            [
+                (0, 1, "advance", "stage 0 met its minimums; no guardrail hurt"),
+                (1, 1, "hold", "waiting for 500 units per variant (312 so far)"),
+                (1, 2, "advance", "stage 1 met its minimums; no guardrail hurt"),
+            ],
+        )
+        add_shadow_pairs(conn, ids[SHADOW.name], SHADOW, 400, rng)
+    headers = {"Authorization": f"Bearer {admin_token}"}
+    for batch in range(BATCHES):
+        with engine.begin() as conn:
+            add_units(conn, ids[AB.name], AB, 1500, batch, rng)
+            add_units(conn, ids[ROLLOUT.name], ROLLOUT, 1000, batch, rng)
+            add_units(conn, ids[SHADOW.name], SHADOW, 300, batch, rng)
+        for name in ids:
+            status, body = http("POST", f"{analytics_url}/api/experiments/{name}/snapshot", headers, 60)
+            assert status == 201, body[:500]
+    return Seeded(ab=AB.name, rollout=ROLLOUT.name, shadow=SHADOW.name)
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield b
+        b.close()
+
+
+@dataclass
+class WatchedPage:
+    """A page with every console error and uncaught exception recorded."""
+
+    page: Page
+    errors: list[str]
+
+
+@pytest.fixture
+def watched(browser: Browser) -> Iterator[WatchedPage]:
+    context = browser.new_context(viewport=LAPTOP, device_scale_factor=1)
+    page = context.new_page()
+    errors: list[str] = []
+
+    def on_console(msg: ConsoleMessage) -> None:
+        if msg.type == "error":
+            errors.append(f"console: {msg.text}")
+
+    page.on("console", on_console)
+    page.on("pageerror", lambda exc: errors.append(f"pageerror: {exc}"))
+    try:
+        yield WatchedPage(page, errors)
+    finally:
+        context.close()

@@ -1,0 +1,93 @@
+"""The significance dashboard in a real headless Chromium against the real analytics service:
+pages load, charts draw, every number shown equals the report API's (with the documented
+rounding), the page refreshes itself, and nothing reaches the console as an error."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.analytics.web.conftest import ROOT, Seeded, WatchedPage, get_json
+from tests.analytics.web.formatting import FORMATS, resolve
+
+SCREENSHOTS = ROOT / "docs" / "img"
+WAIT_MS = 20_000
+
+
+def open_page(w: WatchedPage, url: str) -> None:
+    w.page.goto(url)
+    # A completed refresh cycle (report fetched and drawn), not a fixed sleep.
+    w.page.wait_for_function(
+        "window.liftgate && (window.liftgate.refreshes >= 1 || window.liftgate.lastError)", timeout=WAIT_MS
+    )
+    last_error = w.page.evaluate("window.liftgate.lastError")
+    assert last_error is None, f"page could not refresh: {last_error}; console: {w.errors}"
+
+
+def shown_numbers(w: WatchedPage, scope: str = "body") -> list[dict[str, str]]:
+    rows: list[dict[str, str]] = w.page.eval_on_selector_all(
+        f"{scope} .num",
+        "els => els.map(e => ({ptr: e.dataset.ptr, fmt: e.dataset.fmt, raw: e.dataset.raw, text: e.textContent}))",
+    )
+    return rows
+
+
+def assert_numbers_match(numbers: list[dict[str, str]], doc: Any) -> None:
+    assert numbers, "no numbers on the page"
+    for n in numbers:
+        value = resolve(doc, n["ptr"])
+        expected = FORMATS[n["fmt"]](value)
+        assert n["text"] == expected, (
+            f"{n['ptr']}: page shows {n['text']!r}, API value {value!r} → {expected!r}"
+        )
+        if value is None:
+            assert n["raw"] == ""
+        else:
+            assert float(n["raw"]) == float(value), f"{n['ptr']}: raw {n['raw']} != {value}"
+
+
+def canvas_has_pixels(w: WatchedPage, selector: str) -> bool:
+    drawn: bool = w.page.eval_on_selector(
+        selector,
+        """c => {
+            const chart = Chart.getChart(c);
+            if (!chart) return false;
+            const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+            let coloured = 0;
+            for (let i = 0; i < d.length; i += 4) if (d[i + 3] > 0) coloured++;
+            return coloured > 500;
+        }""",
+    )
+    return drawn
+
+
+def test_experiment_list_shows_every_experiment_with_the_apis_numbers(
+    watched: WatchedPage, analytics_url: str, seeded: Seeded
+) -> None:
+    open_page(watched, f"{analytics_url}/dashboard")
+    api = get_json(f"{analytics_url}/api/experiments")
+    names = watched.page.eval_on_selector_all(
+        "#experiments tbody tr", "rs => rs.map(r => r.dataset.experiment)"
+    )
+    assert names == [e["name"] for e in api]
+    assert {seeded.ab, seeded.rollout, seeded.shadow} <= set(names)
+    assert_numbers_match(shown_numbers(watched, "#experiments"), api)
+    verdicts = watched.page.eval_on_selector_all(
+        "#experiments tbody tr",
+        "rs => rs.map(r => r.querySelector('[data-verdict]')?.dataset.verdict ?? null)",
+    )
+    assert verdicts == [e["verdict"] for e in api]
+    assert watched.errors == []
+
+
+def test_ab_experiment_page_draws_charts_and_matches_the_report(
+    watched: WatchedPage, analytics_url: str, seeded: Seeded
+) -> None:
+    open_page(watched, f"{analytics_url}/dashboard/experiments/{seeded.ab}")
+    report = get_json(f"{analytics_url}/api/experiments/{seeded.ab}/report")
+    assert watched.page.inner_text("#head h1") == report["name"]
+    assert_numbers_match(shown_numbers(watched), report)
+    assert canvas_has_pixels(watched, "#forest")
+    assert canvas_has_pixels(watched, "#timeseries")
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    watched.page.screenshot(path=str(SCREENSHOTS / "experiment.png"), full_page=True)
+    assert watched.errors == []
