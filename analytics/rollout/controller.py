@@ -1,0 +1,248 @@
+"""The rollout controller: every interval, look at each running rollout and act on the evidence.
+
+One look at one experiment is one transaction: take the experiment's advisory lock
+(``pg_try_advisory_xact_lock``; busy → skip, another process is on it), re-read the row
+``FOR UPDATE``, measure (guardrails, SRM, minimums), decide (:mod:`.decisions`), apply the
+new weights/status and record the decision — all committed together. Everything that
+matters lives in the database (stage, ``stage_started_at``, decisions), so a restarted or
+second controller continues exactly where the last commit left off; the only memory is
+when this process last looked at an experiment (to honour the plan's ``interval_s``).
+
+A paused rollout is never looked at (``status = 'paused'`` is not running).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from sqlalchemy import Connection, Engine
+
+from analytics.aggregate import unit_counts, variant_stats
+from analytics.metrics import Metric
+from analytics.report import resolve_metrics
+from analytics.rollout import store
+from analytics.rollout.decisions import Decision, Look, decide
+from analytics.rollout.evidence import check_guardrail, check_success, guardrail_alpha, look_srm
+from analytics.rollout.plan import DEFAULT_MARGIN, PlanError, RolloutPlan, Stage, parse_plan
+from analytics.rollout.telemetry import RolloutMetrics
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], datetime]
+CONTROLLER_ACTOR = "controller"
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def resolve_guardrails(
+    conn: Connection, plan: RolloutPlan
+) -> tuple[list[tuple[Metric, float]], list[Metric]]:
+    """(guardrail metric, margin) pairs and success metrics; PlanError when one cannot be tested."""
+    specs = plan.guardrail_specs()
+    names = [g.metric for g in specs] + list(plan.success_metrics)
+    if not names:
+        return [], []
+    metrics, errors = resolve_metrics(conn, names)
+    if errors:
+        raise PlanError("; ".join(e.message for e in errors))
+    by_name = {m.name: m for m in metrics}
+    quantiles = [n for n in names if by_name[n].kind == "quantile"]
+    if quantiles:
+        raise PlanError(
+            f"quantile metrics {quantiles} have no always-valid per-unit test; use e.g. latency_mean instead"
+        )
+    guards = []
+    for spec in specs:
+        m = by_name[spec.metric]
+        margin = (
+            spec.margin
+            if spec.margin is not None
+            else (m.margin if m.guardrail and m.margin > 0 else DEFAULT_MARGIN)
+        )
+        guards.append((m, margin))
+    return guards, [by_name[n] for n in plan.success_metrics]
+
+
+def measure(
+    conn: Connection,
+    row: store.RolloutRow,
+    plan: RolloutPlan,
+    stage: Stage,
+    now: datetime,
+    srm_grace_s: float,
+) -> Look:
+    control, candidate = row.control, row.candidate
+    assert control is not None and candidate is not None and row.stage_started_at is not None
+    guards, success = resolve_guardrails(conn, plan)
+    metrics = [m for m, _ in guards] + success
+    stats = variant_stats(conn, row.id, metrics) if metrics else {}
+    counts = unit_counts(conn, row.id)
+    alpha = guardrail_alpha(plan.alpha, guards)
+    checks = tuple(
+        check_guardrail(
+            m,
+            margin,
+            stats.get(m.name, {}).get(control.name),
+            stats.get(m.name, {}).get(candidate.name),
+            alpha=alpha,
+            planned_units=plan.planned_units,
+            min_test_units=plan.min_test_units,
+        )
+        for m, margin in guards
+    )
+    wins = tuple(
+        check_success(
+            m,
+            stats.get(m.name, {}).get(control.name),
+            stats.get(m.name, {}).get(candidate.name),
+            alpha=plan.alpha,
+            planned_units=plan.planned_units,
+        )
+        for m in success
+    )
+    in_stage = store.active_units(conn, row.id, row.stage_started_at)
+    # Units seen after the gateway surely applied this stage's weights (refresh ≤ 1 s)
+    # were all assigned with them, whenever they first arrived (assignment is a pure
+    # function of the current weights), so their split must match the weights.
+    srm_since = store.shifted(row.stage_started_at, srm_grace_s)
+    srm_counts = store.active_units(conn, row.id, srm_since) if now >= srm_since else {}
+    weights = {control.name: 100.0 - stage.percent, candidate.name: stage.percent}
+    return Look(
+        stage=stage,
+        elapsed_s=(now - row.stage_started_at).total_seconds(),
+        candidate_units_in_stage=in_stage.get(candidate.name, 0),
+        n_control=counts.get(control.name, 0),
+        n_candidate=counts.get(candidate.name, 0),
+        guardrails=checks,
+        srm=look_srm(srm_counts, weights),
+        success=wins,
+    )
+
+
+class Controller:
+    """Evaluates running rollouts; ``run`` loops until ``stop`` is set."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        metrics: RolloutMetrics,
+        *,
+        clock: Clock = utcnow,
+        srm_grace_s: float = 2.0,
+        actor: str = CONTROLLER_ACTOR,
+    ) -> None:
+        self.engine = engine
+        self.metrics = metrics
+        self.clock = clock
+        self.srm_grace_s = srm_grace_s
+        self.actor = actor
+        self._last_look: dict[int, datetime] = {}
+
+    def run(self, stop: threading.Event, tick_s: float = 5.0) -> None:
+        log.info("rollout controller running (tick %ss)", tick_s)
+        while not stop.is_set():
+            try:
+                self.tick()
+            except Exception:  # a database hiccup must not end the controller
+                log.exception("rollout controller tick failed")
+            stop.wait(tick_s)
+
+    def tick(self) -> list[Decision]:
+        with self.engine.connect() as conn:
+            ids = store.running_rollouts(conn)
+        out = []
+        for eid in ids:
+            try:
+                decision = self.evaluate(eid)
+            except Exception:
+                self.metrics.evaluations.labels("error").inc()
+                log.exception("rollout %s: evaluation failed", eid)
+                continue
+            if decision is not None:
+                out.append(decision)
+        return out
+
+    def evaluate(self, experiment_id: int, *, force: bool = False) -> Decision | None:
+        """One look at one experiment; None when skipped (locked, not running, not due)."""
+        recorded = False
+        with self.engine.begin() as conn:
+            if not store.try_lock(conn, experiment_id):
+                self.metrics.evaluations.labels("skipped").inc()
+                return None
+            row = store.load(conn, experiment_id, for_update=True)
+            if row is None or row.mode != "rollout" or row.status != "running":
+                return None
+            now = self.clock()
+            decision = self._decide(conn, row, now, force)
+            if decision is None:
+                self.metrics.evaluations.labels("skipped").inc()
+                return None
+            self._last_look[experiment_id] = now
+            if not store.is_repeat_hold(conn, experiment_id, decision):
+                self._apply(conn, row, decision, now)
+                recorded = True
+            after = store.load(conn, experiment_id)
+        self.metrics.evaluations.labels("ok").inc()
+        if recorded:
+            self.metrics.decisions.labels(decision.decision).inc()
+            log.info("rollout %s (%s): %s — %s", row.name, row.id, decision.decision, decision.reason)
+        if after is not None:
+            observe_stage(self.metrics, after)
+        return decision
+
+    def _decide(self, conn: Connection, row: store.RolloutRow, now: datetime, force: bool) -> Decision | None:
+        try:
+            plan = parse_plan(row.plan)
+        except PlanError as exc:
+            return Decision("hold", f"invalid rollout plan: {exc}", "plan_invalid", row.stage, row.stage)
+        last = self._last_look.get(row.id)
+        if not force and last is not None and (now - last).total_seconds() < plan.interval_s:
+            return None
+        if row.control is None or row.candidate is None:
+            reason = "a rollout needs exactly one control and one candidate variant"
+            return Decision("hold", reason, "variants_invalid", row.stage, row.stage)
+        if row.stage is None or row.stage_started_at is None:
+            first = min(row.stage or 0, len(plan.stages) - 1)
+            pct = plan.stages[first]
+            return Decision(
+                "start", f"rollout started at stage {pct:g}%", "start", None, first, {"stage_percent": pct}
+            )
+        stage = plan.stage(min(row.stage, len(plan.stages) - 1))
+        try:
+            look = measure(conn, row, plan, stage, now, self.srm_grace_s)
+        except PlanError as exc:
+            return Decision("hold", f"invalid rollout plan: {exc}", "plan_invalid", row.stage, row.stage)
+        return decide(plan, look)
+
+    def _apply(self, conn: Connection, row: store.RolloutRow, decision: Decision, now: datetime) -> None:
+        apply_decision(conn, row, decision, now)
+        after = store.load(conn, row.id)
+        store.record(conn, row.id, decision, self.actor, now, row.state(), after.state() if after else None)
+
+
+def apply_decision(conn: Connection, row: store.RolloutRow, decision: Decision, now: datetime) -> None:
+    """Change weights/status for a decision (hold changes nothing)."""
+    if decision.decision in ("start", "advance"):
+        assert decision.to_stage is not None
+        plan = parse_plan(row.plan)
+        store.set_stage(conn, row, decision.to_stage, plan.stages[decision.to_stage], now)
+    elif decision.decision == "rollback":
+        store.rollback(conn, row, decision.reason, now)
+    elif decision.decision == "promote":
+        store.promote(conn, row, decision.reason, now)
+
+
+def observe_stage(metrics: RolloutMetrics, row: store.RolloutRow) -> None:
+    """Set the stage gauge from the committed row (the Grafana 'current stage' panel)."""
+    gauge = metrics.stage_percent.labels(row.route, row.name)
+    if row.status == "rolled_back":
+        gauge.set(0)
+    elif row.status == "completed":
+        gauge.set(100)
+    elif row.candidate is not None:
+        gauge.set(row.candidate.weight)

@@ -1,0 +1,164 @@
+"""Operator control of a rollout (admin API and CLI): status, advance, pause, resume, rollback.
+
+Each action takes the experiment's advisory lock (blocking: the controller's look is a
+short transaction), re-reads the row ``FOR UPDATE``, checks the transition, applies it
+and records a decision with the operator as actor — written to ``rollout_decisions`` and
+``audit_log`` in the same transaction.
+
+Semantics:
+
+- ``advance``: the next stage now, ignoring minimums (at the final stage: promote).
+- ``pause``: status ``paused``. The controller never looks at a paused rollout; the
+  gateway serves a paused experiment's control to everyone, so the candidate gets no
+  traffic while paused. The stage is kept.
+- ``resume``: back to ``running`` at the same stage; the stage clock restarts (time in
+  pause does not count toward ``min_duration_s``, and the SRM window starts afresh).
+- ``rollback``: candidate 0%, status ``rolled_back`` (from running or paused).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import IntegrityError
+
+from analytics.rollout import store
+from analytics.rollout.controller import apply_decision, observe_stage
+from analytics.rollout.decisions import Decision
+from analytics.rollout.plan import PlanError, parse_plan
+from analytics.rollout.telemetry import RolloutMetrics
+
+ACTIONS = ("advance", "pause", "resume", "rollback")
+
+
+class RolloutActionError(Exception):
+    """An action that cannot be done; ``status`` is the HTTP status to answer with."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+
+
+def _row(conn: Connection, id_or_name: str, *, for_update: bool) -> store.RolloutRow:
+    eid = store.resolve(conn, id_or_name)
+    if eid is None:
+        raise RolloutActionError(404, f"experiment {id_or_name!r} not found")
+    if for_update:
+        store.lock(conn, eid)
+    row = store.load(conn, eid, for_update=for_update)
+    if row is None:
+        raise RolloutActionError(404, f"experiment {id_or_name!r} not found")
+    if row.mode != "rollout":
+        raise RolloutActionError(409, f"experiment {row.name!r} is a {row.mode} experiment, not a rollout")
+    return row
+
+
+def status(conn: Connection, id_or_name: str, limit: int = 500) -> dict[str, Any]:
+    """Current stage, plan (defaults filled in), weights and the decision timeline."""
+    row = _row(conn, id_or_name, for_update=False)
+    out: dict[str, Any] = {
+        "experiment_id": row.id,
+        "name": row.name,
+        "route": row.route,
+        "status": row.status,
+        "status_reason": row.status_reason,
+        "stage": row.stage,
+        "stage_started_at": row.stage_started_at.isoformat() if row.stage_started_at else None,
+        "variants": [{"name": v.name, "weight": v.weight, "is_control": v.is_control} for v in row.variants],
+        "stage_percent": row.candidate.weight if row.candidate and row.status == "running" else None,
+        "plan": None,
+        "plan_error": None,
+        "stages": [],
+    }
+    try:
+        plan = parse_plan(row.plan)
+    except PlanError as exc:
+        out["plan_error"] = str(exc)
+    else:
+        out["plan"] = plan.public()
+        out["stages"] = [
+            {
+                "index": s.index,
+                "percent": s.percent,
+                "min_duration_s": s.min_duration_s,
+                "min_units": s.min_units,
+            }
+            for s in (plan.stage(i) for i in range(len(plan.stages)))
+        ]
+        if row.stage is not None and row.stage < len(plan.stages):
+            out["stage_percent"] = plan.stages[row.stage]
+    out["decisions"] = [d.public() for d in store.decisions(conn, row.id, limit)]
+    return out
+
+
+def _decision_for(row: store.RolloutRow, action: str, actor: str) -> Decision:
+    by = f"by {actor}"
+    if action == "advance":
+        if row.status != "running":
+            raise RolloutActionError(409, f"cannot advance a rollout that is {row.status}")
+        try:
+            plan = parse_plan(row.plan)
+        except PlanError as exc:
+            raise RolloutActionError(422, f"invalid rollout plan: {exc}") from None
+        if row.control is None or row.candidate is None:
+            raise RolloutActionError(422, "a rollout needs exactly one control and one candidate variant")
+        if row.stage is None or row.stage_started_at is None:
+            return Decision("start", f"started {by}", "manual", None, 0, {"stage_percent": plan.stages[0]})
+        if row.stage >= len(plan.stages) - 1:
+            return Decision("promote", f"promoted {by}", "manual", row.stage, row.stage)
+        nxt = plan.stages[row.stage + 1]
+        return Decision("advance", f"advanced to {nxt:g}% {by}", "manual", row.stage, row.stage + 1)
+    if action == "pause":
+        if row.status != "running":
+            raise RolloutActionError(409, f"cannot pause a rollout that is {row.status}")
+        return Decision("pause", f"paused {by}", "manual", row.stage, row.stage)
+    if action == "resume":
+        if row.status != "paused":
+            raise RolloutActionError(409, f"cannot resume a rollout that is {row.status}")
+        return Decision("resume", f"resumed {by}; stage clock restarted", "manual", row.stage, row.stage)
+    if action == "rollback":
+        if row.status not in ("running", "paused"):
+            raise RolloutActionError(409, f"cannot roll back a rollout that is {row.status}")
+        if row.control is None or row.candidate is None:
+            raise RolloutActionError(422, "a rollout needs exactly one control and one candidate variant")
+        return Decision("rollback", f"rolled back {by}", "manual", row.stage, row.stage)
+    raise RolloutActionError(404, f"unknown action {action!r}; expected one of {', '.join(ACTIONS)}")
+
+
+def act(
+    engine: Engine,
+    id_or_name: str,
+    action: str,
+    actor: str,
+    metrics: RolloutMetrics | None = None,
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+) -> dict[str, Any]:
+    """Do ``action`` and return the new status (with the recorded decision first in ``decision``)."""
+    try:
+        with engine.begin() as conn:
+            row = _row(conn, id_or_name, for_update=True)
+            decision = _decision_for(row, action, actor)
+            now = clock()
+            if decision.decision == "pause":
+                store.set_status(conn, row, "paused", decision.reason, now)
+            elif decision.decision == "resume":
+                store.set_status(conn, row, "running", decision.reason, now)
+                store.restart_stage_clock(conn, row, now)
+            else:
+                apply_decision(conn, row, decision, now)
+            after = store.load(conn, row.id)
+            assert after is not None
+            rid = store.record(conn, row.id, decision, actor, now, row.state(), after.state())
+    except IntegrityError:
+        raise RolloutActionError(409, "another experiment is already running on this route") from None
+    if metrics is not None:
+        metrics.decisions.labels(decision.decision).inc()
+        observe_stage(metrics, after)
+    with engine.connect() as conn:
+        out = status(conn, str(row.id))
+    out["decision"] = next((d for d in out["decisions"] if d["id"] == rid), None)
+    return out

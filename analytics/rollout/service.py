@@ -1,0 +1,60 @@
+"""Running the controller: settings, the analytics service's background worker, standalone mode.
+
+In the analytics service the controller is one of the background workers
+(``analytics.app.default_workers``); ``python -m analytics.rollout`` runs it alone (any
+number of them may run: the per-experiment advisory lock keeps them from double-acting).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+from sqlalchemy import Engine
+
+from analytics.rollout.controller import Controller
+from analytics.rollout.telemetry import for_registry
+
+if TYPE_CHECKING:
+    from analytics.app import BackgroundWorker, ServiceContext
+
+
+class RolloutSettings(BaseSettings):
+    """``LIFTGATE_ROLLOUT_*``: how often the controller looks, and whether it runs at all."""
+
+    model_config = SettingsConfigDict(env_prefix="LIFTGATE_", extra="ignore")
+
+    database_url: str = "postgresql+psycopg://postgres@127.0.0.1:15432/liftgate"
+    # Run the controller inside the analytics service (turn off when it runs standalone).
+    rollout_controller: bool = True
+    # How often the controller wakes up; each plan's interval_s limits looks per experiment.
+    rollout_tick_s: float = Field(default=2.0, gt=0, le=3600)
+    # The gateway applies new weights within 1 s: SRM counts units active this long after
+    # a stage began, so none of them was assigned with the previous stage's weights.
+    rollout_srm_grace_s: float = Field(default=2.0, ge=0, le=600)
+    # Standalone only: serve /metrics on this port (0 = an ephemeral port, None = off).
+    rollout_metrics_port: int | None = Field(default=None, ge=0, le=65535)
+
+
+def make_controller(engine: Engine, settings: RolloutSettings, registry: object) -> Controller:
+    from prometheus_client import CollectorRegistry
+
+    assert isinstance(registry, CollectorRegistry)
+    return Controller(engine, for_registry(registry), srm_grace_s=settings.rollout_srm_grace_s)
+
+
+def controller_worker(ctx: ServiceContext) -> BackgroundWorker | None:
+    """The analytics service's worker factory (see ``analytics.app.default_workers``)."""
+    from analytics.app import BackgroundWorker
+
+    settings = RolloutSettings(database_url=ctx.settings.database_url)
+    if not settings.rollout_controller:
+        return None
+    controller = make_controller(ctx.engine, settings, ctx.metrics.registry)
+
+    def run(stop: threading.Event) -> None:
+        controller.run(stop, settings.rollout_tick_s)
+
+    return BackgroundWorker("rollout", run)
