@@ -11,6 +11,7 @@ import importlib
 import logging
 import os
 import tempfile
+from pathlib import Path
 
 import uvicorn
 
@@ -74,6 +75,7 @@ def main(argv: list[str] | None = None) -> None:
         access_log=False,
         log_level=settings.log_level,
         server_header=False,
+        proxy_headers=False,
         date_header=False,
     )
 

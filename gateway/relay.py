@@ -181,6 +181,8 @@ class SseFilter:
             return True
         choices = obj.get("choices")
         usage = obj.get("usage")
+        if "error" in obj and res.error_type is None:  # the upstream reported a mid-stream failure
+            res.error_type = "stream"
         if usage:
             _usage(res, usage)
         if not choices:

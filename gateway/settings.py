@@ -20,6 +20,8 @@ class GatewaySettings(BaseSettings):
     # Required: the admin API refuses to run with a missing, short or default token.
     admin_token: str = Field(min_length=MIN_TOKEN_LENGTH)
     kafka_bootstrap: str | None = None
+    # Durable spool of the Kafka sink while the broker is unreachable (one claimed subdir per process).
+    spool_dir: str = ".liftgate/spool"
     refresh_interval_s: float = Field(default=0.5, gt=0, le=1.0)
     shadow_concurrency: int = Field(default=32, ge=1, le=10_000)
     shadow_queue_size: int = Field(default=1000, ge=1, le=1_000_000)

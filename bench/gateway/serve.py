@@ -45,7 +45,16 @@ def free_port() -> int:
 def start_sleeper(delay_ms: int) -> str:
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, str(FAKE_UPSTREAM), "--port", str(port), "--tokens", "16", "--delay-ms", str(delay_ms)],
+        [
+            sys.executable,
+            str(FAKE_UPSTREAM),
+            "--port",
+            str(port),
+            "--tokens",
+            "16",
+            "--delay-ms",
+            str(delay_ms),
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -68,7 +77,9 @@ def seeded_snapshot(upstream: str, shadow_url: str | None, shadow_rate: float) -
     ]
     mode = "ab"
     if shadow_url is not None:
-        upstreams.append(UpstreamConfig(name="sleepy", base_url=shadow_url, timeout_s=30, max_connections=1000))
+        upstreams.append(
+            UpstreamConfig(name="sleepy", base_url=shadow_url, timeout_s=30, max_connections=1000)
+        )
         variants[1] = VariantConfig("candidate", "sleepy", "fake", weight=0)
         mode = "shadow"
     exp = ExperimentConfig(
@@ -111,6 +122,7 @@ def main() -> None:
         access_log=False,
         log_level="warning",
         server_header=False,
+        proxy_headers=False,
         date_header=False,
         lifespan="on",
     )

@@ -1,0 +1,238 @@
+"""Admin API against real PostgreSQL, and config changes reaching the request path within 1 s."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, select
+
+from contracts.tables import AuditLog
+from gateway.config_source import DatabaseConfigSource
+from tests.gateway.conftest import ADMIN_TOKEN, MemorySink, get, http, post, start_gateway
+
+AUTH = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+MSG = [{"role": "user", "content": "hello"}]
+
+
+@pytest.fixture(scope="module")
+def gw(database_url: str) -> Iterator[tuple[str, MemorySink]]:
+    sink = MemorySink()
+    with start_gateway(
+        sink, DatabaseConfigSource(database_url), database_url=database_url, refresh_interval_s=0.2
+    ) as g:
+        yield g.url, sink
+
+
+def admin(url: str, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None) -> Any:
+    return http(method, url + "/admin" + path, body, headers=AUTH if headers is None else headers)
+
+
+def _setup(url: str, name: str, simulator: str, **extra: Any) -> dict[str, Any]:
+    r = admin(
+        url,
+        "POST",
+        "/upstreams",
+        {"name": f"up-{name}", "base_url": simulator, "api_key": "sk-upstream-secret-123"},
+    )
+    assert r.status_code == 201, r.text
+    body = {
+        "name": name,
+        "route": f"route-{name}",
+        "mode": "ab",
+        "variants": [
+            {"name": "control", "upstream": f"up-{name}", "model": "base", "weight": 100, "is_control": True},
+            {"name": "cand", "upstream": f"up-{name}", "model": "cand", "weight": 0},
+        ],
+        **extra,
+    }
+    r = admin(url, "POST", "/experiments", body)
+    assert r.status_code == 201, r.text
+    return dict(r.json())
+
+
+def _variant_within(url: str, route: str, want: str, limit: float) -> float:
+    start = time.monotonic()
+    while time.monotonic() - start < limit + 1.0:
+        r = post(url + "/v1/chat/completions", {"model": route, "messages": MSG, "user": "steady"})
+        if r.status_code == 200 and r.headers.get("x-liftgate-variant") == want:
+            return time.monotonic() - start
+        time.sleep(0.02)
+    raise AssertionError(f"{route} never served {want}")
+
+
+def test_admin_requires_a_bearer_token(gw: tuple[str, MemorySink]) -> None:
+    url, _ = gw
+    assert admin(url, "GET", "/experiments", headers={}).status_code == 401
+    assert admin(url, "GET", "/experiments", headers={"Authorization": "Basic abc"}).status_code == 401
+    r = admin(url, "GET", "/experiments", headers={"Authorization": "Bearer wrong-token-of-some-length"})
+    assert r.status_code == 403 and r.json() == {"detail": "invalid admin token"}
+
+
+def test_experiment_lifecycle_applies_within_one_second(
+    gw: tuple[str, MemorySink], simulator: str, unique_name: str, engine: Engine
+) -> None:
+    url, _ = gw
+    exp = _setup(url, unique_name, simulator)
+    route = exp["route"]
+    assert exp["salt"] and exp["status"] == "draft"
+    assert post(url + "/v1/chat/completions", {"model": route, "messages": MSG}).status_code == 404
+    assert admin(url, "POST", f"/experiments/{unique_name}/start").status_code == 200
+    _variant_within(url, route, "control", 1.0)
+    # ramp the candidate to 100 %: the next requests must see it within 1 s
+    variants = [
+        {
+            "name": "control",
+            "upstream": f"up-{unique_name}",
+            "model": "base",
+            "weight": 0,
+            "is_control": True,
+        },
+        {"name": "cand", "upstream": f"up-{unique_name}", "model": "cand", "weight": 100},
+    ]
+    assert admin(url, "PATCH", f"/experiments/{unique_name}", {"variants": variants}).status_code == 200
+    assert _variant_within(url, route, "cand", 1.0) <= 1.0
+    assert admin(url, "POST", f"/experiments/{unique_name}/pause").status_code == 200
+    assert _variant_within(url, route, "control", 1.0) <= 1.0
+    r = post(url + "/v1/chat/completions", {"model": route, "messages": MSG})
+    assert "x-liftgate-experiment" not in r.headers
+    assert admin(url, "POST", f"/experiments/{unique_name}/stop").status_code == 200
+    deadline = time.monotonic() + 1.5
+    while post(url + "/v1/chat/completions", {"model": route, "messages": MSG}).status_code != 404:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(AuditLog.action, AuditLog.before, AuditLog.after).where(
+                AuditLog.entity_id == str(exp["id"])
+            )
+        ).all()
+        ups = conn.execute(select(AuditLog.after).where(AuditLog.entity_id == f"up-{unique_name}")).all()
+    assert [a for a, _, _ in rows] == ["create", "start", "update", "pause", "stop"]
+    update = rows[2]
+    assert update[1]["variants"][1]["weight"] == 0 and update[2]["variants"][1]["weight"] == 100
+    assert "sk-upstream-secret-123" not in str(ups)
+    listed = admin(url, "GET", f"/upstreams/up-{unique_name}").json()
+    assert listed["api_key"] == "***-123"
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"mode": "canary"}, "unknown mode"),
+        ({"coverage": 1.5}, "coverage"),
+        (
+            {
+                "variants": [
+                    {"name": "a", "upstream": "U", "model": "m", "weight": -1, "is_control": True},
+                    {"name": "b", "upstream": "U", "model": "m", "weight": 1},
+                ]
+            },
+            "negative weight",
+        ),
+        (
+            {
+                "variants": [
+                    {"name": "a", "upstream": "U", "model": "m", "weight": 1},
+                    {"name": "b", "upstream": "U", "model": "m", "weight": 1},
+                ]
+            },
+            "control",
+        ),
+        (
+            {
+                "variants": [
+                    {"name": "a", "upstream": "U", "model": "m", "is_control": True},
+                    {"name": "b", "upstream": "U", "model": "m", "is_control": True},
+                ]
+            },
+            "control",
+        ),
+        (
+            {
+                "variants": [
+                    {"name": "a", "upstream": "U", "model": "m", "is_control": True},
+                    {"name": "a", "upstream": "U", "model": "m"},
+                ]
+            },
+            "duplicate",
+        ),
+        (
+            {
+                "variants": [
+                    {"name": "a", "upstream": "U", "model": "m", "is_control": True},
+                    {"name": "b", "upstream": "nowhere", "model": "m"},
+                ]
+            },
+            "unknown upstream",
+        ),
+        ({"mode": "rollout", "rollout_plan": {"stages": [5, 1]}}, "increasing"),
+        ({"targeting": [{"attribute": "ip", "op": "in", "values": []}]}, "attribute"),
+        ({"shadow_sample_rate": -0.1}, "shadow_sample_rate"),
+    ],
+)
+def test_invalid_experiments_get_422_with_a_reason(
+    gw: tuple[str, MemorySink], simulator: str, unique_name: str, change: dict[str, Any], reason: str
+) -> None:
+    url, _ = gw
+    up = f"up-{unique_name}"
+    assert admin(url, "POST", "/upstreams", {"name": up, "base_url": simulator}).status_code == 201
+    body: dict[str, Any] = {
+        "name": unique_name,
+        "route": f"r-{unique_name}",
+        "mode": "ab",
+        "variants": [
+            {"name": "control", "upstream": up, "model": "base", "is_control": True, "weight": 1},
+            {"name": "c", "upstream": up, "model": "cand", "weight": 1},
+        ],
+    }
+    body.update(change)
+    for v in body["variants"]:
+        v["upstream"] = up if v["upstream"] == "U" else v["upstream"]
+    r = admin(url, "POST", "/experiments", body)
+    assert r.status_code == 422, r.text
+    assert reason in r.json()["detail"]
+
+
+def test_second_running_experiment_on_a_route_is_refused(
+    gw: tuple[str, MemorySink], simulator: str, unique_name: str
+) -> None:
+    url, _ = gw
+    first = _setup(url, unique_name, simulator)
+    second = dict(first)
+    body = {"name": unique_name + "-2", "route": first["route"], "mode": "ab", "variants": first["variants"]}
+    assert admin(url, "POST", "/experiments", body).status_code == 201
+    assert admin(url, "POST", f"/experiments/{first['id']}/start").status_code == 200
+    r = admin(url, "POST", f"/experiments/{second['name']}-2/start")
+    assert r.status_code == 422 and "already running" in r.json()["detail"]
+
+
+def test_client_api_keys_created_once_and_enforced(
+    gw: tuple[str, MemorySink], simulator: str, unique_name: str
+) -> None:
+    url, _ = gw
+    _setup(url, unique_name, simulator)
+    assert admin(url, "POST", f"/experiments/{unique_name}/start").status_code == 200
+    route = f"route-{unique_name}"
+    created = admin(url, "POST", "/api-keys", {"name": unique_name})
+    assert created.status_code == 201
+    key = created.json()["key"]
+    assert all("key" not in k for k in admin(url, "GET", "/api-keys").json())
+    deadline = time.monotonic() + 1.5
+    while post(url + "/v1/chat/completions", {"model": route, "messages": MSG}).status_code != 401:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    ok = post(
+        url + "/v1/chat/completions",
+        {"model": route, "messages": MSG},
+        headers={"Authorization": f"Bearer {key}"},
+    )
+    assert ok.status_code == 200
+    assert admin(url, "DELETE", f"/api-keys/{unique_name}").json()["revoked"] is True
+    deadline = time.monotonic() + 1.5
+    while post(url + "/v1/chat/completions", {"model": route, "messages": MSG}).status_code != 200:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    assert get(url + "/healthz").status_code == 200
