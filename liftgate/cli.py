@@ -27,6 +27,9 @@ app.command("up")(up.up)
 app.command("simulate")(cli_simulate.simulate)
 app.add_typer(cli_experiments.app, name="experiments")
 app.add_typer(cli_feedback.app, name="feedback")
+from liftgate import cli_report  # noqa: E402
+
+app.command("report")(cli_report.report)
 
 
 def main() -> None:

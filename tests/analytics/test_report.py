@@ -21,6 +21,7 @@ METRICS = [
     "error_rate",
     "completion_tokens_per_response",
 ]
+Arms = tuple[int, dict[str, dict[str, np.ndarray]]]
 OPTS = ReportOptions(segments=True, timeseries=False)
 
 
@@ -48,7 +49,7 @@ def two_arms(db: Session) -> tuple[int, dict[str, dict[str, np.ndarray]]]:
     return eid, {"control": control.columns, "candidate": candidate.columns}
 
 
-def test_mean_metric_matches_scipy_welch_test(db: Session, two_arms: tuple[int, dict]) -> None:
+def test_mean_metric_matches_scipy_welch_test(db: Session, two_arms: Arms) -> None:
     eid, data = two_arms
     report = build_report(db.connection(), eid, options=OPTS)
     c = data["control"]["prompt_tokens"] + data["control"]["completion_tokens"]
@@ -66,7 +67,7 @@ def test_mean_metric_matches_scipy_welch_test(db: Session, two_arms: tuple[int, 
     assert row.units == len(t)
 
 
-def test_ratio_metric_uses_the_delta_method_per_unit(db: Session, two_arms: tuple[int, dict]) -> None:
+def test_ratio_metric_uses_the_delta_method_per_unit(db: Session, two_arms: Arms) -> None:
     eid, data = two_arms
     report = build_report(db.connection(), eid, options=OPTS)
     rc, lc = _ratio_lin(data["control"]["thumbs_up"], data["control"]["requests"])
@@ -94,7 +95,7 @@ def test_ratio_metric_uses_the_delta_method_per_unit(db: Session, two_arms: tupl
     assert row.chance_to_beat_control == pytest.approx(sps.norm.cdf(((rt - rc) / rc) / rel_se), abs=1e-9)
 
 
-def test_proportion_metric_is_share_of_units(db: Session, two_arms: tuple[int, dict]) -> None:
+def test_proportion_metric_is_share_of_units(db: Session, two_arms: Arms) -> None:
     eid, data = two_arms
     report = build_report(db.connection(), eid, options=OPTS)
     c = (data["control"]["thumbs_up"] > 0).astype(float)
@@ -105,9 +106,7 @@ def test_proportion_metric_is_share_of_units(db: Session, two_arms: tuple[int, d
     assert row.p_value == pytest.approx(sps.ttest_ind(t, c, equal_var=False).pvalue, rel=1e-6)
 
 
-def test_holm_and_bh_are_applied_across_metrics_and_candidates(
-    db: Session, two_arms: tuple[int, dict]
-) -> None:
+def test_holm_and_bh_are_applied_across_metrics_and_candidates(db: Session, two_arms: Arms) -> None:
     eid, _ = two_arms
     report = build_report(db.connection(), eid, options=OPTS)
     rows = [r for r in report.results if not r.is_control and r.p_value is not None]
@@ -180,9 +179,9 @@ def test_segments_carry_their_own_table_with_correction_across_segments(db: Sess
         data[(variant, "code")] = code["thumbs_up"]
     report = build_report(conn, eid, options=OPTS)
     assert [s.segment for s in report.segments] == ["task=chat", "task=code"]
-    code = next(s for s in report.segments if s.value == "code")
-    assert code.tag == "task" and code.units == 1000
-    row = next(r for r in code.results if r.metric == "thumbs_up_rate" and r.variant == "candidate")
+    seg = next(s for s in report.segments if s.value == "code")
+    assert seg.tag == "task" and seg.units == 1000
+    row = next(r for r in seg.results if r.metric == "thumbs_up_rate" and r.variant == "candidate")
     assert row.better is False and row.lift_relative is not None and row.lift_relative < -0.3
     flat = [r for s in report.segments for r in s.results if not r.is_control and r.p_value is not None]
     assert len(flat) == 4  # 2 metrics × 1 candidate × 2 segments: one family
