@@ -68,6 +68,8 @@ def chance_to_beat(
         lift, var = (mt - mc) / abs(mc), relative_variance(control, treatment)
     else:
         lift, var = mt - mc, (control.variance or 0.0) + (treatment.variance or 0.0)
+    if not var > 0.0:
+        return fail(ErrorCode.ZERO_VARIANCE, "the lift's variance is 0 on this scale")
     if prior is None:
         mu, s2 = lift, var
     else:

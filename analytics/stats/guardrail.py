@@ -61,6 +61,8 @@ def noninferiority(
         lift, var = (mt - mc) / abs(mc), relative_variance(control, treatment)
     else:
         lift, var = mt - mc, (control.variance or 0.0) + (treatment.variance or 0.0)
+    if not var > 0.0:
+        return fail(ErrorCode.ZERO_VARIANCE, "the lift's variance is 0 on this scale")
     harm = -lift if direction is Direction.INCREASE else lift
     dof = welch_dof(control, treatment)
     se = math.sqrt(var)

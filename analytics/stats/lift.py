@@ -102,7 +102,10 @@ def welch_lift(control: VariantEstimate, treatment: VariantEstimate, alpha: floa
         return LiftResult(
             mc, mt, absolute, None, finite(dof), alpha, relative_error=ErrorCode.ZERO_CONTROL_MEAN
         )
-    relative = _interval((mt - mc) / abs(mc), relative_variance(control, treatment), dof, alpha)
+    rel_var = relative_variance(control, treatment)
+    if not rel_var > 0.0:
+        return LiftResult(mc, mt, absolute, None, finite(dof), alpha, relative_error=ErrorCode.ZERO_VARIANCE)
+    relative = _interval((mt - mc) / abs(mc), rel_var, dof, alpha)
     return LiftResult(mc, mt, absolute, relative, finite(dof), alpha)
 
 

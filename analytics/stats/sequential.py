@@ -28,7 +28,6 @@ import math
 from dataclasses import dataclass
 
 from scipy import optimize
-from scipy import stats as sps
 
 from analytics.stats.errors import Direction, ErrorCode, finite
 from analytics.stats.estimate import VariantEstimate
@@ -53,11 +52,19 @@ def log_mixture_lr(diff: float, variance: float, tau2: float) -> float:
     return 0.5 * math.log(variance / s) + diff * diff * tau2 / (2.0 * variance * s)
 
 
+def _log_ndtr(z: float) -> float:
+    """log Φ(z) without scipy's per-call overhead (this runs inside a root finder)."""
+    if z > -30.0:
+        return math.log(0.5 * math.erfc(-z / math.sqrt(2.0)))
+    # Mills-ratio asymptotics where erfc underflows
+    return -0.5 * z * z - math.log(-z) - 0.5 * math.log(2.0 * math.pi) + math.log1p(-1.0 / (z * z))
+
+
 def log_one_sided_lr(diff: float, variance: float, tau2: float) -> float:
     """log Λ⁺ for the half-normal mixture over alternatives above θ0."""
     s = variance + tau2
     z = diff * math.sqrt(tau2 / (variance * s))
-    return math.log(2.0) + float(sps.norm.logcdf(z)) + log_mixture_lr(diff, variance, tau2)
+    return math.log(2.0) + _log_ndtr(z) + log_mixture_lr(diff, variance, tau2)
 
 
 def mixture_halfwidth(variance: float, tau2: float, alpha: float) -> float:
@@ -110,6 +117,8 @@ class SequentialResult:
 
 
 def _seq_interval(est: float, var: float, n: int, alpha: float, planned: int) -> Interval | None:
+    if var <= 0.0:
+        return None
     tau2 = _tau2(var, n, alpha, planned)
     hw = mixture_halfwidth(var, tau2, alpha)
     p = min(1.0, math.exp(-max(0.0, log_mixture_lr(est, var, tau2))))
@@ -209,6 +218,8 @@ def sequential_noninferiority(
         lift, var = (mt - mc) / abs(mc), relative_variance(control, treatment)
     else:
         lift, var = mt - mc, (control.variance or 0.0) + (treatment.variance or 0.0)
+    if not var > 0.0:
+        return fail(ErrorCode.ZERO_VARIANCE, "the lift's variance is 0 on this scale")
     harm = -lift if direction is Direction.INCREASE else lift
     tau2 = _tau2(var, n, alpha, planned_units)
     d = one_sided_halfwidth(var, tau2, alpha)
