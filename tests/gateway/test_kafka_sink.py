@@ -1,0 +1,188 @@
+"""The Kafka sink delivers every event, in order per unit, through broker outages and restarts."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from contracts.events import Event, FeedbackEvent
+from gateway.kafka_sink import KafkaSink, SinkConfig, Topics, ensure_topics
+from tests.gateway.kafka_helpers import (
+    PrivateBroker,
+    check_complete_and_ordered,
+    consume,
+    dead_bootstrap,
+    event,
+    wait_until,
+)
+
+FAST = SinkConfig(flush_timeout_s=2.0, probe_timeout_s=1.0, backoff_initial_s=0.1, backoff_max_s=1.0)
+
+
+def unique_topics(name: str) -> Topics:
+    return Topics(interactions=f"{name}.interactions", feedback=f"{name}.feedback")
+
+
+def feedback(i: int) -> FeedbackEvent:
+    return FeedbackEvent(request_id=f"req-{i}", unit_id=f"unit-{i % 20}", kind="thumbs_up")
+
+
+async def test_events_reach_kafka_keyed_by_unit_and_in_order(
+    kafka_bootstrap: str, unique_name: str, tmp_path: Path
+) -> None:
+    topics = unique_topics(unique_name)
+    ensure_topics(kafka_bootstrap, 6, topics)
+    sink = KafkaSink(kafka_bootstrap, tmp_path, topics=topics, config=FAST)
+    await sink.start()
+    sent: list[Event] = []
+    for i in range(2_000):
+        sent.append(event(i))
+        if i % 10 == 0:
+            sent.append(feedback(i))
+    for ev in sent:
+        sink.emit(ev)
+    await wait_until(lambda: sink.stats()["delivered"] == len(sent), 30, "delivery")
+    assert sink.healthy()
+    await sink.close()
+    received = consume(kafka_bootstrap, [topics.interactions, topics.feedback], len(sent))
+    check_complete_and_ordered(received, sent, max_duplicates=0)
+    assert sink.stats()["spooled"] == 0 and sink.stats()["dropped"] == 0
+
+
+def test_ensure_topics_creates_both_topics_once_with_the_given_partitions(
+    kafka_bootstrap: str, unique_name: str
+) -> None:
+    from kafka import KafkaConsumer
+
+    topics = unique_topics(unique_name)
+    ensure_topics(kafka_bootstrap, 3, topics)
+    ensure_topics(kafka_bootstrap, 3, topics)  # idempotent
+    consumer = KafkaConsumer(bootstrap_servers=kafka_bootstrap)
+    try:
+        assert consumer.partitions_for_topic(topics.interactions) == {0, 1, 2}
+        assert consumer.partitions_for_topic(topics.feedback) == {0, 1, 2}
+    finally:
+        consumer.close()
+
+
+async def test_emit_never_blocks_while_the_broker_is_unreachable(tmp_path: Path) -> None:
+    sink = KafkaSink(dead_bootstrap(), tmp_path, config=FAST)
+    await sink.start()
+    events = [event(i) for i in range(100_000)]
+    started = time.perf_counter()
+    for ev in events:
+        sink.emit(ev)
+    elapsed = time.perf_counter() - started
+    assert elapsed < 2.0, f"100k emits took {elapsed:.2f}s"
+    assert not sink.healthy()
+    await sink.close()
+    stats = sink.stats()
+    assert stats["spool_pending"] == 100_000 and stats["dropped"] == 0 and stats["delivered"] == 0
+
+
+async def test_a_sink_restart_while_kafka_is_down_loses_nothing(
+    kafka_bootstrap: str, unique_name: str, tmp_path: Path
+) -> None:
+    topics = unique_topics(unique_name)
+    ensure_topics(kafka_bootstrap, 6, topics)
+    down = dead_bootstrap()
+    sent = [event(i) for i in range(3_000)]
+    first = KafkaSink(down, tmp_path, topics=topics, config=FAST)
+    await first.start()
+    for ev in sent[:1_500]:
+        first.emit(ev)
+    await first.close()
+    second = KafkaSink(down, tmp_path, topics=topics, config=FAST)  # the gateway restarted
+    await second.start()
+    for ev in sent[1_500:]:
+        second.emit(ev)
+    await second.close()
+    assert second.stats()["spool_pending"] == 3_000
+    third = KafkaSink(kafka_bootstrap, tmp_path, topics=topics, config=FAST)  # Kafka is back
+    await third.start()
+    await wait_until(lambda: third.healthy() and third.stats()["spool_pending"] == 0, 30, "replay")
+    await third.close()
+    assert third.stats()["replayed"] == 3_000
+    check_complete_and_ordered(consume(kafka_bootstrap, [topics.interactions], 3_000), sent, 0)
+
+
+async def test_a_queue_over_its_limit_spills_to_the_spool_and_still_arrives_in_order(
+    kafka_bootstrap: str, unique_name: str, tmp_path: Path
+) -> None:
+    topics = unique_topics(unique_name)
+    ensure_topics(kafka_bootstrap, 6, topics)
+    config = SinkConfig(max_queue=100, batch_max=50, flush_timeout_s=2.0)
+    sink = KafkaSink(kafka_bootstrap, tmp_path, topics=topics, config=config)
+    sent = [event(i) for i in range(5_000)]
+    for ev in sent:  # queued before the background thread runs: far over max_queue
+        sink.emit(ev)
+    await sink.start()
+    await wait_until(lambda: sink.stats()["delivered"] == 5_000 and sink.healthy(), 30, "delivery")
+    await sink.close()
+    assert sink.stats()["spooled"] > 0 and sink.stats()["dropped"] == 0
+    check_complete_and_ordered(consume(kafka_bootstrap, [topics.interactions], 5_000), sent, 0)
+
+
+async def test_a_corrupt_spool_tail_is_skipped_and_the_rest_delivered(
+    kafka_bootstrap: str, unique_name: str, tmp_path: Path
+) -> None:
+    topics = unique_topics(unique_name)
+    ensure_topics(kafka_bootstrap, 6, topics)
+    sent = [event(i) for i in range(100)]
+    offline = KafkaSink(dead_bootstrap(), tmp_path, topics=topics, config=FAST)
+    await offline.start()
+    for ev in sent:
+        offline.emit(ev)
+    await offline.close()
+    segment = next(tmp_path.glob("*/*.seg"))
+    segment.write_bytes(segment.read_bytes() + b"\x40\x00\x00\x00garbage-from-a-crash")
+    sink = KafkaSink(kafka_bootstrap, tmp_path, topics=topics, config=FAST)
+    await sink.start()
+    await wait_until(lambda: sink.healthy() and sink.stats()["replayed"] == 100, 30, "replay")
+    await sink.close()
+    assert sink.stats()["spool_corrupt"] == 1
+    check_complete_and_ordered(consume(kafka_bootstrap, [topics.interactions], 100), sent, 0)
+
+
+async def test_emit_drops_and_counts_only_beyond_the_hard_limit(tmp_path: Path) -> None:
+    sink = KafkaSink(dead_bootstrap(), tmp_path, config=SinkConfig(hard_max_queue=10))
+    for i in range(15):
+        sink.emit(event(i))
+    assert sink.stats()["queued"] == 10 and sink.stats()["dropped"] == 5
+    await sink.close()
+
+
+async def test_spool_replay_after_the_broker_is_stopped_and_restarted(tmp_path: Path) -> None:
+    broker = PrivateBroker(tmp_path / "state")
+    broker.up()
+    try:
+        topics = Topics()
+        ensure_topics(broker.bootstrap, 6, topics)
+        sent = [event(i) for i in range(3_500)]
+        sink = KafkaSink(broker.bootstrap, tmp_path / "spool", topics=topics, config=FAST)
+        await sink.start()
+        for ev in sent[:500]:
+            sink.emit(ev)
+        await wait_until(lambda: sink.stats()["delivered"] == 500, 30, "live delivery")
+        broker.down()
+        for ev in sent[500:2_000]:  # while down: some hit in-flight sends, the rest the spool
+            sink.emit(ev)
+        await wait_until(lambda: not sink.healthy() and sink.stats()["queued"] == 0, 30, "spooling")
+        await sink.close()
+        assert sink.stats()["send_failures"] >= 1  # the live path noticed the outage itself
+        restarted = KafkaSink(broker.bootstrap, tmp_path / "spool", topics=topics, config=FAST)
+        await restarted.start()  # the gateway restarts while Kafka is still down
+        for ev in sent[2_000:]:
+            restarted.emit(ev)
+        await wait_until(lambda: restarted.stats()["spool_pending"] >= 1_500, 30, "spooling after restart")
+        broker.up()
+        await wait_until(
+            lambda: restarted.healthy() and restarted.stats()["spool_pending"] == 0,
+            60,
+            "replay after restart",
+        )
+        await restarted.close()
+        received = consume(broker.bootstrap, [topics.interactions], len(sent))
+        check_complete_and_ordered(received, sent, max_duplicates=FAST.batch_max)
+    finally:
+        broker.down()
