@@ -12,7 +12,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
 from tests.analytics.web.seed import (
     ExperimentSpec,
@@ -174,16 +174,38 @@ def seeded(engine: Engine, analytics_url: str, admin_token: str) -> Seeded:
             ],
         )
         add_shadow_pairs(conn, ids[SHADOW.name], SHADOW, 400, rng)
-    headers = {"Authorization": f"Bearer {admin_token}"}
     for batch in range(BATCHES):
         with engine.begin() as conn:
             add_units(conn, ids[AB.name], AB, 1500, batch, rng)
             add_units(conn, ids[ROLLOUT.name], ROLLOUT, 1000, batch, rng)
             add_units(conn, ids[SHADOW.name], SHADOW, 300, batch, rng)
         for name in ids:
-            status, body = http("POST", f"{analytics_url}/api/experiments/{name}/snapshot", headers, 60)
-            assert status == 201, body[:500]
+            snapshot(analytics_url, admin_token, name)
     return Seeded(ab=AB.name, rollout=ROLLOUT.name, shadow=SHADOW.name)
+
+
+def snapshot(analytics_url: str, admin_token: str, name: str) -> None:
+    headers = {"Authorization": f"Bearer {admin_token}"}
+    status, body = http("POST", f"{analytics_url}/api/experiments/{name}/snapshot", headers, 60)
+    assert status == 201, body[:500]
+
+
+@pytest.fixture
+def add_batch(engine: Engine, analytics_url: str, admin_token: str) -> Callable[[str], None]:
+    """More units for an experiment, then a snapshot (what the snapshotter does on a timer)."""
+    specs = {s.name: s for s in (AB, ROLLOUT, SHADOW)}
+    rng = np.random.default_rng(11)
+
+    def add(name: str) -> None:
+        with engine.begin() as conn:
+            eid = conn.execute(text("SELECT id FROM experiments WHERE name = :n"), {"n": name}).scalar_one()
+            done = conn.execute(
+                text("SELECT count(*) FROM analysis_snapshots WHERE experiment_id = :e"), {"e": eid}
+            )
+            add_units(conn, int(eid), specs[name], 600, 100 + int(done.scalar_one()), rng)
+        snapshot(analytics_url, admin_token, name)
+
+    return add
 
 
 @pytest.fixture(scope="session")

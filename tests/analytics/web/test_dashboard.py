@@ -91,3 +91,63 @@ def test_ab_experiment_page_draws_charts_and_matches_the_report(
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     watched.page.screenshot(path=str(SCREENSHOTS / "experiment.png"), full_page=True)
     assert watched.errors == []
+
+
+def test_segment_selector_switches_forest_and_table_to_the_segment_results(
+    watched: WatchedPage, analytics_url: str, seeded: Seeded
+) -> None:
+    open_page(watched, f"{analytics_url}/dashboard/experiments/{seeded.ab}")
+    report = get_json(f"{analytics_url}/api/experiments/{seeded.ab}/report")
+    assert report["segments"], "the seeded experiment has task segments"
+    k = next(i for i, s in enumerate(report["segments"]) if s["segment"] == "task=math")
+    watched.page.select_option("#segment", "task=math")
+    ptrs = [n["ptr"] for n in shown_numbers(watched, "#results")]
+    assert ptrs and all(ptr.startswith(f"/segments/{k}/results/") for ptr in ptrs)
+    assert_numbers_match(shown_numbers(watched), report)
+    labels = watched.page.evaluate("Chart.getChart(document.querySelector('#forest')).data.labels.length")
+    candidates = [r for r in report["segments"][k]["results"] if not r["is_control"]]
+    assert labels == len(candidates)
+    assert watched.errors == []
+
+
+def test_shadow_experiment_shows_the_paired_comparison(
+    watched: WatchedPage, analytics_url: str, seeded: Seeded
+) -> None:
+    open_page(watched, f"{analytics_url}/dashboard/experiments/{seeded.shadow}")
+    report = get_json(f"{analytics_url}/api/experiments/{seeded.shadow}/report")
+    assert report["paired"] and report["paired"][0]["pairs"] > 0
+    assert watched.page.is_visible("#paired-card")
+    shown = {m["name"] for m in report["paired"][0]["metrics"]}
+    rows = watched.page.eval_on_selector_all(
+        "#paired tr[data-paired-metric]", "rs => rs.map(r => r.dataset.pairedMetric)"
+    )
+    assert set(rows) == shown
+    paired_numbers = shown_numbers(watched, "#paired")
+    assert any(n["ptr"].endswith("/mean_difference") for n in paired_numbers)
+    assert_numbers_match(shown_numbers(watched), report)
+    watched.page.screenshot(path=str(SCREENSHOTS / "shadow.png"), full_page=True)
+    assert watched.errors == []
+
+
+def test_page_refreshes_in_place_when_a_new_snapshot_arrives(
+    watched: WatchedPage, analytics_url: str, seeded: Seeded, add_batch: Callable[[str], None]
+) -> None:
+    open_page(watched, f"{analytics_url}/dashboard/experiments/{seeded.ab}?refresh=1")
+    before = watched.page.get_attribute("#generated", "data-generated")
+    watched.page.evaluate("window.__sameDocument = true")
+    points_before = watched.page.evaluate(
+        "Chart.getChart(document.querySelector('#timeseries')).data.datasets[4].data.length"
+    )
+    add_batch(seeded.ab)
+    watched.page.wait_for_function(
+        "b => document.querySelector('#generated').dataset.generated !== b", arg=before, timeout=WAIT_MS
+    )
+    assert watched.page.evaluate("window.__sameDocument === true"), "the page reloaded instead of redrawing"
+    report = get_json(f"{analytics_url}/api/experiments/{seeded.ab}/report")
+    assert watched.page.get_attribute("#generated", "data-generated") == report["generated_at"]
+    assert_numbers_match(shown_numbers(watched), report)
+    points_after = watched.page.evaluate(
+        "Chart.getChart(document.querySelector('#timeseries')).data.datasets[4].data.length"
+    )
+    assert points_after == points_before + 1
+    assert watched.errors == []

@@ -20,6 +20,7 @@ const SKELETON = `
       </tr></thead><tbody></tbody></table>
     </section>
   </div>
+  <section class="card" id="paired-card" hidden><h2>Shadow: candidate vs baseline on the same prompts</h2><div id="paired"></div></section>
   <div class="toolbar">
     <label>Segment <select id="segment"><option value="">all units</option></select></label>
     <span class="hint" id="segment-hint"></span>
@@ -48,7 +49,6 @@ const SKELETON = `
     </tr></thead><tbody></tbody></table>
   </section>
   <section class="card" id="rollout-card" hidden><h2>Rollout</h2><div id="rollout"></div></section>
-  <section class="card" id="paired-card" hidden><h2>Shadow: candidate vs baseline on the same prompts</h2><div id="paired"></div></section>
   <section class="card notes" id="notes-card" hidden><h2>Notes</h2><ul id="notes"></ul></section>`;
 
 export class ExperimentPage {
@@ -91,6 +91,9 @@ export class ExperimentPage {
     $("#verdicts").innerHTML = verdicts(r);
     $("#allocation tbody").innerHTML = allocation(r.allocation);
 
+    // A shadow candidate serves no unit: its evidence is the paired comparison alone.
+    const shadow = r.mode === "shadow";
+    for (const sel of [".toolbar", ".row.charts", "#results-card"]) $(sel).hidden = shadow;
     const view = this.segmentView(r);
     const rows = forestRows(view.results, view.base, metrics, r.control);
     this.forest.update(rows);

@@ -21,9 +21,10 @@ function comparison(c, k) {
   const rows = c.metrics
     .map((m, i) => {
       const ptr = `${base}/metrics/${i}`;
-      const ci = m.ci ? `${cell(m.ci.lower, "diff", `${ptr}/ci/lower`)} … ${cell(m.ci.upper, "diff", `${ptr}/ci/upper`)}` : DASH;
+      // Error is a rate: its means are shares and its difference is in percentage points.
       const fmt = m.name === "error" ? "pct" : "num";
       const dfmt = m.name === "error" ? "lift" : "diff";
+      const ci = m.ci ? `${cell(m.ci.lower, dfmt, `${ptr}/ci/lower`)} … ${cell(m.ci.upper, dfmt, `${ptr}/ci/upper`)}` : DASH;
       return `<tr data-paired-metric="${esc(m.name)}"${m.error ? ` title="${esc(m.error.message)}"` : ""}>
         <td>${esc(LABELS[m.name] || m.name)}</td>
         <td class="r">${cell(m.pairs, "count", `${ptr}/pairs`)}</td>
