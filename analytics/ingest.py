@@ -1,0 +1,299 @@
+"""Idempotent ingest of a batch of events: raw rows + per-unit rollups, one transaction.
+
+1. The events' JSON documents are COPYed into session temp tables (one ``jsonb`` column:
+   Postgres does the field extraction on its own core, Python only joins bytes).
+2. ``INSERT … SELECT … ON CONFLICT (event_id) DO NOTHING RETURNING …`` stores the raw
+   rows; only the rows actually inserted reach the rollups (``lg_new_i``), so a
+   redelivered event is never counted twice.
+3. Feedback is attributed to its interaction (experiment, variant, unit, tags) by request
+   id when that interaction is already stored; otherwise it stays unattributed and is
+   attributed — and counted — when the interaction arrives (the UPDATE only touches rows
+   whose ``experiment_id`` is still NULL, so that happens exactly once).
+4. ``analytics.rollup`` folds the new rows into ``unit_rollups``, ``segment_rollups`` and
+   ``latency_histograms``.
+
+A batch Postgres rejects row by row (e.g. a string too long for its column, a NUL
+character) is retried one event at a time in savepoints; the events that still fail go
+to ``dead_letters`` with the database's reason, the rest are ingested.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import orjson
+import psycopg
+from psycopg import pq
+from sqlalchemy import Connection, Engine
+from sqlalchemy.orm import Session
+
+from analytics import rollup
+from analytics.deadletter import DeadLetterRow, write_dead_letters
+from contracts.events import Event, InteractionEvent
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Raw:
+    """One encoded event and where it came from (for the dead-letter table)."""
+
+    payload: bytes
+    topic: str = ""
+    partition: int | None = None
+    offset: int | None = None
+    key: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class IngestResult:
+    interactions: int = 0  # raw interaction rows inserted (duplicates excluded)
+    feedback: int = 0  # raw feedback rows inserted
+    duplicates: int = 0  # events already stored (redeliveries)
+    attributed: int = 0  # feedback counted into rollups by this batch
+    dead_lettered: int = 0
+
+    def __add__(self, o: IngestResult) -> IngestResult:
+        return IngestResult(
+            self.interactions + o.interactions,
+            self.feedback + o.feedback,
+            self.duplicates + o.duplicates,
+            self.attributed + o.attributed,
+            self.dead_lettered + o.dead_lettered,
+        )
+
+
+_INTERACTION_INSERT: Final = """
+WITH src AS (
+    SELECT r.* FROM lg_stage_i s, jsonb_to_record(s.doc) AS r(
+        event_id uuid, ts float8, request_id text, route text, experiment_id int, variant text,
+        unit_id text, unit_source text, role text, pair_id text, mode text, endpoint text, model text,
+        upstream text, status text, http_status int, error_type text, latency_ms float8, ttft_ms float8,
+        prompt_tokens int, completion_tokens int, response_chars int, finish_reason text, stream bool,
+        fallback bool, fallback_from text, conversation_id text, tags jsonb, prompt text, response text)
+), ins AS (
+    INSERT INTO interactions (event_id, ts, request_id, route, experiment_id, variant, unit_id, unit_source,
+        role, pair_id, mode, endpoint, model, upstream, status, http_status, error_type, latency_ms, ttft_ms,
+        prompt_tokens, completion_tokens, response_chars, finish_reason, stream, fallback, fallback_from,
+        conversation_id, tags, prompt, response)
+    SELECT event_id, to_timestamp(ts), request_id, route, experiment_id, variant, unit_id, unit_source,
+        role, pair_id, mode, endpoint, model, upstream, status, http_status, error_type, latency_ms, ttft_ms,
+        prompt_tokens, completion_tokens, coalesce(response_chars, 0), finish_reason, coalesce(stream, false),
+        coalesce(fallback, false), fallback_from, conversation_id, coalesce(tags, '{}'), prompt, response
+    FROM src
+    ON CONFLICT (event_id) DO NOTHING
+    RETURNING event_id, request_id, ts, experiment_id, variant, unit_id, role, status, fallback, latency_ms,
+        ttft_ms, prompt_tokens, completion_tokens, response_chars, conversation_id, tags
+)
+INSERT INTO lg_new_i
+SELECT request_id, ts, experiment_id, variant, unit_id, role, status, fallback, latency_ms, ttft_ms,
+    prompt_tokens, completion_tokens, response_chars, conversation_id,
+    conversation_id IS NOT NULL AND role = 'primary'
+        AND row_number() OVER (PARTITION BY conversation_id, role ORDER BY ts, event_id) = 1
+        AND NOT EXISTS (
+            SELECT 1 FROM interactions x WHERE x.conversation_id = ins.conversation_id AND x.role = 'primary'
+                AND x.experiment_id IS NOT DISTINCT FROM ins.experiment_id),
+    tags
+FROM ins
+"""
+
+_FEEDBACK_INSERT: Final = """
+WITH src AS (
+    SELECT r.* FROM lg_stage_f s, jsonb_to_record(s.doc) AS r(
+        event_id uuid, ts float8, request_id text, unit_id text, kind text, value float8, tags jsonb)
+), ins AS (
+    INSERT INTO feedback (event_id, ts, request_id, unit_id, kind, value, experiment_id, variant, tags)
+    SELECT src.event_id, to_timestamp(src.ts), src.request_id, src.unit_id, src.kind,
+        coalesce(src.value, 1.0), i.experiment_id, i.variant, coalesce(src.tags, '{}')
+    FROM src LEFT JOIN LATERAL (
+        SELECT x.experiment_id, x.variant, x.unit_id, x.tags FROM interactions x
+        WHERE x.request_id = src.request_id AND x.role = 'primary'
+            AND x.experiment_id IS NOT NULL AND x.variant IS NOT NULL
+        LIMIT 1) i ON true
+    ON CONFLICT (event_id) DO NOTHING
+    RETURNING request_id, kind, value, ts, experiment_id, variant
+), attributed AS (
+    INSERT INTO lg_new_f
+    SELECT ins.request_id, ins.kind, ins.value, ins.ts, ins.experiment_id, ins.variant, i.unit_id, i.tags
+    FROM ins LEFT JOIN LATERAL (
+        SELECT x.unit_id, x.tags FROM interactions x
+        WHERE x.request_id = ins.request_id AND x.role = 'primary' AND x.experiment_id = ins.experiment_id
+        LIMIT 1) i ON true
+    WHERE ins.experiment_id IS NOT NULL
+)
+SELECT count(*) FROM ins
+"""
+
+# Feedback stored earlier, whose interaction this batch inserted.
+_LATE_ATTRIBUTION: Final = """
+WITH upd AS (
+    UPDATE feedback f SET experiment_id = n.experiment_id, variant = n.variant
+    FROM lg_new_i n
+    WHERE f.request_id = n.request_id AND f.experiment_id IS NULL
+        AND n.role = 'primary' AND n.experiment_id IS NOT NULL AND n.variant IS NOT NULL
+    RETURNING f.request_id, f.kind, f.value, f.ts, n.experiment_id, n.variant, n.unit_id, n.tags
+)
+INSERT INTO lg_new_f SELECT * FROM upd
+"""
+
+# Safety net for a race between two consumers (feedback and its interaction committed by
+# different transactions that could not see each other): attribute what is now joinable.
+_SWEEP: Final = """
+WITH upd AS (
+    UPDATE feedback f SET experiment_id = i.experiment_id, variant = i.variant
+    FROM interactions i
+    WHERE f.experiment_id IS NULL AND i.request_id = f.request_id
+        AND i.role = 'primary' AND i.experiment_id IS NOT NULL AND i.variant IS NOT NULL
+    RETURNING f.request_id, f.kind, f.value, f.ts, i.experiment_id, i.variant, i.unit_id, i.tags
+)
+INSERT INTO lg_new_f SELECT * FROM upd
+"""
+
+
+def _copy_escape(payload: bytes) -> bytes:
+    """COPY text format: backslash, newline, CR and tab must be escaped."""
+    out = payload.replace(b"\\", b"\\\\")
+    if b"\n" in out or b"\r" in out or b"\t" in out:
+        out = out.replace(b"\n", b"\\n").replace(b"\r", b"\\r").replace(b"\t", b"\\t")
+    return out
+
+
+def _prepare(pg: psycopg.Connection[Any]) -> None:
+    row = pg.execute(b"SELECT to_regclass('pg_temp.lg_new_f') IS NOT NULL").fetchone()
+    if not (row and row[0]):
+        pg.execute(rollup.TEMP_TABLES.encode())
+    else:
+        # Inside a caller's transaction earlier batches' rows are still there.
+        pg.execute(
+            b"DELETE FROM lg_stage_i; DELETE FROM lg_stage_f; DELETE FROM lg_new_i; DELETE FROM lg_new_f"
+        )
+
+
+def _copy(pg: psycopg.Connection[Any], table: str, payloads: Sequence[Raw]) -> None:
+    if not payloads:
+        return
+    buf = b"\n".join(_copy_escape(r.payload) for r in payloads) + b"\n"
+    with pg.cursor() as cur, cur.copy(f"COPY {table} (doc) FROM STDIN".encode()) as copy:
+        copy.write(buf)
+
+
+def _count(pg: psycopg.Connection[Any], sql: bytes) -> int:
+    row = pg.execute(sql).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _batch(pg: psycopg.Connection[Any], interactions: Sequence[Raw], feedback: Sequence[Raw]) -> IngestResult:
+    _prepare(pg)
+    _copy(pg, "lg_stage_i", interactions)
+    _copy(pg, "lg_stage_f", feedback)
+    n_i = n_f = 0
+    if interactions:
+        n_i = pg.execute(_INTERACTION_INSERT.encode()).rowcount
+        pg.execute(_LATE_ATTRIBUTION.encode())
+    if feedback:
+        n_f = _count(pg, _FEEDBACK_INSERT.encode())
+    attributed = _count(pg, b"SELECT count(*) FROM lg_new_f")
+    if n_i or attributed:
+        rollup.apply(pg, feedback=attributed > 0)
+    dupes = len(interactions) + len(feedback) - n_i - n_f
+    return IngestResult(n_i, n_f, dupes, attributed)
+
+
+def ingest_raw(
+    pg: psycopg.Connection[Any],
+    interactions: Sequence[Raw],
+    feedback: Sequence[Raw],
+    dead_letters: Sequence[DeadLetterRow] = (),
+) -> IngestResult:
+    """Ingest validated encoded events (and store dead letters) in one transaction.
+
+    Commits when ``pg`` had no transaction open; inside a caller's transaction it uses a
+    savepoint and leaves the commit to the caller.
+    """
+    try:
+        with pg.transaction():
+            res = _batch(pg, interactions, feedback)
+            write_dead_letters(pg, dead_letters)
+            return IngestResult(
+                res.interactions, res.feedback, res.duplicates, res.attributed, len(dead_letters)
+            )
+    except psycopg.errors.DataError as exc:
+        log.warning("batch rejected by the database (%s); retrying event by event", exc)
+    total = IngestResult(dead_lettered=len(dead_letters))
+    with pg.transaction():
+        rejected: list[DeadLetterRow] = list(dead_letters)
+        for raws, is_fb in ((interactions, False), (feedback, True)):
+            for raw in raws:
+                try:
+                    with pg.transaction():
+                        total += _batch(pg, () if is_fb else (raw,), (raw,) if is_fb else ())
+                except psycopg.errors.DataError as exc:
+                    reason = f"rejected by the database: {str(exc).strip()}"
+                    rejected.append(
+                        DeadLetterRow(raw.topic, raw.partition, raw.offset, raw.key, raw.payload, reason)
+                    )
+                    total += IngestResult(dead_lettered=1)
+        write_dead_letters(pg, rejected)
+    return total
+
+
+def attribute_pending(pg: psycopg.Connection[Any]) -> int:
+    """Attribute feedback whose interaction is stored but which is still unattributed."""
+    with pg.transaction():
+        _prepare(pg)
+        pg.execute(_SWEEP.encode())
+        n = _count(pg, b"SELECT count(*) FROM lg_new_f")
+        if n:
+            rollup.apply(pg, feedback=True)
+        return n
+
+
+@contextlib.contextmanager
+def psycopg_connection(
+    conn: Engine | Connection | Session | psycopg.Connection[Any],
+) -> Iterator[psycopg.Connection[Any]]:
+    """The psycopg connection under an SQLAlchemy engine/connection/session (or itself).
+
+    An Engine lends a pooled connection and commits on exit; a Connection/Session keeps
+    the caller's transaction.
+    """
+    if isinstance(conn, psycopg.Connection):
+        yield conn
+        return
+    if isinstance(conn, Engine):
+        raw = conn.raw_connection()
+        try:
+            pg = raw.driver_connection
+            assert isinstance(pg, psycopg.Connection)
+            yield pg
+            if pg.info.transaction_status == pq.TransactionStatus.INTRANS:
+                pg.commit()
+        finally:
+            raw.close()
+        return
+    sa_conn = conn.connection() if isinstance(conn, Session) else conn
+    pg = sa_conn.connection.driver_connection
+    assert isinstance(pg, psycopg.Connection)
+    yield pg
+
+
+def encode_for_ingest(events: Sequence[Event]) -> tuple[list[Raw], list[Raw]]:
+    interactions: list[Raw] = []
+    feedback: list[Raw] = []
+    for ev in events:
+        raw = Raw(orjson.dumps(ev))
+        (interactions if isinstance(ev, InteractionEvent) else feedback).append(raw)
+    return interactions, feedback
+
+
+def ingest(
+    conn: Engine | Connection | Session | psycopg.Connection[Any], events: Sequence[Event]
+) -> IngestResult:
+    """Ingest events idempotently (same batch twice = same rows and rollups)."""
+    interactions, feedback = encode_for_ingest(events)
+    with psycopg_connection(conn) as pg:
+        return ingest_raw(pg, interactions, feedback)

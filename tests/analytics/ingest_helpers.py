@@ -1,0 +1,187 @@
+"""Helpers for the ingest/consumer/aggregate tests: events and rollups computed in Python."""
+
+from __future__ import annotations
+
+import random
+import secrets
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+
+from contracts.events import FEEDBACK_KINDS, Event, FeedbackEvent, InteractionEvent
+from contracts.tables import ROLLUP_MEASURES
+
+
+def pg_url(database_url: str) -> str:
+    return database_url.replace("postgresql+psycopg://", "postgresql://", 1)
+
+
+@contextmanager
+def connect(database_url: str) -> Iterator[psycopg.Connection[tuple[Any, ...]]]:
+    with psycopg.connect(pg_url(database_url)) as conn:
+        yield conn
+
+
+def new_experiment_id() -> int:
+    return random.randint(1_000_000, 2_000_000_000)
+
+
+def interaction(exp: int | None, variant: str | None, unit: str, **kw: Any) -> InteractionEvent:
+    base: dict[str, Any] = {
+        "request_id": "req-" + secrets.token_hex(8),
+        "route": "assistant",
+        "unit_id": unit,
+        "unit_source": "header",
+        "role": "primary",
+        "mode": "ab" if exp is not None else "none",
+        "endpoint": "chat",
+        "model": "m",
+        "upstream": "u",
+        "status": "ok",
+        "http_status": 200,
+        "latency_ms": 100.0,
+        "experiment_id": exp,
+        "variant": variant,
+        "ttft_ms": 20.0,
+        "prompt_tokens": 10,
+        "completion_tokens": 30,
+        "response_chars": 120,
+    }
+    base.update(kw)
+    return InteractionEvent(**base)
+
+
+def feedback(of: InteractionEvent, kind: str, value: float = 1.0) -> FeedbackEvent:
+    return FeedbackEvent(request_id=of.request_id, unit_id=of.unit_id, kind=kind, value=value)
+
+
+def random_events(exp: int, n: int, rng: random.Random, *, units: int = 50) -> list[Event]:
+    """Interactions over a few units and variants, with tags, errors and feedback."""
+    out: list[Event] = []
+    t0 = 1.7e9 + rng.random() * 1e6
+    for i in range(n):
+        unit = f"u{rng.randrange(units)}"
+        variant = "control" if hash(unit) % 2 else "candidate"
+        conv = f"c-{unit}-{rng.randrange(3)}" if rng.random() < 0.7 else None
+        ev = interaction(
+            exp,
+            variant,
+            unit,
+            status="error" if rng.random() < 0.05 else "ok",
+            latency_ms=rng.lognormvariate(5, 0.5),
+            ttft_ms=rng.lognormvariate(3, 0.5) if rng.random() < 0.5 else None,
+            completion_tokens=rng.randrange(1, 400),
+            response_chars=rng.randrange(0, 2000),
+            conversation_id=conv,
+            fallback=rng.random() < 0.02,
+            tags={"task": rng.choice(["code", "math", "chat"])},
+            ts=t0 + i * 0.001,
+        )
+        out.append(ev)
+        r = rng.random()
+        if r < 0.3:
+            out.append(
+                feedback(ev, rng.choice(["thumbs_up", "thumbs_down", "copy", "regenerate", "continued"]))
+            )
+        elif r < 0.4:
+            out.append(feedback(ev, "rating", float(rng.randrange(1, 6))))
+        elif r < 0.45:
+            out.append(feedback(ev, "my_signal", rng.random()))
+    return out
+
+
+_KIND_COLUMN = {
+    "thumbs_up": "thumbs_up",
+    "thumbs_down": "thumbs_down",
+    "regenerate": "regenerates",
+    "copy": "copies",
+    "edit": "edits",
+    "continued": "continued",
+}
+
+
+def expected_rollups(events: Iterable[Event]) -> dict[tuple[int, str, str, str], dict[str, Any]]:
+    """(experiment, segment, variant, unit) -> measures, computed naively in Python."""
+    evs = list(events)
+    by_request = {e.request_id: e for e in evs if isinstance(e, InteractionEvent) and e.role == "primary"}
+    out: dict[tuple[int, str, str, str], dict[str, Any]] = defaultdict(
+        lambda: dict.fromkeys(ROLLUP_MEASURES, 0.0)
+    )
+    seen_conv: set[str] = set()
+    for e in evs:
+        if isinstance(e, InteractionEvent):
+            if e.role != "primary" or e.experiment_id is None or e.variant is None:
+                continue
+            inter, segs = e, ["", *(f"{k}={v}" for k, v in e.tags.items())]
+        else:
+            i = by_request.get(e.request_id)
+            if i is None or i.experiment_id is None or i.variant is None:
+                continue
+            inter, segs = i, ["", *(f"{k}={v}" for k, v in i.tags.items())]
+        assert inter.experiment_id is not None and inter.variant is not None
+        for seg in segs:
+            key = (inter.experiment_id, seg, inter.variant, inter.unit_id)
+            m = out[key]
+            if isinstance(e, InteractionEvent):
+                m["requests"] += 1
+                m["turns"] += 1
+                m["errors"] += e.status == "error"
+                m["fallbacks"] += e.fallback
+                m["latency_sum"] += e.latency_ms
+                m["ttft_n"] += e.ttft_ms is not None
+                m["ttft_sum"] += e.ttft_ms or 0.0
+                m["prompt_tokens"] += e.prompt_tokens or 0
+                m["completion_tokens"] += e.completion_tokens or 0
+                m["response_chars"] += e.response_chars
+                if e.conversation_id is None or e.conversation_id not in seen_conv:
+                    m["conversations"] += 1
+            elif e.kind in _KIND_COLUMN:
+                m[_KIND_COLUMN[e.kind]] += 1
+            elif e.kind == "rating":
+                m["ratings_n"] += 1
+                m["ratings_sum"] += e.value
+            elif e.kind == "task_success":
+                m["task_success_n"] += 1
+                m["task_success_sum"] += e.value
+            else:
+                assert e.kind not in FEEDBACK_KINDS
+                counters = m.setdefault("counters", {})
+                counters[e.kind] = counters.get(e.kind, 0.0) + e.value
+                counters[e.kind + ":n"] = counters.get(e.kind + ":n", 0) + 1
+        if isinstance(e, InteractionEvent) and e.conversation_id is not None:
+            seen_conv.add(e.conversation_id)
+    return dict(out)
+
+
+def stored_rollups(
+    conn: psycopg.Connection[Any], exp: int
+) -> dict[tuple[int, str, str, str], dict[str, Any]]:
+    cols = ", ".join(ROLLUP_MEASURES)
+    out: dict[tuple[int, str, str, str], dict[str, Any]] = {}
+    for table, seg in (("unit_rollups", "''"), ("segment_rollups", "segment")):
+        rows = conn.execute(
+            f"SELECT experiment_id, {seg}, variant, unit_id, counters, {cols} FROM {table} WHERE experiment_id = %s".encode(),
+            (exp,),
+        ).fetchall()
+        for row in rows:
+            m: dict[str, Any] = dict(zip(ROLLUP_MEASURES, (float(x) for x in row[5:]), strict=True))
+            if row[4]:
+                m["counters"] = {k: float(v) for k, v in row[4].items()}
+            out[(row[0], row[1], row[2], row[3])] = m
+    return out
+
+
+def assert_rollups_equal(got: dict[Any, dict[str, Any]], want: dict[Any, dict[str, Any]]) -> None:
+    assert got.keys() == want.keys(), f"missing {set(want) - set(got)} extra {set(got) - set(want)}"
+    for key, w in want.items():
+        g = got[key]
+        for col, wv in w.items():
+            if col == "counters":
+                assert g.get("counters", {}).keys() == wv.keys(), key
+                for k, v in wv.items():
+                    assert abs(g["counters"][k] - v) < 1e-6 * max(1.0, abs(v)), (key, k)
+            else:
+                assert abs(g[col] - wv) < 1e-6 * max(1.0, abs(wv)), (key, col, g[col], wv)

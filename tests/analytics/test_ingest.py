@@ -1,0 +1,173 @@
+"""Ingest against the real session database: idempotency, attribution, segments, histograms."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import psycopg
+import pytest
+from sqlalchemy import Engine
+
+from analytics.aggregate import bucket_of, histograms, segments
+from analytics.ingest import IngestResult, Raw, attribute_pending, ingest, ingest_raw
+from contracts.events import encode
+from tests.analytics.ingest_helpers import (
+    assert_rollups_equal,
+    connect,
+    expected_rollups,
+    feedback,
+    interaction,
+    new_experiment_id,
+    random_events,
+    stored_rollups,
+)
+
+
+def _count(conn: psycopg.Connection[tuple[Any, ...]], sql: str, *params: object) -> int:
+    row = conn.execute(sql.encode(), params).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_same_batch_twice_gives_the_same_rows_and_rollups(database_url: str) -> None:
+    exp = new_experiment_id()
+    events = random_events(exp, 400, random.Random(1))
+    with connect(database_url) as conn:
+        first = ingest(conn, events)
+        before = stored_rollups(conn, exp)
+        second = ingest(conn, events)
+        after = stored_rollups(conn, exp)
+        n_rows = _count(conn, "SELECT count(*) FROM interactions WHERE experiment_id = %s", exp)
+    assert first.interactions == 400 and first.duplicates == 0
+    assert second == IngestResult(duplicates=len(events))
+    assert n_rows == 400
+    assert before == after
+    assert_rollups_equal(after, expected_rollups(events))
+
+
+def test_ingest_through_an_sqlalchemy_engine_commits(engine: Engine, database_url: str) -> None:
+    exp = new_experiment_id()
+    ev = interaction(exp, "control", "u1")
+    assert ingest(engine, [ev]).interactions == 1
+    with connect(database_url) as conn:
+        assert _count(conn, "SELECT count(*) FROM unit_rollups WHERE experiment_id = %s", exp) == 1
+
+
+def test_feedback_before_its_interaction_is_counted_once_when_the_interaction_arrives(
+    database_url: str,
+) -> None:
+    exp = new_experiment_id()
+    ev = interaction(exp, "candidate", "u7", tags={"task": "code"})
+    fb = [feedback(ev, "thumbs_up"), feedback(ev, "rating", 4.0), feedback(ev, "my_signal", 2.5)]
+    with connect(database_url) as conn:
+        early = ingest(conn, fb)
+        assert early.feedback == 3 and early.attributed == 0
+        assert _count(conn, "SELECT count(*) FROM unit_rollups WHERE experiment_id = %s", exp) == 0
+        late = ingest(conn, [ev])
+        assert late.attributed == 3
+        ingest(conn, [ev, *fb])  # redelivery of everything changes nothing
+        assert attribute_pending(conn) == 0
+        got = stored_rollups(conn, exp)
+        unattributed = _count(
+            conn,
+            "SELECT count(*) FROM feedback WHERE request_id = %s AND experiment_id IS NULL",
+            ev.request_id,
+        )
+    assert unattributed == 0
+    overall = got[(exp, "", "candidate", "u7")]
+    assert (overall["thumbs_up"], overall["ratings_n"], overall["ratings_sum"]) == (1, 1, 4.0)
+    assert overall["counters"] == {"my_signal": 2.5, "my_signal:n": 1}
+    assert got[(exp, "task=code", "candidate", "u7")]["thumbs_up"] == 1
+    assert_rollups_equal(got, expected_rollups([ev, *fb]))
+
+
+def test_feedback_after_its_interaction_is_attributed_at_insert(database_url: str) -> None:
+    exp = new_experiment_id()
+    ev = interaction(exp, "control", "u1")
+    with connect(database_url) as conn:
+        ingest(conn, [ev])
+        res = ingest(conn, [feedback(ev, "thumbs_down"), feedback(ev, "task_success", 1.0)])
+        row = conn.execute(
+            b"SELECT thumbs_down, task_success_n, task_success_sum FROM unit_rollups WHERE experiment_id = %s",
+            (exp,),
+        ).fetchone()
+    assert res.attributed == 2
+    assert row == (1.0, 1.0, 1.0)
+
+
+def test_shadow_and_unexperimented_calls_do_not_feed_rollups(database_url: str) -> None:
+    exp = new_experiment_id()
+    primary = interaction(exp, "control", "u1")
+    shadow = interaction(exp, "candidate", "u1", role="shadow", pair_id=primary.request_id)
+    plain = interaction(None, None, "u1")
+    with connect(database_url) as conn:
+        assert ingest(conn, [primary, shadow, plain]).interactions == 3
+        got = stored_rollups(conn, exp)
+        pair = _count(conn, "SELECT count(*) FROM interactions WHERE pair_id = %s", primary.request_id)
+    assert list(got) == [(exp, "", "control", "u1")]
+    assert pair == 1
+
+
+def test_tags_become_segments_and_latencies_fill_histograms(database_url: str) -> None:
+    exp = new_experiment_id()
+    evs = [
+        interaction(
+            exp, "control", "u1", latency_ms=100.0, ttft_ms=10.0, tags={"task": "code", "lang": "en"}
+        ),
+        interaction(exp, "control", "u2", latency_ms=100.0, ttft_ms=None, tags={"task": "math"}),
+        interaction(exp, "candidate", "u3", latency_ms=1000.0, ttft_ms=50.0, tags={"task": "code"}),
+    ]
+    with connect(database_url) as conn:
+        ingest(conn, evs)
+        segs = segments(conn, exp)
+        lat = histograms(conn, exp, "latency")
+        ttft = histograms(conn, exp, "ttft")
+        code = histograms(conn, exp, "latency", "task=code")
+    assert segs == ["", "lang=en", "task=code", "task=math"]
+    assert lat == {"candidate": [(bucket_of(1000.0), 1)], "control": [(bucket_of(100.0), 2)]}
+    assert ttft == {"candidate": [(bucket_of(50.0), 1)], "control": [(bucket_of(10.0), 1)]}
+    assert code == {"candidate": [(bucket_of(1000.0), 1)], "control": [(bucket_of(100.0), 1)]}
+
+
+def test_conversations_count_distinct_ids_across_batches(database_url: str) -> None:
+    exp = new_experiment_id()
+    a1 = interaction(exp, "control", "u1", conversation_id=f"conv-{exp}-a", ts=1.0)
+    a2 = interaction(exp, "control", "u1", conversation_id=f"conv-{exp}-a", ts=2.0)
+    b1 = interaction(exp, "control", "u1", conversation_id=f"conv-{exp}-b", ts=3.0)
+    single = interaction(exp, "control", "u1", conversation_id=None, ts=4.0)
+    with connect(database_url) as conn:
+        ingest(conn, [a1, a2])
+        ingest(conn, [b1, single, a2])
+        row = conn.execute(
+            b"SELECT conversations, turns FROM unit_rollups WHERE experiment_id = %s", (exp,)
+        ).fetchone()
+    assert row == (3.0, 4.0)
+
+
+def test_rows_the_database_rejects_are_dead_lettered_and_the_rest_ingested(database_url: str) -> None:
+    exp = new_experiment_id()
+    good = interaction(exp, "control", "u1")
+    bad = interaction(exp, "control", "u2", request_id="r" * 100)  # longer than the column
+    raws = [Raw(encode(good), "t", 0, 1, b"u1"), Raw(encode(bad), "t", 0, 2, b"u2")]
+    with connect(database_url) as conn:
+        res = ingest_raw(conn, raws, [])
+        dead = conn.execute(
+            b'SELECT payload, reason, "offset" FROM dead_letters WHERE payload = %s', (encode(bad),)
+        ).fetchone()
+        n = _count(conn, "SELECT count(*) FROM interactions WHERE experiment_id = %s", exp)
+    assert (res.interactions, res.dead_lettered) == (1, 1)
+    assert n == 1
+    assert dead is not None and dead[2] == 2 and "rejected by the database" in str(dead[1])
+
+
+@pytest.mark.parametrize("batches", [1, 7])
+def test_rollups_do_not_depend_on_batching(database_url: str, batches: int) -> None:
+    exp = new_experiment_id()
+    events = random_events(exp, 300, random.Random(batches))
+    with connect(database_url) as conn:
+        step = -(-len(events) // batches)
+        for i in range(0, len(events), step):
+            ingest(conn, events[i : i + step])
+        got = stored_rollups(conn, exp)
+    assert_rollups_equal(got, expected_rollups(events))
