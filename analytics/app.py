@@ -6,8 +6,9 @@ starts the background workers, each a thread that runs until its stop event is s
 - the snapshotter (every running experiment, every ``snapshot_interval_s``);
 - the Kafka consumer, when ``LIFTGATE_KAFKA_BOOTSTRAP`` is set (and
   ``LIFTGATE_ANALYTICS_CONSUMER`` is not false);
-- anything else listed in :func:`default_workers` — the hook for the rollout controller:
-  add a factory ``(ServiceContext) -> BackgroundWorker | None`` there.
+- the rollout controller (``analytics.rollout.service.controller_worker``);
+- anything else listed in :func:`default_workers`: a factory
+  ``(ServiceContext) -> BackgroundWorker | None``.
 
 The dashboard (``analytics.web``) is mounted under ``/dashboard`` by :func:`_mount_dashboard`.
 """
@@ -87,8 +88,10 @@ def consumer_worker(ctx: ServiceContext) -> BackgroundWorker | None:
 
 
 def default_workers() -> list[WorkerFactory]:
-    """Background workers of ``python -m analytics``. The rollout controller goes here."""
-    return [snapshotter_worker, consumer_worker]
+    """Background workers of ``python -m analytics`` (add new ones here)."""
+    from analytics.rollout.service import controller_worker
+
+    return [snapshotter_worker, consumer_worker, controller_worker]
 
 
 def _run_worker(ctx: ServiceContext, worker: BackgroundWorker, stop: threading.Event) -> None:
@@ -121,6 +124,7 @@ def create_app(
     metrics: ServiceMetrics | None = None,
 ) -> FastAPI:
     from analytics import api
+    from analytics.rollout import api as rollout_api
 
     service_metrics = metrics if metrics is not None else ServiceMetrics()
     factories = list(default_workers() if workers is None else workers)
@@ -169,5 +173,6 @@ def create_app(
         return JSONResponse({"detail": "internal error"}, status_code=500)
 
     app.include_router(api.router)
+    app.include_router(rollout_api.router)
     _mount_dashboard(app)
     return app

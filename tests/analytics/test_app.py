@@ -113,7 +113,8 @@ def test_service_refuses_to_start_without_a_strong_admin_token(database_url: str
 
 def test_health_and_prometheus_metrics(service: Service) -> None:
     status, body = service.call("GET", "/healthz")
-    assert status == 200 and body["status"] == "ok" and body["workers"] == {"snapshotter": True}
+    assert status == 200 and body["status"] == "ok"
+    assert body["workers"]["snapshotter"] is True and body["workers"]["rollout"] is True
     status, text_body = service.call("GET", "/metrics")
     assert status == 200
     assert "liftgate_analytics_snapshots_total" in text_body
