@@ -13,12 +13,14 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import aiohttp
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+if TYPE_CHECKING:
+    import aiohttp
 
 app = typer.Typer(help="Import user feedback collected elsewhere.", no_args_is_help=True)
 err = Console(stderr=True)
@@ -89,6 +91,8 @@ def _reason(status: int, raw: bytes) -> str:
 async def post_all(
     gateway: str, lines: list[Line], *, api_key: str | None, concurrency: int, progress: Progress
 ) -> list[Rejected]:
+    import aiohttp
+
     task = progress.add_task("import", total=len(lines))
     rejected: list[Rejected] = []
     sem = asyncio.Semaphore(concurrency)

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from liftgate.traffic import TrafficConfig, TrafficRun, TrafficStats
+if TYPE_CHECKING:
+    from liftgate.traffic import TrafficConfig, TrafficRun, TrafficStats
 
 console = Console(stderr=True)
 
@@ -77,6 +78,8 @@ def simulate(
     quiet: Annotated[bool, typer.Option(help="No progress bar (for logs).")] = False,
 ) -> None:
     """Run simulated users (heavy and light users, multi-turn conversations, feedback) against a gateway."""
+    from liftgate.traffic import TrafficConfig
+
     routes = route or ["assistant"]
     base = TrafficConfig(gateway_url=gateway)
     configs = [
@@ -110,6 +113,8 @@ async def _run(configs: list[TrafficConfig], quiet: bool) -> list[TrafficStats]:
         TextColumn("{task.fields[info]}"), console=console, disable=quiet,
     )  # fmt: skip
     task = progress.add_task("traffic", total=duration, info="")
+    from liftgate.traffic import TrafficRun
+
     runs: list[TrafficRun] = []
 
     def on_progress(_: TrafficStats) -> None:
@@ -121,6 +126,7 @@ async def _run(configs: list[TrafficConfig], quiet: bool) -> list[TrafficStats]:
         )
 
     runs.extend(TrafficRun(c, on_progress) for c in configs)
+
     def stop_all() -> None:
         for r in runs:
             r.stop()

@@ -14,17 +14,14 @@ import signal
 import time
 from pathlib import Path
 from types import FrameType
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 import yaml
 from rich.console import Console
 
-from liftgate import demo
-from liftgate.admin_client import AdminClient, AdminError
-from liftgate.cli_experiments import load_experiment_file
-from liftgate.procs import StartupError
-from liftgate.stack import RunningStack, StackOptions, UpstreamSpec, start_stack, start_traffic
+if TYPE_CHECKING:
+    from liftgate.stack import RunningStack
 
 console = Console(stderr=True)
 log = logging.getLogger("liftgate.up")
@@ -103,6 +100,13 @@ def up(
     log_level: Annotated[str, typer.Option(help="Log level of the services.")] = "info",
 ) -> None:
     """Start liftgate on the embedded default: PostgreSQL, simulator, gateway, analytics (Ctrl-C stops all)."""
+    # Imported here so that `liftgate --help` and the other commands start fast.
+    from liftgate import demo
+    from liftgate.admin_client import AdminClient, AdminError
+    from liftgate.cli_experiments import load_experiment_file
+    from liftgate.procs import StartupError
+    from liftgate.stack import StackOptions, UpstreamSpec, start_stack, start_traffic
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     try:
         specs = tuple(UpstreamSpec.parse(u) for u in upstream or [])

@@ -1,0 +1,199 @@
+"""The CLI against a running gateway: experiments, feedback import, simulated users."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from liftgate.simulator_model import SimulatorModel
+from liftgate.simulator_process import SimulatorProcess
+from tests.liftgate.frontdoor import Gateway, free_port, liftgate
+
+
+@pytest.fixture(scope="module")
+def models_url() -> Iterator[str]:
+    fast = {
+        "latency_ms": 4.0,
+        "latency_sd": 1.0,
+        "ttft_ms": 2.0,
+        "ttft_sd": 0.5,
+        "tokens": 20.0,
+        "tokens_sd": 4.0,
+    }
+    models = [SimulatorModel("good", quality=0.9, **fast), SimulatorModel("poor", quality=0.1, **fast)]
+    with SimulatorProcess(models) as sim:
+        yield sim.url + "/v1"
+
+
+@pytest.fixture(scope="module")
+def gateway(database_url: str) -> Iterator[Gateway]:
+    with Gateway(database_url) as gw:
+        yield gw
+
+
+def _experiment_file(tmp_path: Path, name: str, route: str, models_url: str) -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(
+        f"""
+upstreams:
+  - {{name: {name}-up, base_url: "{models_url}"}}
+experiments:
+  - name: {name}
+    route: {route}
+    mode: ab
+    variants:
+      - {{name: good, upstream: {name}-up, model: good, weight: 50, is_control: true}}
+      - {{name: poor, upstream: {name}-up, model: poor, weight: 50}}
+"""
+    )
+    return path
+
+
+def _wait_route(gateway: Gateway, route: str, present: bool = True) -> None:
+    import urllib.request
+
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(gateway.url + "/v1/models", timeout=5) as resp:
+            names = {m["id"] for m in json.load(resp)["data"]}
+        if (route in names) == present:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"route {route} {'never appeared' if present else 'still served'}")
+
+
+def test_experiments_lifecycle_through_the_cli(
+    gateway: Gateway, models_url: str, tmp_path: Path, unique_name: str
+) -> None:
+    name, route = unique_name, f"r-{unique_name}"
+    created = liftgate("experiments", "create", "-f", str(_experiment_file(tmp_path, name, route, models_url)),
+                       "--gateway", gateway.url)  # fmt: skip
+    assert created.returncode == 0, created.stderr + created.stdout
+    assert f"experiment {name} created" in created.stdout
+
+    listed = liftgate("experiments", "list", "--gateway", gateway.url, "--json")
+    assert listed.returncode == 0, listed.stderr
+    rows = {e["name"]: e for e in json.loads(listed.stdout)}
+    assert rows[name]["status"] == "draft" and rows[name]["route"] == route
+
+    for action, status in (
+        ("start", "running"),
+        ("pause", "paused"),
+        ("start", "running"),
+        ("stop", "stopped"),
+    ):
+        res = liftgate("experiments", action, name, "--gateway", gateway.url)
+        assert res.returncode == 0, res.stderr
+        shown = liftgate("experiments", "show", name, "--gateway", gateway.url)
+        assert json.loads(shown.stdout)["status"] == status
+
+    # Creating it again is a clear error (non-zero exit), unless --exist-ok.
+    again = liftgate("experiments", "create", "-f", str(tmp_path / f"{name}.yaml"), "--gateway", gateway.url)
+    assert again.returncode == 1 and "error" in again.stderr
+    ok = liftgate(
+        "experiments", "create", "-f", str(tmp_path / f"{name}.yaml"), "--exist-ok", "--gateway", gateway.url
+    )
+    assert ok.returncode == 0 and "exists: kept" in ok.stdout
+
+
+def test_cli_errors_are_clear_and_non_zero(gateway: Gateway, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nroute: y\n")
+    res = liftgate("experiments", "create", "-f", str(bad), "--gateway", gateway.url)
+    assert res.returncode == 2 and "missing variants" in res.stderr
+
+    invalid = tmp_path / "invalid.yaml"
+    invalid.write_text(
+        "name: inv\nroute: inv\nmode: ab\nvariants:\n  - {name: a, upstream: nowhere, model: m, weight: 1}\n"
+        "  - {name: b, upstream: nowhere, model: m, weight: 1}\n"
+    )
+    res = liftgate("experiments", "create", "-f", str(invalid), "--gateway", gateway.url)
+    assert res.returncode == 1 and "422" in res.stderr  # the gateway's reason is shown
+
+    res = liftgate("experiments", "list", "--gateway", gateway.url, token="wrong-token-" + "x" * 20)
+    assert res.returncode == 1 and ("401" in res.stderr or "403" in res.stderr)
+
+    res = liftgate("experiments", "show", "no-such-experiment", "--gateway", gateway.url)
+    assert res.returncode == 1 and "404" in res.stderr
+
+    res = liftgate("experiments", "list", "--gateway", f"http://127.0.0.1:{free_port()}")
+    assert res.returncode == 1 and "cannot reach" in res.stderr
+
+    res = liftgate("experiments", "list", "--gateway", gateway.url, "--state-dir", str(tmp_path), token=None)
+    assert res.returncode == 2 and "no admin token" in res.stderr
+
+
+def test_simulated_users_through_the_gateway_follow_each_variants_quality(
+    gateway: Gateway, models_url: str, tmp_path: Path, unique_name: str
+) -> None:
+    name, route = unique_name, f"r-{unique_name}"
+    res = liftgate("experiments", "create", "-f", str(_experiment_file(tmp_path, name, route, models_url)),
+                   "--start", "--gateway", gateway.url)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    _wait_route(gateway, route)
+
+    sim = liftgate("simulate", "--gateway", gateway.url, "--route", route, "--users", "40", "--duration", "20",
+                   "--rate", "0", "--max-requests", "600", "--concurrency", "8", "--quiet", "--seed", "3")  # fmt: skip
+    assert sim.returncode == 0, sim.stderr
+
+    interactions = [e for e in gateway.sink.interactions() if e.route == route]
+    assert len(interactions) >= 550
+    by_unit: dict[str, set[str | None]] = {}
+    for e in interactions:
+        by_unit.setdefault(e.unit_id, set()).add(e.variant)
+    assert all(len(v) == 1 for v in by_unit.values()), "sticky: one variant per simulated user"
+    assert 20 <= len(by_unit) <= 40 and all(u.startswith("user-3-") for u in by_unit)
+    per_unit = sorted(Counter(e.unit_id for e in interactions).values(), reverse=True)
+    assert per_unit[0] >= 4 * per_unit[len(per_unit) // 2], "heavy users send far more than the median user"
+    assert {e.tags.get("task") for e in interactions} == {"code", "math", "chat"}
+    turns = Counter(e.conversation_id for e in interactions)
+    assert max(turns.values()) >= 2, "multi-turn conversations share a conversation id"
+    assert any(e.stream for e in interactions) and any(not e.stream for e in interactions)
+
+    variant_of = {e.request_id: e.variant for e in interactions}
+    votes: dict[str, Counter[str]] = {"good": Counter(), "poor": Counter()}
+    for f in gateway.sink.feedback():
+        variant = variant_of.get(f.request_id)
+        if variant in votes:
+            votes[variant][f.kind] += 1
+    for variant, expected_up in (("good", 0.9), ("poor", 0.1)):
+        c = votes[variant]
+        n = c["thumbs_up"] + c["thumbs_down"]
+        assert n >= 30, (variant, c)
+        assert abs(c["thumbs_up"] / n - expected_up) < 0.15, (variant, c)
+    assert votes["poor"]["regenerate"] > 2 * votes["good"]["regenerate"]
+    assert votes["good"]["continued"] > 0 and votes["good"]["copy"] > votes["poor"]["copy"]
+
+
+def test_feedback_import_posts_lines_and_reports_rejected_ones(gateway: Gateway, tmp_path: Path) -> None:
+    before = len(gateway.sink.feedback())
+    path = tmp_path / "feedback.jsonl"
+    lines = [
+        json.dumps({"request_id": "req-import-1", "kind": "thumbs_up"}),
+        json.dumps({"request_id": "req-import-2", "kind": "rating", "value": 4, "unit_id": "u-9"}),
+        "",
+        "not json",
+        json.dumps({"kind": "thumbs_up"}),
+        json.dumps(
+            {"request_id": "req-import-3", "kind": "thumbs_up", "value": 7}
+        ),  # gateway: must be 0 or 1
+        json.dumps({"request_id": "req-import-4", "kind": "my_signal", "value": 2.5}),
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    res = liftgate("feedback", "import", str(path), "--gateway", gateway.url)
+    assert res.returncode == 1
+    assert "line 4: rejected: not JSON" in res.stderr
+    assert "line 5: rejected: missing 'request_id'" in res.stderr
+    assert "line 6: rejected: HTTP 400" in res.stderr
+    assert "3 accepted, 3 rejected" in res.stderr
+    got = {(f.request_id, f.kind, f.value, f.unit_id) for f in gateway.sink.feedback()[before:]}
+    assert got == {
+        ("req-import-1", "thumbs_up", 1.0, ""),
+        ("req-import-2", "rating", 4.0, "u-9"),
+        ("req-import-4", "my_signal", 2.5, ""),
+    }
