@@ -133,6 +133,8 @@ def analytics_url(database_url: str, admin_token: str) -> Iterator[str]:
         "LIFTGATE_DATABASE_URL": database_url,
         "LIFTGATE_ADMIN_TOKEN": admin_token,
         "LIFTGATE_SNAPSHOT_INTERVAL_S": "0",
+        # The seeded rollout must stay as written while pages and the API are compared.
+        "LIFTGATE_ROLLOUT_CONTROLLER": "false",
         "LIFTGATE_REPORT_MAX_AGE_S": "3600",
         "LIFTGATE_ANALYTICS_PORT": str(port),
     }
@@ -168,9 +170,10 @@ def seeded(engine: Engine, analytics_url: str, admin_token: str) -> Seeded:
             conn,
             ids[ROLLOUT.name],
             [
-                (0, 1, "advance", "stage 0 met its minimums; no guardrail hurt"),
+                (None, 0, "start", "rollout started at stage 1%"),
+                (0, 1, "advance", "stage 1% met its minimums (30 min, 200 units); no guardrail hurt"),
                 (1, 1, "hold", "waiting for 500 units per variant (312 so far)"),
-                (1, 2, "advance", "stage 1 met its minimums; no guardrail hurt"),
+                (1, 2, "advance", "stage 5% met its minimums (30 min, 500 units); no guardrail hurt"),
             ],
         )
         add_shadow_pairs(conn, ids[SHADOW.name], SHADOW, 400, rng)

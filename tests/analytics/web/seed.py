@@ -209,7 +209,9 @@ def add_shadow_pairs(
     conn.execute(insert(metadata.tables["interactions"]), rows)
 
 
-def add_decisions(conn: Connection, eid: int, decisions: Sequence[tuple[int, int | None, str, str]]) -> None:
+def add_decisions(
+    conn: Connection, eid: int, decisions: Sequence[tuple[int | None, int | None, str, str]]
+) -> None:
     """Rollout decisions (stage, to_stage, decision, reason), one minute apart."""
     start = datetime.now(UTC) - timedelta(minutes=len(decisions) * 10)
     for k, (stage, to_stage, decision, reason) in enumerate(decisions):

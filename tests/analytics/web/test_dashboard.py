@@ -23,9 +23,11 @@ def open_page(w: WatchedPage, url: str) -> None:
     assert last_error is None, f"page could not refresh: {last_error}; console: {w.errors}"
 
 
-def shown_numbers(w: WatchedPage, scope: str = "body") -> list[dict[str, str]]:
+def shown_numbers(w: WatchedPage, scope: str = "main") -> list[dict[str, str]]:
+    """Numbers under ``scope``; ``main`` means the report's (the rollout card has its own API)."""
+    selector = "main .num:not(#rollout .num)" if scope == "main" else f"{scope} .num"
     rows: list[dict[str, str]] = w.page.eval_on_selector_all(
-        f"{scope} .num",
+        selector,
         "els => els.map(e => ({ptr: e.dataset.ptr, fmt: e.dataset.fmt, raw: e.dataset.raw, text: e.textContent}))",
     )
     return rows
@@ -150,4 +152,28 @@ def test_page_refreshes_in_place_when_a_new_snapshot_arrives(
         "Chart.getChart(document.querySelector('#timeseries')).data.datasets[4].data.length"
     )
     assert points_after == points_before + 1
+    assert watched.errors == []
+
+
+def test_rollout_page_shows_the_stage_timeline_from_the_rollout_api(
+    watched: WatchedPage, analytics_url: str, seeded: Seeded
+) -> None:
+    open_page(watched, f"{analytics_url}/dashboard/experiments/{seeded.rollout}")
+    report = get_json(f"{analytics_url}/api/experiments/{seeded.rollout}/report")
+    rollout = get_json(f"{analytics_url}/api/experiments/{seeded.rollout}/rollout")
+    assert watched.page.is_visible("#rollout-card")
+    decisions = watched.page.eval_on_selector_all(
+        "#rollout-timeline tr[data-decision]", "rs => rs.map(r => r.dataset.decision)"
+    )
+    newest_first = sorted(rollout["decisions"], key=lambda d: (d["created_at"], d["id"]), reverse=True)
+    assert decisions == [d["decision"] for d in newest_first]
+    reasons = watched.page.eval_on_selector_all(
+        "#rollout-timeline tr[data-decision] td:nth-child(4)", "ts => ts.map(t => t.textContent)"
+    )
+    assert reasons == [d["reason"] for d in newest_first]
+    current = watched.page.get_attribute(".ladder li.current", "data-stage")
+    assert current == str(rollout["stage"])
+    assert_numbers_match(shown_numbers(watched, "#rollout"), rollout)
+    assert_numbers_match(shown_numbers(watched, "main"), report)
+    watched.page.screenshot(path=str(SCREENSHOTS / "rollout.png"), full_page=True)
     assert watched.errors == []

@@ -21,6 +21,7 @@ const SKELETON = `
     </section>
   </div>
   <section class="card" id="paired-card" hidden><h2>Shadow: candidate vs baseline on the same prompts</h2><div id="paired"></div></section>
+  <section class="card" id="rollout-card" hidden><h2>Rollout</h2><div id="rollout"></div></section>
   <div class="toolbar">
     <label>Segment <select id="segment"><option value="">all units</option></select></label>
     <span class="hint" id="segment-hint"></span>
@@ -48,7 +49,6 @@ const SKELETON = `
       <th class="r">P(beat control)</th><th>guardrail</th><th>progress to sample size</th>
     </tr></thead><tbody></tbody></table>
   </section>
-  <section class="card" id="rollout-card" hidden><h2>Rollout</h2><div id="rollout"></div></section>
   <section class="card notes" id="notes-card" hidden><h2>Notes</h2><ul id="notes"></ul></section>`;
 
 export class ExperimentPage {
@@ -102,7 +102,7 @@ export class ExperimentPage {
     this.renderTimeseries(r, metrics);
     const rolloutCard = $("#rollout-card");
     rolloutCard.hidden = r.mode !== "rollout";
-    if (r.mode === "rollout") $("#rollout").innerHTML = renderRollout(this.rollout, r);
+    if (r.mode === "rollout") $("#rollout").innerHTML = renderRollout(this.rollout);
     const pairedCard = $("#paired-card");
     pairedCard.hidden = !(r.mode === "shadow" || r.paired.length);
     if (!pairedCard.hidden) $("#paired").innerHTML = renderPaired(r.paired);

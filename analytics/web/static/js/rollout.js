@@ -1,57 +1,65 @@
-// Staged rollouts: current stage and the timeline of decisions (stage, time, decision,
-// reason) from GET /api/experiments/{ref}/rollout.
+// Staged rollouts: the stage ladder and the timeline of decisions (time, stage, decision,
+// reason, actor) from GET /api/experiments/{ref}/rollout (analytics/rollout/api.py).
 
-import { DASH, esc, when } from "./format.js";
+import { cell, DASH, esc, when } from "./format.js";
 
-const TONES = { advance: "good", promote: "good", rollback: "bad", rolled_back: "bad", hold: "neutral", pause: "neutral", resume: "accent" };
-
-function decisionsOf(state) {
-  if (!state) return [];
-  if (Array.isArray(state)) return state;
-  return state.decisions || state.timeline || [];
-}
-
-function stagesOf(state, report) {
-  if (state && Array.isArray(state.stages)) return state.stages;
-  if (state && state.plan && Array.isArray(state.plan.stages)) return state.plan.stages;
-  return null;
-}
+const TONES = {
+  start: "accent",
+  advance: "good",
+  promote: "good",
+  rollback: "bad",
+  hold: "neutral",
+  pause: "neutral",
+  resume: "accent",
+};
 
 function stageLabel(stages, i) {
   if (i == null) return DASH;
-  const s = stages && stages[i];
-  const pctValue = s == null ? null : typeof s === "number" ? s : s.percent ?? s.weight ?? null;
-  return pctValue == null ? `stage ${i}` : `stage ${i} (${pctValue}%)`;
+  const s = stages[i];
+  return s && s.percent != null ? `${s.percent}%` : `stage ${i}`;
 }
 
-export function renderRollout(state, report) {
-  if (state && state.error && !Array.isArray(state)) {
-    return `<p class="muted">Rollout state unavailable: ${esc(state.error)}</p>`;
+function evidenceTitle(evidence) {
+  if (!evidence || !Object.keys(evidence).length) return "";
+  const text = JSON.stringify(evidence);
+  return text.length > 800 ? text.slice(0, 800) + "…" : text;
+}
+
+export function renderRollout(state) {
+  if (!state || state.error) {
+    return `<p class="muted">Rollout state unavailable${state ? `: ${esc(state.error)}` : ""}.</p>`;
   }
-  const stages = stagesOf(state, report);
-  const current = state && !Array.isArray(state) && state.stage != null ? state.stage : report.stage;
-  const ladder = stages
-    ? `<ol class="ladder">${stages
-        .map((s, i) => `<li class="${i === current ? "current" : i < current ? "done" : ""}">${esc(stageLabel(stages, i).replace(/^stage \d+ /, ""))}</li>`)
+  const stages = state.stages || [];
+  const current = state.stage;
+  const ladder = stages.length
+    ? `<ol class="ladder" aria-label="rollout stages">${stages
+        .map((s, i) => {
+          const cls = current == null ? "" : i === current ? "current" : i < current ? "done" : "";
+          return `<li class="${cls}" data-stage="${i}">${esc(stageLabel(stages, i))}</li>`;
+        })
         .join("")}</ol>`
     : "";
-  const rows = decisionsOf(state)
+  const rows = (state.decisions || [])
     .slice()
-    .sort((a, b) => Date.parse(b.created_at || b.at || b.t) - Date.parse(a.created_at || a.at || a.t))
+    .sort((a, b) => Date.parse(b.created_at) - Date.parse(a.created_at) || (b.id || 0) - (a.id || 0))
     .map((d) => {
-      const t = TONES[d.decision] || "neutral";
       const to = d.to_stage != null && d.to_stage !== d.stage ? ` → ${esc(stageLabel(stages, d.to_stage))}` : "";
-      return `<tr data-decision="${esc(d.decision)}">
-        <td>${when(d.created_at || d.at || d.t)}</td>
+      return `<tr data-decision="${esc(d.decision)}" title="${esc(evidenceTitle(d.evidence))}">
+        <td>${when(d.created_at)}</td>
         <td>${esc(stageLabel(stages, d.stage))}${to}</td>
-        <td><span class="badge ${t}">${esc(d.decision)}</span></td>
+        <td><span class="badge ${TONES[d.decision] || "neutral"}">${esc(d.decision)}</span></td>
         <td>${esc(d.reason || "")}</td>
         <td class="muted">${esc(d.actor || "")}</td>
       </tr>`;
     })
     .join("");
-  const status = state && !Array.isArray(state) && state.status ? `<span>status <b>${esc(state.status)}</b></span>` : "";
-  return `<div class="facts"><span>current ${esc(stageLabel(stages, current))}</span>${status}
+  const percent = state.stage_percent == null ? DASH : `${cell(state.stage_percent, "num", "/stage_percent")}%`;
+  return `<div class="facts">
+      <span>candidate traffic <b>${percent}</b></span>
+      <span>status <b>${esc(state.status)}</b></span>
+      ${state.stage_started_at ? `<span>stage since ${when(state.stage_started_at)}</span>` : ""}
+      ${state.status_reason ? `<span>${esc(state.status_reason)}</span>` : ""}
+      ${state.plan_error ? `<span class="bad-text">plan: ${esc(state.plan_error)}</span>` : ""}
     </div>
     ${ladder}
     <table class="grid compact" id="rollout-timeline"><thead><tr>
