@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from sqlalchemy import Connection, text
@@ -35,6 +35,9 @@ from analytics.snapshot import load_timeseries, with_current_point
 from analytics.stats.correction import benjamini_hochberg, holm
 from analytics.stats.srm import SRM_THRESHOLD
 from analytics.stats.srm import srm_check as srm_test
+
+
+STAGE_GRACE_S = 2.0
 
 
 class _Settings(Protocol):
@@ -191,7 +194,8 @@ def _srm_counts(conn: Connection, exp: _Experiment, overall: Mapping[str, int]) 
     """Units per variant to test against the weights.
 
     A rollout's weights change per stage, so only units first seen in the current stage
-    were assigned with the current weights (assignment is monotone under ramp).
+    were assigned with the current weights (assignment is monotone under ramp); the
+    gateway applies new weights within 1 s, hence the grace period.
     """
     if exp.mode != "rollout" or exp.stage_started_at is None:
         return dict(overall)
@@ -200,7 +204,7 @@ def _srm_counts(conn: Connection, exp: _Experiment, overall: Mapping[str, int]) 
             "SELECT variant, count(*) FROM unit_rollups WHERE experiment_id = :e"
             " AND first_ts >= :t GROUP BY variant"
         ),
-        {"e": exp.id, "t": exp.stage_started_at},
+        {"e": exp.id, "t": exp.stage_started_at + timedelta(seconds=STAGE_GRACE_S)},
     )
     return {str(v): int(n) for v, n in rows}
 

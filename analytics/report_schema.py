@@ -48,7 +48,8 @@ Mode = Literal["ab", "shadow", "rollout"]
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # A NaN/inf that slipped past the engine's guards still serialises as null, never NaN.
+    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="null")
 
 
 class ErrorInfo(_Model):
