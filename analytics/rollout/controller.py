@@ -18,6 +18,7 @@ import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+import psycopg
 from sqlalchemy import Connection, Engine
 
 from analytics.aggregate import unit_counts, variant_stats
@@ -80,8 +81,11 @@ def measure(
     assert control is not None and candidate is not None and row.stage_started_at is not None
     guards, success = resolve_guardrails(conn, plan)
     metrics = [m for m, _ in guards] + success
-    stats = variant_stats(conn, row.id, metrics) if metrics else {}
-    counts = unit_counts(conn, row.id)
+    # The driver connection (same transaction): aggregate's SQL passes positional lists.
+    pg = conn.connection.driver_connection
+    assert isinstance(pg, psycopg.Connection)
+    stats = variant_stats(pg, row.id, metrics) if metrics else {}
+    counts = unit_counts(pg, row.id)
     alpha = guardrail_alpha(plan.alpha, guards)
     checks = tuple(
         check_guardrail(

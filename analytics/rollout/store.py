@@ -287,11 +287,10 @@ def record(
 
 
 def active_units(conn: Connection, experiment_id: int, since: datetime) -> dict[str, int]:
-    """Units per variant with activity at or after ``since`` (segment '')."""
+    """Units per variant with activity at or after ``since``."""
     rows = conn.execute(
         text(
-            "SELECT variant, count(*) FROM unit_rollups WHERE experiment_id = :e AND segment = ''"
-            " AND last_ts >= :t GROUP BY variant"
+            "SELECT variant, count(*) FROM unit_rollups WHERE experiment_id = :e AND last_ts >= :t GROUP BY variant"
         ),
         {"e": experiment_id, "t": since},
     )
