@@ -185,3 +185,58 @@ def assert_rollups_equal(got: dict[Any, dict[str, Any]], want: dict[Any, dict[st
                     assert abs(g["counters"][k] - v) < 1e-6 * max(1.0, abs(v)), (key, k)
             else:
                 assert abs(g[col] - wv) < 1e-6 * max(1.0, abs(wv)), (key, col, g[col], wv)
+
+
+# --- Kafka ------------------------------------------------------------------------------------
+
+
+def create_topics(bootstrap: str, *names: str, partitions: int = 6) -> None:
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="lg-test-admin")
+    try:
+        admin.create_topics([NewTopic(n, num_partitions=partitions, replication_factor=1) for n in names])
+    finally:
+        admin.close()
+
+
+def produce(bootstrap: str, items: Iterable[tuple[str, bytes | None, bytes]]) -> None:
+    """Send (topic, key, value) with a plain producer and wait until all are acknowledged."""
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
+    try:
+        for topic, key, value in items:
+            producer.send(topic, key=key, value=value)
+        producer.flush(timeout=60)
+    finally:
+        producer.close(timeout=10)
+
+
+def event_records(
+    events: Iterable[Event], interactions_topic: str, feedback_topic: str
+) -> list[tuple[str, bytes | None, bytes]]:
+    from contracts.events import encode
+
+    return [
+        (interactions_topic if isinstance(e, InteractionEvent) else feedback_topic, e.key, encode(e))
+        for e in events
+    ]
+
+
+def wait_for(predicate: Any, timeout: float, what: str, interval: float = 0.2) -> None:
+    """Poll a real condition until it holds or the deadline passes."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def count_rows(database_url: str, sql: str, *params: object) -> int:
+    with connect(database_url) as conn:
+        row = conn.execute(sql.encode(), params).fetchone()
+    return int(row[0]) if row else 0

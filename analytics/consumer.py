@@ -1,0 +1,327 @@
+"""Kafka → Postgres: the analytics consumer group (exactly-once effect).
+
+Each poll (up to ``consumer_max_records`` records or ``consumer_poll_ms``) becomes one
+Postgres transaction through ``analytics.ingest.ingest_raw``: decodable events are
+ingested idempotently, undecodable ones are written to ``dead_letters`` (raw bytes, key,
+topic/partition/offset, reason) in the same transaction. Offsets are committed only
+after that transaction committed, so a crash anywhere redelivers the batch and the
+``event_id`` keys make the replay a no-op.
+
+Postgres unavailable: the batch is held, partitions are paused (polling continues so
+the group membership stays alive), the write is retried with exponential backoff up to
+``consumer_max_backoff_s``; nothing is committed meanwhile. Several processes share the
+partitions through the consumer group; on a rebalance uncommitted work is simply
+redelivered to the new owner (a failed commit is logged and harmless).
+
+Run ``python -m analytics.consumer`` (settings from ``LIFTGATE_*``), or call
+``run_consumer(settings, stop_event)`` from a thread of the analytics service.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import psycopg
+from kafka import KafkaConsumer, TopicPartition
+from kafka.errors import CommitFailedError, KafkaError
+from kafka.structs import OffsetAndMetadata
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from analytics.deadletter import DeadLetterRow
+from analytics.ingest import IngestResult, Raw, attribute_pending, ingest_raw
+from contracts.events import FEEDBACK_TOPIC, INTERACTIONS_TOPIC, DecodeError, InteractionEvent, decode
+
+log = logging.getLogger(__name__)
+
+
+class ConsumerSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="LIFTGATE_", extra="ignore")
+
+    database_url: str = "postgresql+psycopg://postgres@127.0.0.1:15432/liftgate"
+    kafka_bootstrap: str = "127.0.0.1:19092"
+    consumer_group: str = "liftgate-analytics"
+    interactions_topic: str = INTERACTIONS_TOPIC
+    feedback_topic: str = FEEDBACK_TOPIC
+    consumer_max_records: int = Field(default=5000, ge=1, le=100_000)
+    consumer_poll_ms: int = Field(default=200, ge=1, le=60_000)
+    consumer_max_backoff_s: float = Field(default=10.0, gt=0, le=300)
+    # How often feedback left unattributed by a cross-transaction race is re-joined.
+    consumer_sweep_interval_s: float = Field(default=30.0, gt=0)
+    # Static membership (Kafka's group.instance.id): a restarted process with the same id
+    # takes its partitions back at once instead of waiting out the session timeout.
+    consumer_instance_id: str | None = None
+    consumer_session_timeout_ms: int = Field(default=10_000, ge=6_000, le=300_000)
+    consumer_metrics_port: int = Field(default=0, ge=0, le=65535)  # 0: no own /metrics server
+
+
+class _HasConnection(Protocol):
+    database_url: str
+    kafka_bootstrap: str | None
+
+
+@dataclass
+class ConsumerMetrics:
+    registry: CollectorRegistry = field(default_factory=lambda: REGISTRY)
+
+    def __post_init__(self) -> None:
+        r = self.registry
+        self.consumed = Counter(
+            "liftgate_analytics_events_consumed", "Kafka records consumed and written", ["topic"], registry=r
+        )
+        self.dead_lettered = Counter(
+            "liftgate_analytics_events_dead_lettered",
+            "Records written to dead_letters",
+            ["topic"],
+            registry=r,
+        )
+        self.duplicates = Counter(
+            "liftgate_analytics_events_duplicate", "Redelivered events ignored by ingest", registry=r
+        )
+        self.lag = Gauge(
+            "liftgate_analytics_consumer_lag",
+            "Records not yet consumed, summed over this process's partitions",
+            ["topic"],
+            registry=r,
+        )
+        self.batch_seconds = Histogram(
+            "liftgate_analytics_batch_write_seconds",
+            "Time to write one batch to Postgres (one transaction)",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+            registry=r,
+        )
+        self.db_retries = Counter(
+            "liftgate_analytics_db_retries", "Batch writes retried after a database error", registry=r
+        )
+
+
+_default_metrics: ConsumerMetrics | None = None
+_default_lock = threading.Lock()
+
+
+def default_metrics() -> ConsumerMetrics:
+    """Metrics on the process-default registry, declared once per process."""
+    global _default_metrics
+    with _default_lock:
+        if _default_metrics is None:
+            _default_metrics = ConsumerMetrics()
+        return _default_metrics
+
+
+def _pg_url(url: str) -> str:
+    return url.replace("postgresql+psycopg://", "postgresql://", 1)
+
+
+@dataclass
+class Batch:
+    interactions: list[Raw] = field(default_factory=list)
+    feedback: list[Raw] = field(default_factory=list)
+    dead: list[DeadLetterRow] = field(default_factory=list)
+    offsets: dict[TopicPartition, int] = field(default_factory=dict)  # next offset to commit
+    per_topic: dict[str, int] = field(default_factory=dict)
+
+
+def decode_batch(records: dict[TopicPartition, list[Any]]) -> Batch:
+    """Sort records into interactions, feedback and dead letters (with the reason)."""
+    b = Batch()
+    for tp, recs in records.items():
+        for rec in recs:
+            raw = Raw(rec.value or b"", rec.topic, rec.partition, rec.offset, rec.key)
+            try:
+                ev = decode(raw.payload)
+            except DecodeError as exc:
+                b.dead.append(
+                    DeadLetterRow(rec.topic, rec.partition, rec.offset, rec.key, raw.payload, exc.reason)
+                )
+            else:
+                (b.interactions if isinstance(ev, InteractionEvent) else b.feedback).append(raw)
+            b.per_topic[rec.topic] = b.per_topic.get(rec.topic, 0) + 1
+        if recs:
+            b.offsets[tp] = recs[-1].offset + 1
+    return b
+
+
+class Consumer:
+    """One consumer-group member; ``run`` loops until ``stop`` is set."""
+
+    def __init__(
+        self, settings: ConsumerSettings, stop: threading.Event, metrics: ConsumerMetrics | None = None
+    ) -> None:
+        self.s = settings
+        self.stop = stop
+        self.metrics = metrics or default_metrics()
+        self.pg: psycopg.Connection[Any] | None = None
+        self.kafka = KafkaConsumer(
+            settings.interactions_topic,
+            settings.feedback_topic,
+            bootstrap_servers=settings.kafka_bootstrap,
+            group_id=settings.consumer_group,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            max_poll_records=settings.consumer_max_records,
+            group_instance_id=settings.consumer_instance_id,
+            session_timeout_ms=settings.consumer_session_timeout_ms,
+            heartbeat_interval_ms=min(3000, settings.consumer_session_timeout_ms // 4),
+            client_id="liftgate-analytics",
+        )
+        self._next_lag = 0.0
+        self._next_sweep = time.monotonic() + settings.consumer_sweep_interval_s
+
+    # -- database ---------------------------------------------------------------------------
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self.pg is None or self.pg.closed or self.pg.broken:
+            if self.pg is not None:
+                self.pg.close()
+            self.pg = psycopg.connect(_pg_url(self.s.database_url), connect_timeout=5)
+        return self.pg
+
+    def _reset_connection(self) -> None:
+        if self.pg is not None:
+            try:
+                if not self.pg.broken and not self.pg.closed:
+                    self.pg.rollback()
+                    return
+            except psycopg.Error:
+                pass
+            self.pg.close()
+            self.pg = None
+
+    def _write(self, batch: Batch) -> IngestResult | None:
+        """Write until it succeeds (None if stopped first); partitions paused while retrying."""
+        backoff = 0.1
+        paused: list[TopicPartition] = []
+        try:
+            while True:
+                try:
+                    with self.metrics.batch_seconds.time():
+                        return ingest_raw(self._connection(), batch.interactions, batch.feedback, batch.dead)
+                except psycopg.Error as exc:
+                    self.metrics.db_retries.inc()
+                    log.warning(
+                        "batch write failed (%s: %s); retrying in %.1fs", type(exc).__name__, exc, backoff
+                    )
+                    self._reset_connection()
+                if not paused:
+                    paused = list(self.kafka.assignment())
+                    self.kafka.pause(*paused)
+                if self.stop.wait(backoff):
+                    return None
+                # Keeps the group membership alive; paused partitions return no records.
+                self.kafka.poll(timeout_ms=0)
+                backoff = min(backoff * 2, self.s.consumer_max_backoff_s)
+        finally:
+            if paused:
+                self.kafka.resume(*paused)
+
+    # -- kafka ------------------------------------------------------------------------------
+
+    def _commit(self, offsets: dict[TopicPartition, int]) -> None:
+        try:
+            self.kafka.commit({tp: OffsetAndMetadata(o, "", -1) for tp, o in offsets.items()})
+        except (CommitFailedError, KafkaError) as exc:
+            # The partitions moved to another member: it re-reads from the last committed
+            # offset and ingest ignores what this batch already stored.
+            log.warning(
+                "offset commit failed after a successful write (%s); records will be redelivered", exc
+            )
+
+    def _update_lag(self) -> None:
+        now = time.monotonic()
+        if now < self._next_lag:
+            return
+        parts = list(self.kafka.assignment())
+        if not parts:
+            return
+        self._next_lag = now + 5.0
+        try:
+            ends = self.kafka.end_offsets(parts)
+        except KafkaError as exc:
+            log.debug("lag unavailable: %s", exc)
+            return
+        lag: dict[str, int] = {}
+        for tp in parts:
+            pos = self.kafka.position(tp)
+            lag[tp.topic] = lag.get(tp.topic, 0) + max(0, int(ends.get(tp, pos)) - int(pos))
+        for topic, value in lag.items():
+            self.metrics.lag.labels(topic).set(value)
+
+    def _maybe_sweep(self) -> None:
+        if time.monotonic() < self._next_sweep:
+            return
+        self._next_sweep = time.monotonic() + self.s.consumer_sweep_interval_s
+        try:
+            n = attribute_pending(self._connection())
+            if n:
+                log.info("attributed %s feedback events left over by concurrent batches", n)
+        except psycopg.Error as exc:
+            log.warning("feedback sweep failed: %s", exc)
+            self._reset_connection()
+
+    def run(self) -> None:
+        log.info(
+            "consumer %s reading %s, %s",
+            self.s.consumer_group,
+            self.s.interactions_topic,
+            self.s.feedback_topic,
+        )
+        try:
+            while not self.stop.is_set():
+                records = self.kafka.poll(
+                    timeout_ms=self.s.consumer_poll_ms, max_records=self.s.consumer_max_records
+                )
+                if records:
+                    batch = decode_batch(records)
+                    res = self._write(batch)
+                    if res is None:
+                        break  # stopped while the database was down: nothing committed
+                    self._commit(batch.offsets)
+                    for topic, n in batch.per_topic.items():
+                        self.metrics.consumed.labels(topic).inc(n)
+                    for d in batch.dead:
+                        self.metrics.dead_lettered.labels(d.topic).inc()
+                    self.metrics.duplicates.inc(res.duplicates)
+                self._update_lag()
+                self._maybe_sweep()
+        finally:
+            self.kafka.close(autocommit=False)
+            if self.pg is not None:
+                self.pg.close()
+
+
+def run_consumer(
+    settings: ConsumerSettings | _HasConnection,
+    stop_event: threading.Event,
+    metrics: ConsumerMetrics | None = None,
+) -> None:
+    """Consume until ``stop_event`` is set (for a thread of the analytics service).
+
+    Accepts the service's settings too: database URL and bootstrap are taken from them,
+    the consumer's own options from ``LIFTGATE_*`` environment variables.
+    """
+    if not isinstance(settings, ConsumerSettings):
+        settings = ConsumerSettings(
+            database_url=settings.database_url, kafka_bootstrap=settings.kafka_bootstrap or "127.0.0.1:19092"
+        )
+    Consumer(settings, stop_event, metrics).run()
+
+
+def main() -> None:
+    settings = ConsumerSettings()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    if settings.consumer_metrics_port:
+        start_http_server(settings.consumer_metrics_port, addr="127.0.0.1")
+    run_consumer(settings, stop)
+
+
+if __name__ == "__main__":
+    main()
