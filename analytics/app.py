@@ -82,9 +82,12 @@ def consumer_worker(ctx: ServiceContext) -> BackgroundWorker | None:
     if not ctx.settings.kafka_bootstrap or not ctx.settings.analytics_consumer:
         return None
     # Imported here: the consumer pulls in kafka-python, which the service needs only then.
-    consumer = importlib.import_module("analytics.consumer")
+    from analytics.consumer import ConsumerMetrics, run_consumer
+
     settings = ctx.settings
-    return BackgroundWorker("consumer", lambda stop: consumer.run_consumer(settings, stop))
+    # The consumer's metrics go on the service's registry, so /metrics shows them.
+    metrics = ConsumerMetrics(registry=ctx.metrics.registry)
+    return BackgroundWorker("consumer", lambda stop: run_consumer(settings, stop, metrics))
 
 
 def default_workers() -> list[WorkerFactory]:
