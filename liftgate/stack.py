@@ -7,6 +7,7 @@ PostgreSQL (embedded, or any server named by a URL) → migrations → model sim
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -192,6 +193,24 @@ def _start_database(stack: RunningStack) -> None:
     db.upgrade(stack.database_url)
 
 
+def ensure_topics(bootstrap: str, partitions: int = 6, timeout_s: float = 30.0) -> None:
+    """Create the two event topics when missing (the broker does not auto-create them)."""
+    from kafka.admin import KafkaAdminClient, NewTopic
+    from kafka.errors import TopicAlreadyExistsError
+
+    from contracts.events import FEEDBACK_TOPIC, INTERACTIONS_TOPIC
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000))
+    try:
+        missing = {INTERACTIONS_TOPIC, FEEDBACK_TOPIC} - set(admin.list_topics())
+        for name in sorted(missing):
+            # Another process may create it at the same moment: that is fine.
+            with contextlib.suppress(TopicAlreadyExistsError):
+                admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
+    finally:
+        admin.close()
+
+
 def _py(*args: str) -> list[str]:
     return [sys.executable, "-m", *args]
 
@@ -208,6 +227,7 @@ def _start_services(stack: RunningStack) -> None:
     }
     if opts.kafka_bootstrap:
         common["LIFTGATE_KAFKA_BOOTSTRAP"] = opts.kafka_bootstrap
+        ensure_topics(opts.kafka_bootstrap)
 
     if opts.simulator and not opts.upstreams:
         models = demo_models()

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from liftgate.stack import RunningStack
 
 console = Console(stderr=True)
+# The banner (URLs, token) goes to stdout and is never wrapped, so it can be copied or parsed.
+banner_console = Console(soft_wrap=True)
 log = logging.getLogger("liftgate.up")
 
 
@@ -195,4 +197,4 @@ def _banner(stack: RunningStack, routes: list[str], traffic: bool) -> None:
         "  simulated users: " + ("running" if traffic else "off (add --traffic)"),
         "  Ctrl-C stops everything; data persists to the next start.",
     ]  # fmt: skip
-    console.print("\n".join(lines))
+    banner_console.print("\n".join(lines))

@@ -1,0 +1,170 @@
+"""`liftgate up --traffic` as a real process: the demo's known differences show up in the
+report within the issue's 3 minutes, the A/A route stays non-significant, Ctrl-C leaves no
+process behind, and a second start reuses the data."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from tests.liftgate.frontdoor import ROOT, free_port
+
+REPORT_DEADLINE_S = 180.0  # issue 5: "within 3 minutes the report shows the simulator's differences"
+VERBOSITY = "completion_tokens_per_response"
+
+
+class Up:
+    """One `liftgate up` process on free ports with its own state dir and PostgreSQL."""
+
+    def __init__(self, state: Path, ports: dict[str, int], *extra: str) -> None:
+        self.state = state
+        self.ports = ports
+        argv = [sys.executable, "-m", "liftgate", "up", "--state-dir", str(state)]
+        for opt in ("pg", "gateway", "analytics", "baseline", "candidate"):
+            argv += [f"--{opt}-port", str(ports[opt])]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LIFTGATE_")}
+        self.log = (state.parent / f"up-{time.monotonic_ns()}.log").open("w")
+        self.proc = subprocess.Popen(
+            [*argv, *extra], env=env, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT
+        )
+        self.analytics = f"http://127.0.0.1:{ports['analytics']}"
+        self.gateway = f"http://127.0.0.1:{ports['gateway']}"
+
+    def output(self) -> str:
+        return Path(self.log.name).read_text(errors="replace")[-4000:]
+
+    def wait_up(self, timeout: float = 150.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        run_file = self.state / "up.json"
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, f"liftgate up exited early:\n{self.output()}"
+            if run_file.exists():
+                data: dict[str, Any] = json.loads(run_file.read_text())
+                return data
+            time.sleep(0.3)
+        raise AssertionError(f"liftgate up not ready within {timeout} s:\n{self.output()}")
+
+    def tree(self) -> list[int]:
+        """Every process below `liftgate up` (children, uvicorn workers) plus our PostgreSQL."""
+        pids = [p.pid for p in psutil.Process(self.proc.pid).children(recursive=True)]
+        for p in psutil.process_iter(["cmdline"]):
+            if str(self.state / "pg") in " ".join(p.info["cmdline"] or []):
+                pids.append(p.pid)
+        return pids
+
+    def interrupt(self, timeout: float = 60.0) -> int:
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            self.log.close()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.log.close()
+
+
+def _get(url: str, token: str | None = None, method: str = "GET") -> Any:
+    req = urllib.request.Request(
+        url, method=method, headers={"Authorization": f"Bearer {token}"} if token else {}
+    )
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return json.load(resp)
+
+
+def _result(report: dict[str, Any], metric: str, variant: str) -> dict[str, Any] | None:
+    return next((r for r in report["results"] if r["metric"] == metric and r["variant"] == variant), None)
+
+
+def _alive(pids: list[int]) -> list[int]:
+    out = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                out.append(pid)
+        except psutil.NoSuchProcess:
+            continue
+    return out
+
+
+def test_liftgate_up_demo_end_to_end(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    ports = {k: free_port() for k in ("pg", "gateway", "analytics", "baseline", "candidate")}
+    up = Up(state, ports, "--traffic", "--users", "80", "--rate", "40")
+    try:
+        info = up.wait_up()
+        t0 = time.monotonic()
+        token = (state / "admin_token").read_text().strip()
+        assert set(info["children"]) >= {
+            "simulator-baseline",
+            "simulator-candidate",
+            "gateway",
+            "analytics",
+            "traffic",
+        }
+        tree = up.tree()
+        assert len(tree) >= 6, tree  # five children + postgres (and its workers)
+
+        report: dict[str, Any] = {}
+        verbosity: dict[str, Any] | None = None
+        while time.monotonic() - t0 < REPORT_DEADLINE_S:
+            try:
+                report = _get(f"{up.analytics}/api/experiments/demo/report?fresh=true")
+            except urllib.error.HTTPError:
+                report = {}
+            verbosity = _result(report, VERBOSITY, "candidate") if report else None
+            if verbosity and verbosity["significant"]:
+                break
+            time.sleep(5)
+        elapsed = time.monotonic() - t0
+        assert verbosity is not None, f"no report data after {elapsed:.0f} s:\n{up.output()}"
+        assert verbosity["significant"], f"verbosity lift not significant after {elapsed:.0f} s: {verbosity}"
+        assert 0.10 < verbosity["lift_relative"] < 0.30  # the candidate is built 20% more verbose
+        units = {row["variant"]: row["observed_units"] for row in report["allocation"]}
+        assert units["baseline"] > 10 and units["candidate"] > 10
+        assert not report["srm"]["flagged"]
+        print(f"verbosity lift significant after {elapsed:.0f} s: {verbosity['lift_relative']:+.1%}")
+
+        aa = _get(f"{up.analytics}/api/experiments/demo-aa/report?fresh=true")
+        aa_verbosity = _result(aa, VERBOSITY, "baseline-copy")
+        assert aa_verbosity is not None and aa_verbosity["units"] > 10
+        assert not aa_verbosity["significant"], aa_verbosity
+        assert {v["verdict"] for v in aa["verdicts"]} <= {"no_difference_yet", "insufficient_data"}, aa[
+            "verdicts"
+        ]
+        # Feedback arrived and is attributed to the variants.
+        thumbs = _result(report, "thumbs_up_rate", "candidate")
+        assert thumbs is not None and (thumbs["numerator"] or 0) > 0
+
+        demo_units = report["units"]
+        assert up.interrupt() == 0, up.output()
+    finally:
+        up.kill()
+    assert _alive(tree) == [], f"processes left behind: {_alive(tree)}"
+
+    # Second start: same data, same token, no traffic needed to see the earlier units.
+    again = Up(state, ports)
+    try:
+        again.wait_up()
+        assert (state / "admin_token").read_text().strip() == token
+        report = _get(f"{again.analytics}/api/experiments/demo/report?fresh=true")
+        assert report["units"] >= demo_units
+        experiments = _get(f"{again.gateway}/admin/experiments", token)
+        assert sorted(e["name"] for e in experiments) == ["demo", "demo-aa"], "no duplicate demo experiments"
+        tree = again.tree()
+        assert again.interrupt() == 0, again.output()
+    finally:
+        again.kill()
+    assert _alive(tree) == []

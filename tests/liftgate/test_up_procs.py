@@ -1,0 +1,104 @@
+"""The process supervision under `liftgate up`: groups, readiness, no orphans; the admin token file."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from liftgate.procs import Child, StartupError, Supervisor
+from liftgate.stack import UpstreamSpec, admin_token
+from tests.liftgate.frontdoor import free_port
+
+# A child that starts a grandchild (like uvicorn workers) and serves /health on a port.
+_SERVER = """
+import http.server, subprocess, sys
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/health" else 404); self.end_headers()
+    def log_message(self, *a): pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+
+def _gone(pids: list[int], timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        alive = [
+            p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+        ]
+        if not alive:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_supervisor_waits_for_health_and_stops_whole_process_groups(tmp_path: Path) -> None:
+    sup = Supervisor()
+    ports = [free_port(), free_port()]
+    children = [
+        Child(
+            f"srv{i}",
+            [sys.executable, "-c", _SERVER, str(p)],
+            dict(os.environ),
+            tmp_path / f"srv{i}.log",
+            health_url=f"http://127.0.0.1:{p}/health",
+        )
+        for i, p in enumerate(ports)
+    ]
+    try:
+        for child in children:
+            sup.start(child, ready_timeout=20)
+        pids: list[int] = []
+        for child in children:
+            assert child.pid is not None and child.alive()
+            assert os.getpgid(child.pid) == child.pid, "each child leads its own process group"
+            kids = psutil.Process(child.pid).children(recursive=True)
+            assert kids, "the grandchild was started"
+            pids += [child.pid, *(k.pid for k in kids)]
+        assert sup.first_dead() is None
+    finally:
+        sup.stop_all()
+    assert _gone(pids), "no child or grandchild survives stop_all"
+
+
+def test_a_child_that_exits_during_startup_is_reported_with_its_log(tmp_path: Path) -> None:
+    child = Child("broken", [sys.executable, "-c", "print('boom: bad config'); raise SystemExit(3)"],
+                  dict(os.environ), tmp_path / "broken.log", health_url=f"http://127.0.0.1:{free_port()}/h")  # fmt: skip
+    with pytest.raises(StartupError, match=r"(?s)broken exited with code 3.*boom: bad config"):
+        Supervisor().start(child, ready_timeout=20)
+
+
+def test_a_child_that_never_gets_ready_times_out(tmp_path: Path) -> None:
+    sup = Supervisor()
+    child = Child("sleeper", [sys.executable, "-c", "import time; time.sleep(60)"], dict(os.environ),
+                  tmp_path / "s.log", health_url=f"http://127.0.0.1:{free_port()}/h")  # fmt: skip
+    try:
+        with pytest.raises(StartupError, match="not ready"):
+            sup.start(child, ready_timeout=1.5)
+    finally:
+        sup.stop_all()
+    assert child.pid is not None and _gone([child.pid])
+
+
+def test_admin_token_is_generated_once_private_and_reused(tmp_path: Path) -> None:
+    first = admin_token(tmp_path)
+    path = tmp_path / "admin_token"
+    assert len(first) >= 32
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert admin_token(tmp_path) == first
+    assert admin_token(tmp_path / ".." / tmp_path.name) == first
+
+
+def test_upstream_option_parsing() -> None:
+    spec = UpstreamSpec.parse("prod=http://10.0.0.5:8000/v1")
+    assert (spec.name, spec.base_url) == ("prod", "http://10.0.0.5:8000/v1")
+    for bad in ("prod", "=http://x", "prod=ftp://x"):
+        with pytest.raises(ValueError, match="NAME="):
+            UpstreamSpec.parse(bad)
