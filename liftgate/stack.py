@@ -13,6 +13,7 @@ import logging
 import os
 import secrets
 import shutil
+import socket
 import sys
 import time
 from dataclasses import dataclass, field
@@ -160,8 +161,23 @@ def demo_models() -> tuple[SimulatorModel, SimulatorModel]:
     return baseline, candidate
 
 
+def _check_ports(opts: StackOptions) -> None:
+    """Refuse early when a port is taken: a stale server answering /healthz would fool us."""
+    wanted = {"--gateway-port": opts.gateway_port, "--analytics-port": opts.analytics_port}
+    if opts.simulator and not opts.upstreams:
+        wanted.update({"--baseline-port": opts.baseline_port, "--candidate-port": opts.candidate_port})
+    for option, port in wanted.items():
+        with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
+            s.settimeout(0.5)
+            if s.connect_ex((opts.host, port)) == 0:
+                raise RuntimeError(
+                    f"port {port} is in use (another `liftgate up`?); choose another with {option}"
+                )
+
+
 def start_stack(opts: StackOptions) -> RunningStack:
     """Start every service; on any failure stop what was started and re-raise."""
+    _check_ports(opts)
     state = opts.state_dir
     state.mkdir(parents=True, exist_ok=True)
     if opts.reset:

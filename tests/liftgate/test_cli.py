@@ -17,15 +17,11 @@ from tests.liftgate.frontdoor import Gateway, free_port, liftgate
 
 @pytest.fixture(scope="module")
 def models_url() -> Iterator[str]:
-    fast = {
-        "latency_ms": 4.0,
-        "latency_sd": 1.0,
-        "ttft_ms": 2.0,
-        "ttft_sd": 0.5,
-        "tokens": 20.0,
-        "tokens_sd": 4.0,
-    }
-    models = [SimulatorModel("good", quality=0.9, **fast), SimulatorModel("poor", quality=0.1, **fast)]
+    def model(name: str, quality: float) -> SimulatorModel:
+        return SimulatorModel(name, latency_ms=4.0, latency_sd=1.0, ttft_ms=2.0, ttft_sd=0.5, tokens=20.0,
+                              tokens_sd=4.0, quality=quality)  # fmt: skip
+
+    models = [model("good", 0.9), model("poor", 0.1)]
     with SimulatorProcess(models) as sim:
         yield sim.url + "/v1"
 

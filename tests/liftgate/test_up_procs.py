@@ -102,3 +102,19 @@ def test_upstream_option_parsing() -> None:
     for bad in ("prod", "=http://x", "prod=ftp://x"):
         with pytest.raises(ValueError, match="NAME="):
             UpstreamSpec.parse(bad)
+
+
+def test_up_refuses_a_port_that_is_already_taken(tmp_path: Path) -> None:
+    import socket
+
+    from liftgate.stack import StackOptions, start_stack
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        opts = StackOptions(state_dir=tmp_path, gateway_port=port, analytics_port=free_port(),
+                            baseline_port=free_port(), candidate_port=free_port(), pg_port=free_port())  # fmt: skip
+        with pytest.raises(RuntimeError, match=f"port {port} is in use.*--gateway-port"):
+            start_stack(opts)
+    assert not (tmp_path / "pg").exists(), "nothing was started"
