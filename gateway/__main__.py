@@ -32,10 +32,8 @@ def make_sink(settings: GatewaySettings) -> EventSink:
                 "LIFTGATE_KAFKA_BOOTSTRAP is set but gateway.kafka_sink is not available; events are dropped"
             )
             return NullSink()
-        factory = getattr(module.KafkaSink, "from_settings", None)
-        sink: EventSink = (
-            factory(settings) if factory is not None else module.KafkaSink(settings.kafka_bootstrap)
-        )
+        module.ensure_topics(settings.kafka_bootstrap)
+        sink: EventSink = module.KafkaSink(settings.kafka_bootstrap, Path(settings.spool_dir))
         return sink
     log.warning("no LIFTGATE_KAFKA_BOOTSTRAP: events go nowhere (inject a sink, e.g. via `liftgate up`)")
     return NullSink()

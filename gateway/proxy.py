@@ -16,10 +16,10 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from time import perf_counter
 from typing import Any
 
-import aiohttp
 import orjson
 
 from gateway import errors
+from gateway.http_client import StreamResponse
 from gateway.recorder import CallInfo, Recorder, prompt_text
 from gateway.relay import CallResult, SseFilter, call_json, classify, open_stream, summarize_json
 from gateway.routing import Decision, RequestFacts, api_key_of, decide, key_hash, parse_tags
@@ -268,7 +268,7 @@ class CompletionProxy:
 
     async def _open(
         self, variant: VariantConfig, endpoint: str, payload: bytes, res: CallResult
-    ) -> aiohttp.ClientResponse | None:
+    ) -> StreamResponse | None:
         client = self.pool.clients.get(variant.upstream)
         if client is None:
             res.error_type = "connect"
@@ -317,7 +317,7 @@ class CompletionProxy:
         flt = SseFilter(res, info.endpoint == "chat", keep_usage, info.content_logging != "none", t0)
         tail = b""
         try:
-            async for chunk in resp.content.iter_any():
+            async for chunk in resp.chunks():
                 out = flt.feed(chunk)
                 if out:
                     await send({"type": "http.response.body", "body": out, "more_body": True})

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any
 
-import aiohttp
 import orjson
 
+from gateway.http_client import StreamResponse, UpstreamError
 from gateway.upstreams import UpstreamClient
 
 _SEP = b"\n\n"
@@ -42,10 +42,10 @@ class CallResult:
 
 
 def classify(exc: BaseException) -> str:
+    if isinstance(exc, UpstreamError):
+        return exc.kind
     if isinstance(exc, asyncio.TimeoutError):
         return "timeout"
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        return "connect"
     return "protocol"
 
 
@@ -88,13 +88,11 @@ def summarize_json(res: CallResult, endpoint: str, keep_text: bool) -> None:
 
 async def call_json(client: UpstreamClient, endpoint: str, payload: bytes, res: CallResult) -> None:
     try:
-        async with client.session.post(
-            client.urls[endpoint], data=payload, headers=client.headers, timeout=client.timeout
-        ) as resp:
-            res.body = await resp.read()
-            res.status = resp.status
-    except (TimeoutError, aiohttp.ClientError) as exc:
-        res.error_type = classify(exc)
+        res.status, res.body = await client.http.post(
+            client.heads[endpoint], payload, client.config.timeout_s
+        )
+    except UpstreamError as exc:
+        res.error_type = exc.kind
         return
     if res.status >= 400:
         res.error_type = "http_5xx" if res.status >= 500 else "http_4xx"
@@ -102,21 +100,19 @@ async def call_json(client: UpstreamClient, endpoint: str, payload: bytes, res: 
 
 async def open_stream(
     client: UpstreamClient, endpoint: str, payload: bytes, res: CallResult
-) -> aiohttp.ClientResponse | None:
+) -> StreamResponse | None:
     """Start a streamed call; returns the open response when it answered 200 with a stream."""
     try:
-        resp = await client.session.post(
-            client.urls[endpoint], data=payload, headers=client.headers, timeout=client.stream_timeout
-        )
-    except (TimeoutError, aiohttp.ClientError) as exc:
-        res.error_type = classify(exc)
+        resp = await client.http.stream(client.heads[endpoint], payload, client.config.timeout_s)
+    except UpstreamError as exc:
+        res.error_type = exc.kind
         return None
     res.status = resp.status
     if resp.status == 200:
         return resp
     try:
         res.body = await resp.read()
-    except (TimeoutError, aiohttp.ClientError):
+    except UpstreamError:
         res.body = b""
     finally:
         resp.release()

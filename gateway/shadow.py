@@ -93,7 +93,7 @@ class ShadowMirror:
             if resp is not None:
                 flt = SseFilter(res, info.endpoint == "chat", True, keep_text, t0)
                 try:
-                    async for chunk in resp.content.iter_any():
+                    async for chunk in resp.chunks():
                         flt.feed(chunk)
                     flt.flush()
                 except Exception as exc:

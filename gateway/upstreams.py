@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import aiohttp
 from yarl import URL
 
+from gateway.http_client import HttpPool
 from gateway.snapshot import UpstreamConfig
 
 log = logging.getLogger(__name__)
@@ -23,8 +24,8 @@ class UpstreamClient:
     session: aiohttp.ClientSession
     urls: Mapping[str, URL]
     headers: Mapping[str, str]
-    timeout: aiohttp.ClientTimeout  # whole call (JSON responses)
-    stream_timeout: aiohttp.ClientTimeout  # connect + gap between chunks (SSE)
+    http: HttpPool  # the hot path's client
+    heads: Mapping[str, bytes]  # pre-rendered request heads per endpoint
 
 
 def _base(url: str) -> str:
@@ -33,7 +34,8 @@ def _base(url: str) -> str:
 
 
 def make_client(cfg: UpstreamConfig) -> UpstreamClient:
-    connector = aiohttp.TCPConnector(limit=cfg.max_connections, limit_per_host=0, ttl_dns_cache=300)
+    connector = aiohttp.TCPConnector(limit=4, ttl_dns_cache=300)
+    # aiohttp only serves readiness probes; completions go through the lean HttpPool.
     session = aiohttp.ClientSession(
         connector=connector,
         auto_decompress=False,
@@ -44,15 +46,14 @@ def make_client(cfg: UpstreamConfig) -> UpstreamClient:
     headers = {"Content-Type": "application/json"}
     if cfg.api_key:
         headers["Authorization"] = f"Bearer {cfg.api_key}"
+    http = HttpPool(base, limit=cfg.max_connections, connect_timeout=cfg.connect_timeout_s)
     return UpstreamClient(
         config=cfg,
         session=session,
         urls={k: URL(base + p) for k, p in ENDPOINT_PATHS.items()} | {"models": URL(base + "/models")},
         headers=headers,
-        timeout=aiohttp.ClientTimeout(total=cfg.timeout_s, sock_connect=cfg.connect_timeout_s),
-        stream_timeout=aiohttp.ClientTimeout(
-            total=None, sock_connect=cfg.connect_timeout_s, sock_read=cfg.timeout_s
-        ),
+        http=http,
+        heads={k: http.head(p, headers) for k, p in ENDPOINT_PATHS.items()},
     )
 
 
@@ -62,6 +63,7 @@ class UpstreamPool:
     def __init__(self) -> None:
         self.clients: dict[str, UpstreamClient] = {}
         self._closing: set[asyncio.Task[None]] = set()
+        self._retired: list[UpstreamClient] = []
 
     def sync(self, upstreams: Mapping[str, UpstreamConfig]) -> None:
         for name, cfg in upstreams.items():
@@ -75,10 +77,14 @@ class UpstreamPool:
             self._close_later(self.clients.pop(name))
 
     def _close_later(self, client: UpstreamClient) -> None:
+        self._retired.append(client)
+
         # In-flight requests may still use the old session: close it after a grace period.
         async def close() -> None:
             await asyncio.sleep(client.config.timeout_s + 1)
             await client.session.close()
+            await client.http.close()
+            self._retired.remove(client)
 
         task = asyncio.get_running_loop().create_task(close())
         self._closing.add(task)
@@ -87,6 +93,7 @@ class UpstreamPool:
     async def close(self) -> None:
         for task in list(self._closing):
             task.cancel()
-        for client in self.clients.values():
+        for client in [*self.clients.values(), *self._retired]:
             await client.session.close()
+            await client.http.close()
         self.clients.clear()

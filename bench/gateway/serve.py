@@ -19,6 +19,7 @@ import secrets
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -107,7 +108,11 @@ def main() -> None:
     a = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     settings = GatewaySettings(
-        admin_token=secrets.token_urlsafe(24), kafka_bootstrap=a.kafka, port=a.port, shadow_concurrency=64
+        admin_token=secrets.token_urlsafe(24),
+        kafka_bootstrap=a.kafka,
+        port=a.port,
+        shadow_concurrency=64,
+        spool_dir=tempfile.mkdtemp(prefix="liftgate-bench-spool-"),
     )
     sink = make_sink(settings) if a.kafka else NullSink()
     print(f"bench gateway: sink={type(sink).__name__}", file=sys.stderr)
