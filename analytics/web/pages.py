@@ -11,7 +11,8 @@ import mimetypes
 from pathlib import Path
 from typing import Annotated
 
-from fastapi import APIRouter, FastAPI, HTTPException, Path as PathParam
+from fastapi import APIRouter, FastAPI, HTTPException
+from fastapi import Path as PathParam
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"

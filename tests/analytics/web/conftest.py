@@ -3,23 +3,13 @@ subprocess on a free port, and a real headless Chromium driven by Playwright."""
 
 from __future__ import annotations
 
-import json
-import os
 import secrets
-import socket
-import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
-from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
+from playwright.sync_api import Browser, ConsoleMessage, Page, ViewportSize, sync_playwright
 from sqlalchemy import Engine, text
 
 from tests.analytics.web.seed import (
@@ -30,8 +20,8 @@ from tests.analytics.web.seed import (
     add_units,
     create_experiment,
 )
+from tests.analytics.web.services import analytics_service, http
 
-ROOT = Path(__file__).resolve().parents[3]
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -42,46 +32,8 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-LAPTOP = {"width": 1366, "height": 768}
+LAPTOP: ViewportSize = {"width": 1366, "height": 768}
 BATCHES = 4
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def http(
-    method: str, url: str, headers: dict[str, str] | None = None, timeout: float = 30
-) -> tuple[int, bytes]:
-    req = urllib.request.Request(url, method=method, headers=headers or {})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as res:
-            return int(res.status), res.read()
-    except urllib.error.HTTPError as exc:
-        return int(exc.code), exc.read()
-
-
-def get_json(url: str) -> Any:
-    status, body = http("GET", url)
-    assert status == 200, f"GET {url}: {status} {body[:300]!r}"
-    return json.loads(body)
-
-
-def wait_http(url: str, deadline_s: float, proc: subprocess.Popen[bytes] | None = None) -> None:
-    end = time.monotonic() + deadline_s
-    last = ""
-    while time.monotonic() < end:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"process exited with {proc.returncode} before {url} answered")
-        try:
-            if http("GET", url, timeout=2)[0] == 200:
-                return
-        except OSError as exc:
-            last = str(exc)
-        time.sleep(0.1)
-    raise TimeoutError(f"{url} not ready after {deadline_s}s: {last}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,38 +78,17 @@ def admin_token() -> str:
 
 @pytest.fixture(scope="session")
 def analytics_url(database_url: str, admin_token: str) -> Iterator[str]:
-    """The real analytics service (uvicorn in a subprocess) on a free port."""
-    port = free_port()
-    env = {
-        **os.environ,
-        "LIFTGATE_DATABASE_URL": database_url,
-        "LIFTGATE_ADMIN_TOKEN": admin_token,
-        "LIFTGATE_SNAPSHOT_INTERVAL_S": "0",
-        # The seeded rollout must stay as written while pages and the API are compared.
-        "LIFTGATE_ROLLOUT_CONTROLLER": "false",
-        "LIFTGATE_REPORT_MAX_AGE_S": "3600",
-        "LIFTGATE_ANALYTICS_PORT": str(port),
-    }
-    env.pop("LIFTGATE_KAFKA_BOOTSTRAP", None)
-    launcher = (
-        "import uvicorn\n"
-        "from analytics.app import create_app\n"
-        "from analytics.settings import AnalyticsSettings\n"
-        "s = AnalyticsSettings()\n"
-        "uvicorn.run(create_app(s), host='127.0.0.1', port=s.analytics_port, log_level='warning')\n"
-    )
-    proc = subprocess.Popen([sys.executable, "-c", launcher], cwd=ROOT, env=env)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_http(f"{url}/healthz", 60, proc)
+    """The real analytics service (``python -m analytics``) on a free port; snapshots only on
+    demand and the rollout controller off, so the seeded data stays as written while
+    pages and the API are compared."""
+    with analytics_service(
+        database_url,
+        admin_token,
+        snapshot_interval_s="0",
+        report_max_age_s="3600",
+        rollout_controller="false",
+    ) as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
 
 
 @pytest.fixture(scope="session")

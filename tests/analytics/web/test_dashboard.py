@@ -4,10 +4,12 @@ rounding), the page refreshes itself, and nothing reaches the console as an erro
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from tests.analytics.web.conftest import ROOT, Seeded, WatchedPage, get_json
+from tests.analytics.web.conftest import Seeded, WatchedPage
 from tests.analytics.web.formatting import FORMATS, resolve
+from tests.analytics.web.services import ROOT, get_json
 
 SCREENSHOTS = ROOT / "docs" / "img"
 WAIT_MS = 20_000

@@ -1,0 +1,115 @@
+"""Real service processes for the dashboard and Prometheus tests: free ports, plain HTTP
+helpers (stdlib only), and the analytics service (``python -m analytics``) as a child."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def http(
+    method: str,
+    url: str,
+    headers: Mapping[str, str] | None = None,
+    timeout: float = 30,
+    body: Any = None,
+) -> tuple[int, bytes]:
+    data = None if body is None else json.dumps(body).encode()
+    hdrs = dict(headers or {})
+    if data is not None:
+        hdrs["Content-Type"] = "application/json"
+    req = urllib.request.Request(url, method=method, headers=hdrs, data=data)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as res:
+            return int(res.status), res.read()
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), exc.read()
+
+
+def get_json(url: str) -> Any:
+    status, body = http("GET", url)
+    assert status == 200, f"GET {url}: {status} {body[:300]!r}"
+    return json.loads(body)
+
+
+def wait_http(url: str, deadline_s: float, proc: subprocess.Popen[bytes] | None = None) -> None:
+    """Poll ``url`` until it answers 200 (or the process dies, or the deadline passes)."""
+    end = time.monotonic() + deadline_s
+    last = ""
+    while time.monotonic() < end:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before {url} answered")
+        try:
+            status, body = http("GET", url, timeout=2)
+            if status == 200:
+                return
+            last = f"{status} {body[:200]!r}"
+        except OSError as exc:
+            last = str(exc)
+        time.sleep(0.1)
+    raise TimeoutError(f"{url} not ready after {deadline_s}s: {last}")
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+@contextlib.contextmanager
+def child(
+    cmd: list[str], env: Mapping[str, str | None], ready_url: str, deadline_s: float = 60
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Run ``cmd`` until the block ends; enter once ``ready_url`` answers 200. ``env``
+    overrides the inherited environment (``None`` removes a variable)."""
+    full = {**os.environ, **{k: v for k, v in env.items() if v is not None}}
+    for key in [k for k, v in env.items() if v is None]:
+        full.pop(key, None)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=full)
+    try:
+        wait_http(ready_url, deadline_s, proc)
+        yield proc
+    finally:
+        stop(proc)
+
+
+@contextlib.contextmanager
+def analytics_service(database_url: str, admin_token: str, **settings: str) -> Iterator[str]:
+    """``python -m analytics`` on a free port; yields its base URL. ``settings`` are extra
+    LIFTGATE_* variables (lower-case names without the prefix)."""
+    port = free_port()
+    env: dict[str, str | None] = {
+        "LIFTGATE_DATABASE_URL": database_url,
+        "LIFTGATE_ADMIN_TOKEN": admin_token,
+        "LIFTGATE_ANALYTICS_PORT": str(port),
+        "LIFTGATE_LOG_LEVEL": "warning",
+        **{f"LIFTGATE_{k.upper()}": v for k, v in settings.items()},
+    }
+    if "kafka_bootstrap" not in settings:
+        # An inherited bootstrap would start a consumer these tests do not want.
+        env["LIFTGATE_KAFKA_BOOTSTRAP"] = None
+    url = f"http://127.0.0.1:{port}"
+    with child([sys.executable, "-m", "analytics"], env, f"{url}/healthz"):
+        yield url
