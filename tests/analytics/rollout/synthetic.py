@@ -72,11 +72,8 @@ def experiment_state(engine: Engine, eid: int) -> dict[str, Any]:
             ),
             {"e": eid},
         ).one()
-        weights: dict[str, float] = dict(
-            conn.execute(text("SELECT name, weight FROM variants WHERE experiment_id = :e"), {"e": eid})
-            .tuples()
-            .all()
-        )
+        rows = conn.execute(text("SELECT name, weight FROM variants WHERE experiment_id = :e"), {"e": eid})
+        weights = {str(n): float(w) for n, w in rows}
         controls = [
             r[0]
             for r in conn.execute(
