@@ -30,6 +30,9 @@ app.add_typer(cli_feedback.app, name="feedback")
 from liftgate import cli_report  # noqa: E402
 
 app.command("report")(cli_report.report)
+from liftgate import cli_rollout  # noqa: E402
+
+app.add_typer(cli_rollout.app, name="rollout")
 
 
 def main() -> None:

@@ -1,0 +1,141 @@
+"""``liftgate rollout status|advance|pause|resume|rollback EXPERIMENT`` (analytics service API).
+
+Mutating commands need the admin token (``--token``, ``LIFTGATE_ADMIN_TOKEN`` or the
+file ``liftgate up`` wrote) and are recorded as rollout decisions with the actor
+``admin:<--actor>`` (default: the local user name) and in the audit log.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from liftgate.admin_client import AdminClient, AdminError, resolve_token
+
+app = typer.Typer(help="Staged rollouts: status and manual control.", no_args_is_help=True)
+console = Console()
+err = Console(stderr=True)
+
+DEFAULT_ANALYTICS = "http://127.0.0.1:8090"
+AnalyticsOpt = Annotated[
+    str, typer.Option("--analytics", envvar="LIFTGATE_ANALYTICS_URL", help="Analytics service base URL.")
+]
+TokenOpt = Annotated[str | None, typer.Option("--token", envvar="LIFTGATE_ADMIN_TOKEN", help="Admin token.")]
+StateOpt = Annotated[
+    Path,
+    typer.Option("--state-dir", envvar="LIFTGATE_STATE_DIR", help="Where `liftgate up` keeps its state."),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the raw JSON.")]
+ActorOpt = Annotated[str | None, typer.Option("--actor", help="Operator name for the decision record.")]
+Experiment = Annotated[str, typer.Argument(help="Experiment id or name.")]
+
+
+class _Client(AdminClient):
+    def __init__(self, base_url: str, token: str, actor: str | None) -> None:
+        super().__init__(base_url, token)
+        self.actor = actor
+
+    def rollout(self, experiment: str, action: str | None = None) -> dict[str, Any]:
+        path = f"/api/experiments/{urllib.parse.quote(experiment, safe='')}/rollout"
+        if action is None:
+            result: dict[str, Any] = self.request("GET", path)
+            return result
+        return self._post(path + f"/{action}")
+
+    def _post(self, path: str) -> dict[str, Any]:
+
+        req = urllib.request.Request(
+            self.base_url + path,
+            data=b"",
+            method="POST",
+            headers={"Authorization": f"Bearer {self._token}", "X-Liftgate-Actor": self.actor or ""},
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                data: dict[str, Any] = json.loads(resp.read())
+                return data
+        except urllib.error.HTTPError as exc:
+            try:
+                detail = json.loads(exc.read()).get("detail", exc.reason)
+            except ValueError:
+                detail = exc.reason
+            raise AdminError(exc.code, f"POST {path}: HTTP {exc.code}: {detail}") from None
+        except (urllib.error.URLError, OSError) as exc:
+            raise AdminError(0, f"POST {path}: cannot reach {self.base_url} ({exc})") from None
+
+
+def render(state: dict[str, Any]) -> None:
+    pct = state.get("stage_percent")
+    console.print(
+        f"[bold]{state['name']}[/] (route {state['route']}): status [bold]{state['status']}[/], "
+        f"stage {state.get('stage')} ({'—' if pct is None else f'{pct:g}%'}), "
+        f"stage started {state.get('stage_started_at') or '—'}"
+    )
+    if state.get("status_reason"):
+        console.print(f"reason: {state['status_reason']}")
+    if state.get("plan_error"):
+        err.print(f"[red]invalid plan:[/] {state['plan_error']}")
+    weights = ", ".join(
+        f"{v['name']}{' (control)' if v['is_control'] else ''} {v['weight']:g}"
+        for v in state.get("variants", [])
+    )
+    console.print(f"weights: {weights}")
+    table = Table("time", "stage", "decision", "reason", "by")
+    stages = [s["percent"] for s in state.get("stages", [])]
+
+    def label(i: int | None) -> str:
+        if i is None:
+            return "—"
+        return f"{stages[i]:g}%" if i < len(stages) else str(i)
+
+    for d in state.get("decisions", [])[-30:]:
+        moved = d["to_stage"] is not None and d["to_stage"] != d["stage"]
+        where = f"{label(d['stage'])} → {label(d['to_stage'])}" if moved else label(d["stage"])
+        table.add_row(d["created_at"][:19], where, d["decision"], d["reason"], d["actor"])
+    console.print(table)
+
+
+def _run(analytics: str, token: str | None, state_dir: Path, actor: str | None, experiment: str,
+         action: str | None, as_json: bool) -> None:  # fmt: skip
+    try:
+        tok = resolve_token(token, state_dir) if action is not None else (token or "")
+        client = _Client(analytics, tok, actor or getpass.getuser())
+        state = client.rollout(experiment, action)
+    except AdminError as exc:
+        err.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(1) from None
+    if as_json:
+        typer.echo(json.dumps(state, indent=2))
+    else:
+        render(state)
+
+
+@app.command()
+def status(experiment: Experiment, analytics: AnalyticsOpt = DEFAULT_ANALYTICS, token: TokenOpt = None,
+           state_dir: StateOpt = Path(".liftgate"), as_json: JsonOpt = False) -> None:  # fmt: skip
+    """Current stage, weights and the decision timeline."""
+    _run(analytics, token, state_dir, None, experiment, None, as_json)
+
+
+def _action(name: str, doc: str) -> None:
+    def command(experiment: Experiment, analytics: AnalyticsOpt = DEFAULT_ANALYTICS, token: TokenOpt = None,
+                state_dir: StateOpt = Path(".liftgate"), actor: ActorOpt = None, as_json: JsonOpt = False) -> None:  # fmt: skip
+        _run(analytics, token, state_dir, actor, experiment, name, as_json)
+
+    command.__doc__ = doc
+    app.command(name)(command)
+
+
+_action("advance", "Go to the next stage now, ignoring the stage's minimums (promote at the last stage).")
+_action("pause", "Pause: the controller stops acting and the gateway serves the control to everyone.")
+_action("resume", "Resume a paused rollout at its stage (the stage clock restarts).")
+_action("rollback", "Roll back: candidate to 0%, status rolled_back.")
