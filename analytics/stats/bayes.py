@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from scipy import stats as sps
 
-from analytics.stats.errors import Direction, ErrorCode, finite
+from analytics.stats.errors import NUMERIC_ERRORS, Direction, ErrorCode, finite, numeric_message
 from analytics.stats.estimate import VariantEstimate
 from analytics.stats.lift import precheck, relative_variance
 
@@ -43,7 +43,7 @@ class BayesResult:
     message: str | None = None
 
 
-def chance_to_beat(
+def _chance_to_beat(
     control: VariantEstimate,
     treatment: VariantEstimate,
     direction: Direction | str = Direction.INCREASE,
@@ -87,3 +87,20 @@ def chance_to_beat(
         return fail(ErrorCode.INVALID_INPUT, "not finite")
     ctw, rt, rc, pm, ps, lo, hi = vals
     return BayesResult(ctw, max(0.0, rt or 0.0), max(0.0, rc or 0.0), pm, ps, lo, hi, relative)
+
+
+def chance_to_beat(
+    control: VariantEstimate,
+    treatment: VariantEstimate,
+    direction: Direction | str = Direction.INCREASE,
+    relative: bool = True,
+    prior: GaussianPrior | None = None,
+    alpha: float = 0.05,
+) -> BayesResult:
+    """Posterior chance that the treatment is better, and the expected loss of each choice."""
+    try:
+        return _chance_to_beat(control, treatment, direction, relative, prior, alpha)
+    except NUMERIC_ERRORS as exc:
+        return BayesResult(
+            None, None, None, None, None, None, None, relative, ErrorCode.INVALID_INPUT, numeric_message(exc)
+        )

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from analytics.stats.errors import finite
+from analytics.stats.errors import NUMERIC_ERRORS, finite
 from analytics.stats.estimate import (
     MetricKind,
     VariantEstimate,
@@ -44,7 +44,9 @@ class CupedEstimates:
     applied: bool
 
 
-def cuped_estimates(stats: Sequence[SampleStats], kind: MetricKind | str = MetricKind.MEAN) -> CupedEstimates:
+def _cuped_estimates(
+    stats: Sequence[SampleStats], kind: MetricKind | str = MetricKind.MEAN
+) -> CupedEstimates:
     """Estimate every variant with one pooled CUPED θ (variants that fail stay failed)."""
     kind = MetricKind(kind)
     raw = tuple(estimate(s, kind) for s in stats)
@@ -68,3 +70,13 @@ def cuped_estimates(stats: Sequence[SampleStats], kind: MetricKind | str = Metri
         adjusted.append(VariantEstimate(n=s.n, mean=mean, unit_variance=unit_var))
     reduction = 1.0 - after / before if before > 0.0 else None
     return CupedEstimates(tuple(adjusted), raw, finite(theta), finite(reduction), applied=True)
+
+
+def cuped_estimates(stats: Sequence[SampleStats], kind: MetricKind | str = MetricKind.MEAN) -> CupedEstimates:
+    """Estimate every variant with one pooled CUPED θ (variants that fail stay failed)."""
+    try:
+        return _cuped_estimates(stats, kind)
+    except NUMERIC_ERRORS:
+        # extreme covariate sums: fall back to the unadjusted estimates
+        raw = tuple(estimate(s, kind) for s in stats)
+        return CupedEstimates(raw, raw, None, None, applied=False)

@@ -43,3 +43,13 @@ def check_alpha(alpha: float) -> str | None:
     if not (0.0 < alpha < 1.0):
         return f"alpha must lie in (0, 1), got {alpha!r}"
     return None
+
+
+#: What float arithmetic can raise (overflow in ``**``/``exp``, division by an exact 0,
+#: math domain errors). Public functions catch these and return an ``invalid_input``
+#: result, so extreme sums (1e300) never escape as an exception.
+NUMERIC_ERRORS = (ArithmeticError, ValueError)
+
+
+def numeric_message(exc: BaseException) -> str:
+    return f"numeric failure on extreme input values ({type(exc).__name__}: {exc})"

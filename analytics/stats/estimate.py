@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from analytics.stats.errors import ErrorCode, finite
+from analytics.stats.errors import NUMERIC_ERRORS, ErrorCode, finite, numeric_message
 from analytics.stats.sufficient import SampleStats
 
 
@@ -58,7 +58,7 @@ def failed(n: int, code: ErrorCode, message: str) -> VariantEstimate:
     return VariantEstimate(n=n, mean=None, unit_variance=None, error=code, message=message)
 
 
-def estimate(stats: SampleStats, kind: MetricKind | str = MetricKind.MEAN) -> VariantEstimate:
+def _estimate(stats: SampleStats, kind: MetricKind | str = MetricKind.MEAN) -> VariantEstimate:
     """The variant's mean and its variance; degenerate data gives an ``error`` instead.
 
     Ratio: R = Σx/Σy; the per-unit linearisation L_i = (x_i − R·y_i)/ȳ has variance
@@ -94,3 +94,15 @@ def linearised_cov_with_covariate(stats: SampleStats, kind: MetricKind) -> float
         ratio = stats.sum_x / stats.sum_y
         return (stats.cov_xc - ratio * stats.cov_yc) / stats.mean_y
     return stats.cov_xc
+
+
+def estimate(stats: SampleStats, kind: MetricKind | str = MetricKind.MEAN) -> VariantEstimate:
+    """The variant's mean and its variance; degenerate data gives an ``error`` instead.
+
+    Ratio: R = Σx/Σy; the per-unit linearisation L_i = (x_i − R·y_i)/ȳ has variance
+    (var_x − 2R·cov_xy + R²·var_y)/ȳ² (delta method).
+    """
+    try:
+        return _estimate(stats, kind)
+    except NUMERIC_ERRORS as exc:
+        return failed(stats.n, ErrorCode.INVALID_INPUT, numeric_message(exc))

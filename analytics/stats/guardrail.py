@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from scipy import stats as sps
 
-from analytics.stats.errors import Direction, ErrorCode, finite
+from analytics.stats.errors import NUMERIC_ERRORS, Direction, ErrorCode, finite, numeric_message
 from analytics.stats.estimate import VariantEstimate
 from analytics.stats.lift import precheck, relative_variance, welch_dof
 
@@ -36,7 +36,7 @@ class NonInferiorityResult:
     message: str | None = None
 
 
-def noninferiority(
+def _noninferiority(
     control: VariantEstimate,
     treatment: VariantEstimate,
     margin: float,
@@ -72,3 +72,29 @@ def noninferiority(
     if h is None or u is None or pv is None:
         return fail(ErrorCode.INVALID_INPUT, "not finite")
     return NonInferiorityResult(u < margin, pv, h, u, margin, relative, direction, alpha)
+
+
+def noninferiority(
+    control: VariantEstimate,
+    treatment: VariantEstimate,
+    margin: float,
+    direction: Direction | str,
+    alpha: float = 0.05,
+    relative: bool = True,
+) -> NonInferiorityResult:
+    """One-sided test of "treatment is not worse than control by ``margin`` or more"."""
+    try:
+        return _noninferiority(control, treatment, margin, direction, alpha, relative)
+    except NUMERIC_ERRORS as exc:
+        return NonInferiorityResult(
+            False,
+            None,
+            None,
+            None,
+            margin,
+            relative,
+            Direction(direction),
+            alpha,
+            ErrorCode.INVALID_INPUT,
+            numeric_message(exc),
+        )

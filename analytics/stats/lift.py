@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from scipy import stats as sps
 
 from analytics.stats.cuped import cuped_estimates
-from analytics.stats.errors import ErrorCode, check_alpha, finite
+from analytics.stats.errors import NUMERIC_ERRORS, ErrorCode, check_alpha, finite, numeric_message
 from analytics.stats.estimate import MetricKind, VariantEstimate, estimate
 from analytics.stats.sufficient import SampleStats
 
@@ -89,7 +89,7 @@ def _interval(est: float, var: float, dof: float, alpha: float) -> Interval | No
     return Interval(e, s, lo, hi, min(1.0, max(0.0, pv)))
 
 
-def welch_lift(control: VariantEstimate, treatment: VariantEstimate, alpha: float = 0.05) -> LiftResult:
+def _welch_lift(control: VariantEstimate, treatment: VariantEstimate, alpha: float = 0.05) -> LiftResult:
     """Welch t-test and (1 − alpha) CIs of the absolute and relative lift."""
     if (bad := precheck(control, treatment, alpha)) is not None:
         return _fail(control, treatment, alpha, *bad)
@@ -126,3 +126,11 @@ def compare(
     else:
         c, t = estimate(control, kind), estimate(treatment, kind)
     return welch_lift(c, t, alpha)
+
+
+def welch_lift(control: VariantEstimate, treatment: VariantEstimate, alpha: float = 0.05) -> LiftResult:
+    """Welch t-test and (1 − alpha) CIs of the absolute and relative lift."""
+    try:
+        return _welch_lift(control, treatment, alpha)
+    except NUMERIC_ERRORS as exc:
+        return _fail(control, treatment, alpha, ErrorCode.INVALID_INPUT, numeric_message(exc))

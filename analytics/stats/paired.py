@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from scipy import stats as sps
 
-from analytics.stats.errors import ErrorCode, check_alpha, finite
+from analytics.stats.errors import NUMERIC_ERRORS, ErrorCode, check_alpha, finite, numeric_message
 from analytics.stats.lift import Interval
 from analytics.stats.sufficient import SampleStats
 
@@ -48,7 +48,7 @@ def _t_interval(est: float, se: float, dof: float, alpha: float) -> Interval | N
     return Interval(e, s, lo, hi, pv)
 
 
-def paired_test(pairs: SampleStats, alpha: float = 0.05) -> PairedResult:
+def _paired_test(pairs: SampleStats, alpha: float = 0.05) -> PairedResult:
     """Paired t-test and CI of candidate − baseline over shadow pairs."""
     n = pairs.n
 
@@ -123,3 +123,11 @@ def agreement(agree: int, n: int, alpha: float = 0.05) -> RateInterval:
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
     return RateInterval(p, max(0.0, centre - half), min(1.0, centre + half), n)
+
+
+def paired_test(pairs: SampleStats, alpha: float = 0.05) -> PairedResult:
+    """Paired t-test and CI of candidate − baseline over shadow pairs."""
+    try:
+        return _paired_test(pairs, alpha)
+    except NUMERIC_ERRORS as exc:
+        return PairedResult(pairs.n, None, None, None, None, ErrorCode.INVALID_INPUT, numeric_message(exc))

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from scipy import stats as sps
 
-from analytics.stats.errors import ErrorCode, check_alpha, finite
+from analytics.stats.errors import NUMERIC_ERRORS, ErrorCode, check_alpha, finite, numeric_message
 from analytics.stats.estimate import MetricKind
 
 
@@ -77,7 +77,7 @@ def _check(
     return None
 
 
-def required_sample_size(
+def _required_sample_size(
     mean: float,
     relative_mde: float,
     kind: MetricKind | str = MetricKind.PROPORTION,
@@ -106,7 +106,7 @@ def required_sample_size(
     return SampleSizeResult(n_c + n_t, n_c, n_t, relative_mde, alpha, power)
 
 
-def minimum_detectable_effect(
+def _minimum_detectable_effect(
     mean: float,
     n_control: int,
     n_treatment: int,
@@ -136,7 +136,7 @@ def minimum_detectable_effect(
     return MdeResult(finite(rel), finite(rel * abs(mean)), alpha, power)
 
 
-def power_of(
+def _power_of(
     mean: float,
     relative_effect: float,
     n_control: int,
@@ -160,3 +160,53 @@ def power_of(
     d = relative_effect * abs(mean) / se
     za = float(sps.norm.ppf(1.0 - alpha / 2.0))
     return PowerResult(finite(float(sps.norm.cdf(d - za) + sps.norm.cdf(-d - za))))
+
+
+def required_sample_size(
+    mean: float,
+    relative_mde: float,
+    kind: MetricKind | str = MetricKind.PROPORTION,
+    unit_variance: float | None = None,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    treatment_share: float = 0.5,
+) -> SampleSizeResult:
+    """Units needed (control + treatment) to detect ``relative_mde`` with ``power``."""
+    try:
+        return _required_sample_size(mean, relative_mde, kind, unit_variance, alpha, power, treatment_share)
+    except NUMERIC_ERRORS as exc:
+        return SampleSizeResult(
+            None, None, None, relative_mde, alpha, power, ErrorCode.INVALID_INPUT, numeric_message(exc)
+        )
+
+
+def minimum_detectable_effect(
+    mean: float,
+    n_control: int,
+    n_treatment: int,
+    kind: MetricKind | str = MetricKind.PROPORTION,
+    unit_variance: float | None = None,
+    alpha: float = 0.05,
+    power: float = 0.8,
+) -> MdeResult:
+    """The smallest relative lift (positive direction) detected with ``power``."""
+    try:
+        return _minimum_detectable_effect(mean, n_control, n_treatment, kind, unit_variance, alpha, power)
+    except NUMERIC_ERRORS as exc:
+        return MdeResult(None, None, alpha, power, ErrorCode.INVALID_INPUT, numeric_message(exc))
+
+
+def power_of(
+    mean: float,
+    relative_effect: float,
+    n_control: int,
+    n_treatment: int,
+    kind: MetricKind | str = MetricKind.PROPORTION,
+    unit_variance: float | None = None,
+    alpha: float = 0.05,
+) -> PowerResult:
+    """Probability that the two-sided test at ``alpha`` detects ``relative_effect``."""
+    try:
+        return _power_of(mean, relative_effect, n_control, n_treatment, kind, unit_variance, alpha)
+    except NUMERIC_ERRORS as exc:
+        return PowerResult(None, ErrorCode.INVALID_INPUT, numeric_message(exc))

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from scipy import stats as sps
 
-from analytics.stats.errors import ErrorCode, check_alpha, finite
+from analytics.stats.errors import NUMERIC_ERRORS, ErrorCode, check_alpha, finite, numeric_message
 from analytics.stats.lift import Interval
 
 BUCKETS_PER_E = 20
@@ -71,7 +71,7 @@ def _value_at_rank(rank: float, buckets: list[tuple[int, int]], s: int) -> float
     return math.exp((k + 1) / s)
 
 
-def quantile_ci(
+def _quantile_ci(
     histogram: Mapping[int, int],
     q: float,
     alpha: float = 0.05,
@@ -112,17 +112,7 @@ class QuantileDiff:
     message: str | None = None
 
 
-def quantile_diff(
-    control: Mapping[int, int],
-    treatment: Mapping[int, int],
-    q: float,
-    alpha: float = 0.05,
-    design_effect: float = 1.0,
-    buckets_per_e: int = BUCKETS_PER_E,
-) -> QuantileDiff:
-    """Difference (absolute and relative) of the q-quantiles of two variants."""
-    c = quantile_ci(control, q, alpha, design_effect, buckets_per_e)
-    t = quantile_ci(treatment, q, alpha, design_effect, buckets_per_e)
+def _quantile_diff(c: QuantileEstimate, t: QuantileEstimate, alpha: float) -> QuantileDiff:
     for name, e in (("control", c), ("treatment", t)):
         if e.error is not None:
             return QuantileDiff(c, t, None, None, e.error, f"{name}: {e.message}")
@@ -142,3 +132,38 @@ def _normal_interval(est: float, se: float, z: float) -> Interval | None:
         return None
     p = float(2.0 * sps.norm.sf(abs(est) / se))
     return Interval(est, se, est - z * se, est + z * se, p)
+
+
+def quantile_diff(
+    control: Mapping[int, int],
+    treatment: Mapping[int, int],
+    q: float,
+    alpha: float = 0.05,
+    design_effect: float = 1.0,
+    buckets_per_e: int = BUCKETS_PER_E,
+) -> QuantileDiff:
+    """Difference (absolute and relative) of the q-quantiles of two variants."""
+    c = quantile_ci(control, q, alpha, design_effect, buckets_per_e)
+    t = quantile_ci(treatment, q, alpha, design_effect, buckets_per_e)
+    try:
+        return _quantile_diff(c, t, alpha)
+    except NUMERIC_ERRORS as exc:
+        return QuantileDiff(c, t, None, None, ErrorCode.INVALID_INPUT, numeric_message(exc))
+
+
+def quantile_ci(
+    histogram: Mapping[int, int],
+    q: float,
+    alpha: float = 0.05,
+    design_effect: float = 1.0,
+    buckets_per_e: int = BUCKETS_PER_E,
+) -> QuantileEstimate:
+    """The q-quantile of a bucketed histogram ({bucket: count}) with its (1 − alpha) CI."""
+    try:
+        return _quantile_ci(histogram, q, alpha, design_effect, buckets_per_e)
+    except NUMERIC_ERRORS as exc:
+        n = sum(int(c) for c in histogram.values() if c > 0)
+        res = math.exp(1.0 / buckets_per_e) - 1.0 if buckets_per_e > 0 else 0.0
+        return QuantileEstimate(
+            q, n, None, None, None, None, design_effect, res, ErrorCode.INVALID_INPUT, numeric_message(exc)
+        )

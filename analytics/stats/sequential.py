@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from scipy import optimize
 
-from analytics.stats.errors import Direction, ErrorCode, finite
+from analytics.stats.errors import NUMERIC_ERRORS, Direction, ErrorCode, finite, numeric_message
 from analytics.stats.estimate import VariantEstimate
 from analytics.stats.lift import Interval, precheck, relative_variance
 
@@ -80,7 +80,7 @@ def one_sided_halfwidth(variance: float, tau2: float, alpha: float) -> float:
     return float(optimize.brentq(lambda d: log_one_sided_lr(d, variance, tau2) - target, 0.0, hi))
 
 
-def msprt_p_value(
+def _msprt_p_value(
     diff: float,
     variance: float,
     n_total: int,
@@ -129,7 +129,7 @@ def _seq_interval(est: float, var: float, n: int, alpha: float, planned: int) ->
     return Interval(e, s, lo, hi, pv)
 
 
-def sequential_lift(
+def _sequential_lift(
     control: VariantEstimate,
     treatment: VariantEstimate,
     alpha: float = 0.05,
@@ -184,7 +184,7 @@ class SequentialGuardrail:
     message: str | None = None
 
 
-def sequential_noninferiority(
+def _sequential_noninferiority(
     control: VariantEstimate,
     treatment: VariantEstimate,
     margin: float,
@@ -241,3 +241,77 @@ def sequential_noninferiority(
         alpha,
         n,
     )
+
+
+def msprt_p_value(
+    diff: float,
+    variance: float,
+    n_total: int,
+    alpha: float = 0.05,
+    planned_units: int = DEFAULT_PLANNED_UNITS,
+) -> float:
+    """Always-valid two-sided p-value of θ = θ0 (``diff`` = θ̂ − θ0) at this look.
+
+    Valid under continuous monitoring when the caller keeps the running minimum across
+    looks (then it is also monotone). ``alpha`` only tunes τ² (the same α as the CS).
+    Returns 1.0 (no evidence) when the inputs are degenerate or not finite.
+    """
+    try:
+        p = _msprt_p_value(diff, variance, n_total, alpha, planned_units)
+    except NUMERIC_ERRORS:
+        return 1.0
+    return p if math.isfinite(p) else 1.0
+
+
+def sequential_lift(
+    control: VariantEstimate,
+    treatment: VariantEstimate,
+    alpha: float = 0.05,
+    planned_units: int = DEFAULT_PLANNED_UNITS,
+) -> SequentialResult:
+    """Confidence sequences and always-valid p-values for absolute and relative lift."""
+    try:
+        return _sequential_lift(control, treatment, alpha, planned_units)
+    except NUMERIC_ERRORS as exc:
+        n = control.n + treatment.n
+        return SequentialResult(
+            None, None, alpha, planned_units, n, ErrorCode.INVALID_INPUT, numeric_message(exc)
+        )
+
+
+def sequential_noninferiority(
+    control: VariantEstimate,
+    treatment: VariantEstimate,
+    margin: float,
+    direction: Direction | str,
+    alpha: float = 0.05,
+    planned_units: int = DEFAULT_PLANNED_UNITS,
+    relative: bool = True,
+) -> SequentialGuardrail:
+    """One-sided always-valid test of "treatment worse than control by more than margin".
+
+    ``margin`` ≥ 0 is the tolerated harm: relative (0.05 = 5% worse than |control mean|)
+    or absolute in metric units when ``relative=False``. Each one-sided bound is valid at
+    level ``alpha`` under continuous monitoring (half-normal mixture, see module doc).
+    Degenerate input gives ``reject_harm=False`` with an ``error``: the controller holds.
+    """
+    try:
+        return _sequential_noninferiority(
+            control, treatment, margin, direction, alpha, planned_units, relative
+        )
+    except NUMERIC_ERRORS as exc:
+        return SequentialGuardrail(
+            False,
+            False,
+            None,
+            None,
+            None,
+            None,
+            margin,
+            relative,
+            Direction(direction),
+            alpha,
+            control.n + treatment.n,
+            ErrorCode.INVALID_INPUT,
+            numeric_message(exc),
+        )

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from scipy import stats as sps
 
-from analytics.stats.errors import ErrorCode, finite
+from analytics.stats.errors import NUMERIC_ERRORS, ErrorCode, finite, numeric_message
 
 SRM_THRESHOLD = 0.001
 
@@ -31,7 +31,9 @@ class SrmResult:
     message: str | None = None
 
 
-def srm_check(counts: Sequence[int], weights: Sequence[float], threshold: float = SRM_THRESHOLD) -> SrmResult:
+def _srm_check(
+    counts: Sequence[int], weights: Sequence[float], threshold: float = SRM_THRESHOLD
+) -> SrmResult:
     """χ² goodness-of-fit of unit ``counts`` per variant against ``weights`` (any scale)."""
     if len(counts) != len(weights) or any(w < 0 for w in weights) or any(c < 0 for c in counts):
         return SrmResult(False, None, None, 0, (), threshold, ErrorCode.INVALID_INPUT, "bad counts/weights")
@@ -50,3 +52,11 @@ def srm_check(counts: Sequence[int], weights: Sequence[float], threshold: float 
     dof = len(pairs) - 1
     p = finite(float(sps.chi2.sf(chi2, dof))) or 0.0
     return SrmResult(p < threshold, p, finite(chi2), dof, expected, threshold)
+
+
+def srm_check(counts: Sequence[int], weights: Sequence[float], threshold: float = SRM_THRESHOLD) -> SrmResult:
+    """χ² goodness-of-fit of unit ``counts`` per variant against ``weights`` (any scale)."""
+    try:
+        return _srm_check(counts, weights, threshold)
+    except NUMERIC_ERRORS as exc:
+        return SrmResult(False, None, None, 0, (), threshold, ErrorCode.INVALID_INPUT, numeric_message(exc))

@@ -28,6 +28,15 @@ class SampleStats:
     sum_xc: float = 0.0
     sum_yc: float = 0.0
 
+    def __post_init__(self) -> None:
+        # SQL drivers hand back Decimal (sums of integers) and tests numpy scalars: store
+        # plain floats so the arithmetic downstream is IEEE floats with no warnings.
+        object.__setattr__(self, "n", int(self.n))
+        for name in _SUM_FIELDS:
+            value = getattr(self, name)
+            if type(value) is not float:
+                object.__setattr__(self, name, float(value))
+
     def __add__(self, other: SampleStats) -> SampleStats:
         return SampleStats(
             n=self.n + other.n,
@@ -104,6 +113,8 @@ class SampleStats:
         if len(ys) != n or len(cs) != n:
             raise ValueError("x, y and c must have one value per unit")
         xs = [float(v) for v in x]
+        ys = [float(v) for v in ys]
+        cs = [float(v) for v in cs]
         return cls(
             n=n,
             sum_x=sum(xs),
@@ -116,3 +127,6 @@ class SampleStats:
             sum_xc=sum(a * b for a, b in zip(xs, cs, strict=True)),
             sum_yc=sum(a * b for a, b in zip(ys, cs, strict=True)),
         )
+
+
+_SUM_FIELDS = ("sum_x", "sum_x2", "sum_y", "sum_y2", "sum_xy", "sum_c", "sum_c2", "sum_xc", "sum_yc")
