@@ -332,16 +332,21 @@ ANALYTICS: tuple[Row, ...] = (
                 thresholds=((None, "green"), (10000, "orange")),
             ),
             Panel(
-                "Dead letters",
-                (
-                    Target(
-                        f"sum by (topic) (increase(liftgate_analytics_dead_letters_total[{RATE}]))",
-                        "{{topic}}",
-                    ),
-                ),
+                "Dead letters (total)",
+                (Target("sum by (topic) (liftgate_analytics_events_dead_lettered_total)", "{{topic}}"),),
                 unit="short",
                 width=8,
+                description="Messages that could not be decoded or ingested (table dead_letters has the raw bytes).",
                 thresholds=((None, "green"), (1, "red")),
+            ),
+            Panel(
+                "Redelivered duplicates ignored and database retries",
+                (
+                    Target(f"sum(rate(liftgate_analytics_events_duplicate_total[{RATE}]))", "duplicates"),
+                    Target(f"sum(rate(liftgate_analytics_db_retries_total[{RATE}]))", "db retries"),
+                ),
+                unit="short",
+                description="Duplicates: at-least-once delivery absorbed by idempotent ingest.",
             ),
             Panel(
                 "Batch write time (p50, p95)",
