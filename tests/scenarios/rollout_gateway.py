@@ -1,0 +1,99 @@
+"""``python -m tests.scenarios.rollout_gateway``: the real gateway app with events ingested in-process.
+
+Uses ``liftgate.direct_sink.DirectSink`` when it exists; until then a small batching sink
+that calls analytics' real ingest function from a worker thread (what DirectSink does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import logging
+
+import uvicorn
+from sqlalchemy import create_engine
+
+from analytics.ingest import ingest
+from contracts.events import Event
+from gateway.app import GatewayApp, create_app
+from gateway.settings import GatewaySettings
+from gateway.sink import EventSink
+
+log = logging.getLogger(__name__)
+
+
+class IngestSink:
+    """Queues events and ingests them every 100 ms (never blocks the request path)."""
+
+    def __init__(self, database_url: str) -> None:
+        self.engine = create_engine(database_url, pool_size=2, max_overflow=0)
+        self.queue: list[Event] = []
+        self.delivered = 0
+        self.task: asyncio.Task[None] | None = None
+
+    def emit(self, event: Event) -> None:
+        self.queue.append(event)
+
+    async def start(self) -> None:
+        self.task = asyncio.create_task(self._loop())
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(0.1)
+            try:
+                await self._flush()
+            except Exception as exc:
+                log.warning("ingest failed: %s", exc)
+
+    async def _flush(self) -> None:
+        batch, self.queue = self.queue, []
+        if batch:
+            await asyncio.to_thread(ingest, self.engine, batch)
+            self.delivered += len(batch)
+
+    async def close(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+        await self._flush()
+        self.engine.dispose()
+
+    def healthy(self) -> bool:
+        return True
+
+    def stats(self) -> dict[str, int]:
+        return {"queued": len(self.queue), "delivered": self.delivered}
+
+
+def make_sink(settings: GatewaySettings) -> EventSink:
+    if importlib.util.find_spec("liftgate.direct_sink") is not None:
+        from liftgate.gateway_direct import make_direct_sink
+
+        return make_direct_sink(settings)
+    return IngestSink(settings.database_url)
+
+
+def app_factory() -> GatewayApp:
+    settings = GatewaySettings()
+    logging.basicConfig(level="WARNING")
+    return create_app(settings, make_sink(settings))
+
+
+def main() -> None:
+    settings = GatewaySettings()
+    uvicorn.run(
+        "tests.scenarios.rollout_gateway:app_factory",
+        factory=True,
+        host=settings.host,
+        port=settings.port,
+        loop="uvloop",
+        http="httptools",
+        access_log=False,
+        log_level="warning",
+    )
+
+
+if __name__ == "__main__":
+    main()

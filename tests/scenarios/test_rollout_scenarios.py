@@ -1,0 +1,201 @@
+"""Staged rollouts end to end: simulator, gateway and analytics service as real processes,
+standalone controller processes, real HTTP traffic; events ingested by the real ingest
+function; weights applied by the gateway from PostgreSQL. Accelerated (second-long
+stages, high traffic) and bounded in time.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, text
+
+from liftgate.simulator_model import SimulatorModel
+from tests.scenarios.rollout_stack import Stack, Traffic, start_stack, wait_for
+
+FAST = {
+    "latency_ms": 8.0,
+    "latency_sd": 2.0,
+    "ttft_ms": 2.0,
+    "ttft_sd": 0.5,
+    "tokens": 16.0,
+    "tokens_sd": 3.0,
+}
+MODELS = [
+    SimulatorModel("base", error_rate=0.05, **FAST),
+    SimulatorModel("bad", error_rate=0.15, **FAST),
+    SimulatorModel("good", error_rate=0.03, **FAST),
+    SimulatorModel("same", error_rate=0.05, **FAST),
+]
+PLAN: dict[str, Any] = {
+    "stages": [5, 10, 25, 50, 100],
+    "min_duration_s": 4,
+    "min_units": 8,
+    "interval_s": 0.5,
+    "planned_units": 500,
+    "min_test_units": 20,
+}
+
+
+@pytest.fixture(scope="module")
+def stack(database_url: str) -> Iterator[Stack]:
+    yield from start_stack(database_url, MODELS, controller_in_service=False)
+
+
+@pytest.fixture
+def controller(stack: Stack) -> Iterator[None]:
+    proc = stack.start_controller()
+    yield
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(5)
+
+
+def _create(stack: Stack, name: str, candidate_model: str, plan: dict[str, Any]) -> str:
+    return stack.create_rollout(name, plan, candidate_model)
+
+
+def _state(stack: Stack, name: str) -> dict[str, Any]:
+    return stack.rollout(name)
+
+
+def _decisions(state: dict[str, Any], kind: str) -> list[dict[str, Any]]:
+    return [d for d in state["decisions"] if d["decision"] == kind]
+
+
+def test_a_candidate_with_three_times_the_errors_is_rolled_back_before_25_percent_and_then_gets_no_traffic(
+    stack: Stack, controller: None, engine: Engine, unique_name: str
+) -> None:
+    started = time.monotonic()
+    name = f"bad-{unique_name}"[:60]
+    route = _create(stack, name, "bad", {**PLAN, "min_duration_s": 10})
+    wait_for(lambda: _state(stack, name)["stage"] == 0, 20, "the controller to start the rollout")
+    with Traffic(stack.gateway, route, units=600, duration_s=100):
+        state = wait_for(
+            lambda: (s := _state(stack, name))["status"] == "rolled_back" and s, 100, "a rollback"
+        )
+        rollback = _decisions(state, "rollback")[-1]
+        assert rollback["stage"] < 2, state["decisions"]  # rolled back at 5% or 10%
+        assert "error_rate" in rollback["reason"] and rollback["actor"] == "controller"
+        assert not _decisions(state, "advance") or all(
+            d["to_stage"] < 2 for d in _decisions(state, "advance")
+        )
+        time.sleep(4.0)  # keep sending traffic after the rollback
+    with engine.connect() as conn:
+        after = conn.execute(
+            text("SELECT count(*) FILTER (WHERE upstream = :c), count(*) FROM interactions"
+                 " WHERE route = :r AND role = 'primary' AND ts > :t"),
+            {"c": f"{name}-cand", "r": route, "t": _ts(rollback["created_at"]) + timedelta(seconds=1)},
+        ).one()  # fmt: skip
+    assert after[1] > 50, "traffic continued after the rollback"
+    assert after[0] == 0, f"{after[0]} requests went to the candidate after the rollback"
+    assert time.monotonic() - started < 120
+
+
+def test_an_equal_or_better_candidate_is_promoted_and_becomes_the_baseline(
+    stack: Stack, controller: None, engine: Engine, unique_name: str
+) -> None:
+    started = time.monotonic()
+    name = f"good-{unique_name}"[:60]
+    route = _create(stack, name, "good", PLAN)
+    wait_for(lambda: _state(stack, name)["stage"] == 0, 20, "the controller to start the rollout")
+    with Traffic(stack.gateway, route, units=400, duration_s=100):
+        state = wait_for(lambda: (s := _state(stack, name))["status"] == "completed" and s, 100, "promotion")
+        time.sleep(3.0)
+    moves = [d["decision"] for d in state["decisions"] if d["decision"] != "hold"]
+    assert moves == ["start", "advance", "advance", "advance", "advance", "promote"]
+    control = next(v for v in state["variants"] if v["is_control"])
+    assert control["name"] == "candidate" and control["weight"] == 100
+    exp = stack.admin("GET", f"/experiments/{name}")
+    assert exp["status"] == "completed"
+    promoted = _ts(_decisions(state, "promote")[-1]["created_at"]) + timedelta(seconds=1)
+    with engine.connect() as conn:
+        served = dict(
+            conn.execute(
+                text("SELECT upstream, count(*) FROM interactions WHERE route = :r AND role = 'primary'"
+                     " AND ts > :t GROUP BY upstream"),
+                {"r": route, "t": promoted},
+            ).all()
+        )  # fmt: skip
+    assert served.get(f"{name}-cand", 0) > 20 and f"{name}-base" not in served, served
+    assert time.monotonic() - started < 120
+
+
+def test_a_broken_split_holds_the_rollout(stack: Stack, controller: None, unique_name: str) -> None:
+    started = time.monotonic()
+    name = f"srm-{unique_name}"[:60]
+    route = _create(stack, name, "same", {**PLAN, "stages": [20, 50, 100], "min_duration_s": 8})
+    wait_for(lambda: _state(stack, name)["stage"] == 0, 20, "the controller to start the rollout")
+    with Traffic(stack.gateway, route, units=500, duration_s=60, skip_candidate_units=0.9):
+        state = wait_for(
+            lambda: (s := _state(stack, name))["decisions"][-1]["evidence"].get("code") == "srm" and s,
+            40, "an SRM hold",
+        )  # fmt: skip
+        time.sleep(10.0)  # past the stage's minimums: still held
+        state = _state(stack, name)
+    assert state["status"] == "running" and state["stage"] == 0, state["decisions"][-3:]
+    hold = state["decisions"][-1]
+    assert hold["decision"] == "hold" and hold["evidence"]["srm"]["flagged"]
+    assert time.monotonic() - started < 120
+
+
+def test_pause_holds_everything_and_a_killed_controller_resumes_mid_stage(
+    stack: Stack, engine: Engine, unique_name: str
+) -> None:
+    started = time.monotonic()
+    name = f"kill-{unique_name}"[:60]
+    route = _create(stack, name, "same", {**PLAN, "min_duration_s": 6})
+    first = stack.start_controller()
+    wait_for(lambda: _state(stack, name)["stage"] == 0, 20, "the controller to start the rollout")
+    with Traffic(stack.gateway, route, units=400, duration_s=110) as traffic:
+        wait_for(lambda: _state(stack, name)["stage"] == 1, 40, "the first advance")
+        time.sleep(2.0)  # mid-stage
+        first.send_signal(signal.SIGKILL)
+        first.wait(5)
+        before = _state(stack, name)
+        assert before["stage"] == 1
+        # two controllers at once after the restart: still one decision per stage
+        stack.start_controller()
+        stack.start_controller()
+        state = wait_for(
+            lambda: (s := _state(stack, name))["stage"] == 2 and s, 40, "the advance after restart"
+        )
+        to_two = [d for d in _decisions(state, "advance") if d["to_stage"] == 2]
+        assert len(to_two) == 1
+        assert to_two[0]["evidence"]["elapsed_s"] >= 6  # timed from the original stage start
+        assert _ts(to_two[0]["created_at"]) - _ts(before["stage_started_at"]) >= timedelta(seconds=6)
+        assert [d["to_stage"] for d in _decisions(state, "advance")] == [1, 2]
+
+        paused = stack.rollout(name, "pause")
+        assert paused["status"] == "paused" and paused["decision"]["actor"] == "admin:scenario"
+        pause_at = _ts(paused["decision"]["created_at"])
+        time.sleep(9.0)  # longer than the stage minimum
+        held = _state(stack, name)
+        assert held["status"] == "paused" and held["stage"] == 2
+        assert held["decisions"][-1]["decision"] == "pause"
+        sent_in_pause = [s for s in traffic.sent if s.at > pause_at + timedelta(seconds=1)]
+        assert sent_in_pause and all(s.variant != "candidate" for s in sent_in_pause)
+
+        resumed = stack.rollout(name, "resume")
+        assert resumed["status"] == "running" and resumed["stage"] == 2
+        rolled = stack.rollout(name, "rollback")
+        assert rolled["status"] == "rolled_back"
+        assert [d["decision"] for d in rolled["decisions"][-3:]] == ["pause", "resume", "rollback"]
+    with engine.connect() as conn:
+        audits = conn.execute(
+            text("SELECT action, actor FROM audit_log WHERE action LIKE 'rollout.%' AND entity_id = :e"),
+            {"e": str(state["experiment_id"])},
+        ).all()
+    assert ("rollout.pause", "admin:scenario") in [tuple(a) for a in audits]
+    assert time.monotonic() - started < 120
+
+
+def _ts(value: str) -> Any:
+    from datetime import datetime
+
+    return datetime.fromisoformat(value)
