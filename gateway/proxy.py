@@ -345,10 +345,14 @@ class CompletionProxy:
         )
 
     def _mirror(self, info: CallInfo, route: RouteConfig, req: dict[str, Any], prompt: str | None) -> None:
-        assert self.shadow is not None
+        shadow = self.shadow
+        assert shadow is not None
         rate = route.experiment.shadow_sample_rate
         for variant in route.shadows:
             if rate < 1.0 and self.rng() >= rate:
+                continue
+            if shadow.full():  # overflow: count and skip before doing any work for it
+                shadow.drop(info.route, info.experiment or "", variant.name)
                 continue
             req["model"] = variant.model
             shadow_info = CallInfo(
@@ -365,4 +369,4 @@ class CompletionProxy:
                 conversation_id=info.conversation_id,
                 content_logging=info.content_logging,
             )
-            self.shadow.submit(ShadowJob(shadow_info, info.request_id, variant, orjson.dumps(req), prompt))
+            shadow.submit(ShadowJob(shadow_info, info.request_id, variant, orjson.dumps(req), prompt))

@@ -12,6 +12,7 @@ import asyncio
 import logging
 from dataclasses import dataclass
 from time import perf_counter
+from typing import Any
 
 from gateway.metrics import GatewayMetrics
 from gateway.recorder import CallInfo, Recorder
@@ -46,6 +47,7 @@ class ShadowMirror:
         self.concurrency = concurrency
         self.queue: asyncio.Queue[ShadowJob] = asyncio.Queue(maxsize=queue_size)
         self._workers: list[asyncio.Task[None]] = []
+        self._children: dict[tuple[str, str, str, str], Any] = {}
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -57,15 +59,29 @@ class ShadowMirror:
         await asyncio.gather(*self._workers, return_exceptions=True)
         self._workers = []
 
+    def outcome(self, route: str, experiment: str, variant: str, outcome: str) -> Any:
+        """The pre-bound counter child (labels() is too slow to call per request)."""
+        key = (route, experiment, variant, outcome)
+        child = self._children.get(key)
+        if child is None:
+            if len(self._children) > 10_000:
+                self._children.clear()
+            child = self._children[key] = self.metrics.shadow.labels(*key)
+        return child
+
+    def full(self) -> bool:
+        return self.queue.full()
+
+    def drop(self, route: str, experiment: str, variant: str) -> None:
+        self.outcome(route, experiment, variant, "dropped").inc()
+
     def submit(self, job: ShadowJob) -> bool:
         info = job.info
-        labels = (info.route, info.experiment or "", job.variant.name)
-        try:
-            self.queue.put_nowait(job)
-        except asyncio.QueueFull:
-            self.metrics.shadow.labels(*labels, "dropped").inc()
+        if self.queue.full():
+            self.drop(info.route, info.experiment or "", job.variant.name)
             return False
-        self.metrics.shadow.labels(*labels, "sent").inc()
+        self.queue.put_nowait(job)
+        self.outcome(info.route, info.experiment or "", job.variant.name, "sent").inc()
         return True
 
     async def _work(self) -> None:
@@ -106,7 +122,7 @@ class ShadowMirror:
                 summarize_json(res, info.endpoint, keep_text)
         latency = perf_counter() - t0
         outcome = "failed" if res.error_type else "ok"
-        self.metrics.shadow.labels(info.route, info.experiment or "", variant.name, outcome).inc()
+        self.outcome(info.route, info.experiment or "", variant.name, outcome).inc()
         status = res.status or (504 if res.error_type == "timeout" else 502)
         self.recorder.record(
             info,
