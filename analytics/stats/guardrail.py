@@ -2,9 +2,11 @@
 
 harm h = −lift for an ``increase`` metric, +lift for a ``decrease`` metric (relative to
 |control mean| by default). H0: h ≥ margin (the candidate is worse by at least the
-margin) vs H1: h < margin. With the Welch SE and ν degrees of freedom:
-t = (ĥ − margin)/SE, p = F_ν(t), non-inferior ⇔ p < α ⇔ ĥ + t_{1−α,ν}·SE < margin
-(Kohavi, Tang, Xu 2020, ch. 21 on guardrails). Valid for one look at a planned sample
+margin) vs H1: h < margin, tested on the linear contrast D(margin) of
+:mod:`analytics.stats.harm` with its Welch SE and ν degrees of freedom:
+t = D/SE, p = F_ν(t), non-inferior ⇔ p < α (Kohavi, Tang, Xu 2020, ch. 21). ``harm_upper``
+is the one-sided (1 − α) upper bound of h (the margin where the verdict flips;
+``None`` when the control mean is too uncertain to bound a relative harm). Valid for one look at a planned sample
 size; the rollout controller uses :func:`analytics.stats.sequential.sequential_noninferiority`.
 """
 
@@ -17,12 +19,13 @@ from scipy import stats as sps
 
 from analytics.stats.errors import NUMERIC_ERRORS, Direction, ErrorCode, finite, numeric_message
 from analytics.stats.estimate import VariantEstimate
-from analytics.stats.lift import precheck, relative_variance, welch_dof
+from analytics.stats.harm import HarmContrast, flip_point
+from analytics.stats.lift import precheck
 
 
 @dataclass(frozen=True, slots=True)
 class NonInferiorityResult:
-    """``noninferior`` when the one-sided upper bound of harm is below the margin."""
+    """``noninferior`` ⇔ ``p_value`` < alpha ⇔ ``harm_upper`` < margin."""
 
     noninferior: bool
     p_value: float | None
@@ -54,24 +57,26 @@ def _noninferiority(
         return fail(*bad)
     if margin < 0.0:
         return fail(ErrorCode.INVALID_INPUT, "margin must be >= 0")
-    mc, mt = float(control.mean or 0.0), float(treatment.mean or 0.0)
-    if relative:
-        if mc == 0.0:
-            return fail(ErrorCode.ZERO_CONTROL_MEAN, "relative margin with a control mean of 0")
-        lift, var = (mt - mc) / abs(mc), relative_variance(control, treatment)
-    else:
-        lift, var = mt - mc, (control.variance or 0.0) + (treatment.variance or 0.0)
+    if relative and control.mean == 0.0:
+        return fail(ErrorCode.ZERO_CONTROL_MEAN, "relative margin with a control mean of 0")
+    hc = HarmContrast.of(control, treatment, direction, relative)
+    d, var = hc.at(margin)
     if not var > 0.0:
-        return fail(ErrorCode.ZERO_VARIANCE, "the lift's variance is 0 on this scale")
-    harm = -lift if direction is Direction.INCREASE else lift
-    dof = welch_dof(control, treatment)
-    se = math.sqrt(var)
-    p = float(sps.t.cdf((harm - margin) / se, dof))
-    upper = harm + float(sps.t.ppf(1.0 - alpha, dof)) * se
+        return fail(ErrorCode.ZERO_VARIANCE, "the contrast's variance is 0")
+    dof = hc.dof(margin)
+    p = float(sps.t.cdf(d / math.sqrt(var), dof))
+    q = float(sps.t.ppf(1.0 - alpha, dof))
+
+    def beyond_upper(m: float) -> float:  # ≥ 0 once the test at margin m declares non-inferiority
+        dm, vm = hc.at(m)
+        return -dm - q * math.sqrt(vm)
+
+    harm = hc.harm
+    upper = flip_point(beyond_upper, harm, hc.scale, +1.0) if beyond_upper(harm) < 0.0 else harm
     h, u, pv = finite(harm), finite(upper), finite(p)
-    if h is None or u is None or pv is None:
+    if h is None or pv is None:
         return fail(ErrorCode.INVALID_INPUT, "not finite")
-    return NonInferiorityResult(u < margin, pv, h, u, margin, relative, direction, alpha)
+    return NonInferiorityResult(pv < alpha, pv, h, u, margin, relative, direction, alpha)
 
 
 def noninferiority(

@@ -19,7 +19,9 @@ planned sample size N* (Howard et al. 2021; as GrowthBook does). The default N* 
 
 One-sided tests (guardrails) use the half-normal mixture over θ > θ0 only, for which
 Λ⁺ = 2·Φ((θ̂−θ0)·τ/sqrt(V(V+τ²)))·Λ — also a nonnegative martingale, so the one-sided
-bound is valid at level α (not α/2) and tighter than the two-sided one.
+bound is valid at level α (not α/2) and tighter than the two-sided one. The guardrail
+applies it to the linear harm contrast D(margin) of :mod:`analytics.stats.harm` (with
+τ² tuned on Var D), which stays close to normal for rare events such as error rates.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from scipy import optimize
 
 from analytics.stats.errors import NUMERIC_ERRORS, Direction, ErrorCode, finite, numeric_message
 from analytics.stats.estimate import VariantEstimate
+from analytics.stats.harm import HarmContrast, flip_point
 from analytics.stats.lift import Interval, precheck, relative_variance
 
 DEFAULT_PLANNED_UNITS = 10_000
@@ -211,30 +214,36 @@ def _sequential_noninferiority(
         return fail(*bad)
     if margin < 0.0 or planned_units < 1:
         return fail(ErrorCode.INVALID_INPUT, "margin must be >= 0 and planned_units >= 1")
-    mc, mt = float(control.mean or 0.0), float(treatment.mean or 0.0)
-    if relative:
-        if mc == 0.0:
-            return fail(ErrorCode.ZERO_CONTROL_MEAN, "relative margin with a control mean of 0")
-        lift, var = (mt - mc) / abs(mc), relative_variance(control, treatment)
-    else:
-        lift, var = mt - mc, (control.variance or 0.0) + (treatment.variance or 0.0)
-    if not var > 0.0:
-        return fail(ErrorCode.ZERO_VARIANCE, "the lift's variance is 0 on this scale")
-    harm = -lift if direction is Direction.INCREASE else lift
-    tau2 = _tau2(var, n, alpha, planned_units)
-    d = one_sided_halfwidth(var, tau2, alpha)
-    lower, upper = harm - d, harm + d
-    p = min(1.0, math.exp(-max(0.0, log_one_sided_lr(harm - margin, var, tau2))))
-    vals = [finite(v) for v in (harm, lower, upper, p)]
-    if any(v is None for v in vals):
+    if relative and control.mean == 0.0:
+        return fail(ErrorCode.ZERO_CONTROL_MEAN, "relative margin with a control mean of 0")
+    hc = HarmContrast.of(control, treatment, direction, relative)
+    target = math.log(1.0 / alpha)
+
+    def evidence(m: float, sign: float) -> float:
+        """log Λ⁺ − log(1/α) for "harm > m" (sign +1) or "harm < m" (sign −1)."""
+        d, v = hc.at(m)
+        if not v > 0.0:
+            return -target
+        return log_one_sided_lr(sign * d, v, _tau2(v, n, alpha, planned_units)) - target
+
+    _, v0 = hc.at(margin)
+    if not v0 > 0.0:
+        return fail(ErrorCode.ZERO_VARIANCE, "the contrast's variance is 0")
+    log_lr = evidence(margin, +1.0) + target
+    p = min(1.0, math.exp(-max(0.0, log_lr)))
+    harm = hc.harm
+    lower = flip_point(lambda m: evidence(m, +1.0), harm, hc.scale, -1.0)
+    upper = flip_point(lambda m: evidence(m, -1.0), harm, hc.scale, +1.0)
+    h, pv = finite(harm), finite(p)
+    if h is None or pv is None:
         return fail(ErrorCode.INVALID_INPUT, "not finite")
     return SequentialGuardrail(
-        lower > margin,
-        upper < margin,
-        vals[0],
-        vals[1],
-        vals[2],
-        vals[3],
+        pv <= alpha,
+        evidence(margin, -1.0) >= 0.0,
+        h,
+        finite(lower),
+        finite(upper),
+        pv,
         margin,
         relative,
         direction,

@@ -65,6 +65,13 @@ def test_noninferiority_p_value_matches_a_shifted_one_sided_welch_test() -> None
     ref = sps.ttest_ind(b - margin, a, equal_var=False, alternative="less")
     assert r.p_value == pytest.approx(ref.pvalue, rel=1e-9)
     assert r.noninferior is bool(ref.pvalue < 0.05)
+    for m in (0.05, 0.02):  # relative margins: the contrast b − (1 + m)·a, no division by a noisy mean
+        r_rel = noninferiority(c, t, m, Direction.DECREASE)
+        ref_rel = sps.ttest_ind(b, (1 + m) * a, equal_var=False, alternative="less")
+        assert r_rel.p_value == pytest.approx(ref_rel.pvalue, rel=1e-9)
+        r_up = noninferiority(t, c, m, Direction.INCREASE)  # now "higher is better", roles swapped
+        ref_up = sps.ttest_ind((1 - m) * b, a, equal_var=False, alternative="less")
+        assert r_up.p_value == pytest.approx(ref_up.pvalue, rel=1e-9)
     rel = noninferiority(c, t, 0.05, Direction.DECREASE)  # 5% of 200 ms = 10 ms
     assert rel.noninferior and rel.harm_upper is not None and rel.harm_upper < 0.05
     worse = noninferiority(c, t, 0.0, Direction.DECREASE)
@@ -96,3 +103,21 @@ def test_bayes_and_noninferiority_degenerate_inputs() -> None:
     assert noninferiority(CONTROL, TREATMENT, -1, "decrease").error is ErrorCode.INVALID_INPUT
     for r in (chance_to_beat(zero_mean, TREATMENT), noninferiority(empty, TREATMENT, 0.05, "decrease")):
         assert_json_safe(r)
+
+
+def test_guardrail_verdicts_agree_with_their_bounds() -> None:
+    rng = np.random.default_rng(55)
+    for _ in range(300):
+        n_c, n_t = (int(v) for v in rng.integers(20, 5000, 2))
+        mc = float(rng.choice([-1.0, 1.0]) * rng.uniform(0.01, 10))
+        c = VariantEstimate(n_c, mc, float(rng.uniform(0.01, 50)))
+        t = VariantEstimate(n_t, mc * float(rng.uniform(0.7, 1.3)), float(rng.uniform(0.01, 50)))
+        margin = float(rng.uniform(0, 0.2))
+        for direction in Direction:
+            for relative in (True, False):
+                r = noninferiority(c, t, margin, direction, relative=relative)
+                assert r.error is None
+                if r.harm_upper is not None:
+                    assert r.noninferior == (r.harm_upper < margin)
+                else:
+                    assert not r.noninferior
