@@ -62,3 +62,11 @@ def test_degenerate_pairs_return_error_codes() -> None:
     assert agreement(0, 0).error is ErrorCode.NO_DATA and agreement(5, 3).error is ErrorCode.INVALID_INPUT
     for r in (same, zero_base, mcnemar(0, 0), agreement(0, 0)):
         assert_json_safe(r)
+
+
+def test_mcnemar_reproduces_agrestis_presidential_approval_example() -> None:
+    """Agresti, Categorical Data Analysis, 10.1: 1,600 people, 150 approve→disapprove, 86 the
+    reverse; McNemar z² = 17.36 without continuity correction (here with it: 63²/236)."""
+    r = mcnemar(150, 86)
+    assert not r.exact and r.statistic == pytest.approx(63**2 / 236)
+    assert r.p_value == pytest.approx(sps.chi2.sf(63**2 / 236, 1)) and r.p_value < 1e-4

@@ -59,3 +59,13 @@ def test_corrections_pass_missing_p_values_through() -> None:
     assert [h[0], h[2], h[3]] == pytest.approx(list(multipletests(present, method="holm")[1]))
     assert [b[0], b[2], b[3]] == pytest.approx(list(multipletests(present, method="fdr_bh")[1]))
     assert holm([]) == [] and benjamini_hochberg([None]) == [None]
+
+
+def test_benjamini_hochberg_reproduces_the_papers_example() -> None:
+    """Benjamini & Hochberg (1995), section 4: 15 p-values, q = 0.05 rejects the first four."""
+    p = [0.0001, 0.0004, 0.0019, 0.0095, 0.0201, 0.0278, 0.0298, 0.0344, 0.0459, 0.3240]
+    p += [0.4262, 0.5719, 0.6528, 0.7590, 1.000]
+    adjusted = benjamini_hochberg(p)
+    assert [a is not None and a <= 0.05 for a in adjusted] == [True] * 4 + [False] * 11
+    # Holm (like Bonferroni here) rejects only the first three
+    assert sum(a is not None and a <= 0.05 for a in holm(p)) == 3
