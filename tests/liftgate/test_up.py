@@ -54,13 +54,19 @@ class Up:
             time.sleep(0.3)
         raise AssertionError(f"liftgate up not ready within {timeout} s:\n{self.output()}")
 
-    def tree(self) -> list[int]:
+    def tree(self) -> dict[int, str]:
         """Every process below `liftgate up` (children, uvicorn workers) plus our PostgreSQL."""
-        pids = [p.pid for p in psutil.Process(self.proc.pid).children(recursive=True)]
+        found = {p.pid: p for p in psutil.Process(self.proc.pid).children(recursive=True)}
         for p in psutil.process_iter(["cmdline"]):
             if str(self.state / "pg") in " ".join(p.info["cmdline"] or []):
-                pids.append(p.pid)
-        return pids
+                found[p.pid] = p
+        out = {}
+        for pid, proc in found.items():
+            try:
+                out[pid] = " ".join(proc.cmdline())[:160]
+            except psutil.Error:
+                continue
+        return out
 
     def interrupt(self, timeout: float = 60.0) -> int:
         self.proc.send_signal(signal.SIGINT)
@@ -97,6 +103,17 @@ def _alive(pids: list[int]) -> list[int]:
         except psutil.NoSuchProcess:
             continue
     return out
+
+
+def _left_behind(tree: dict[int, str], timeout: float = 10.0) -> dict[int, str]:
+    """The processes of ``tree`` still running once ``liftgate up`` has exited (polled briefly:
+    a process may still be finishing its exit when its parent returns)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = _alive(list(tree))
+        if not alive or time.monotonic() > deadline:
+            return {pid: tree[pid] for pid in alive}
+        time.sleep(0.1)
 
 
 def test_liftgate_up_demo_end_to_end(tmp_path: Path) -> None:
@@ -152,7 +169,7 @@ def test_liftgate_up_demo_end_to_end(tmp_path: Path) -> None:
         assert up.interrupt() == 0, up.output()
     finally:
         up.kill()
-    assert _alive(tree) == [], f"processes left behind: {_alive(tree)}"
+    assert _left_behind(tree) == {}, "processes left behind"
 
     # Second start: same data, same token, no traffic needed to see the earlier units.
     again = Up(state, ports)
@@ -167,4 +184,4 @@ def test_liftgate_up_demo_end_to_end(tmp_path: Path) -> None:
         assert again.interrupt() == 0, again.output()
     finally:
         again.kill()
-    assert _alive(tree) == []
+    assert _left_behind(tree) == {}, "processes left behind"
