@@ -8,7 +8,7 @@ these sums, so a report's cost grows with variants, not with events.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -102,19 +102,17 @@ class SampleStats:
     @classmethod
     def from_values(
         cls,
-        x: Sequence[float],
-        y: Sequence[float] | None = None,
-        c: Sequence[float] | None = None,
+        x: Iterable[float],
+        y: Iterable[float] | None = None,
+        c: Iterable[float] | None = None,
     ) -> SampleStats:
         """Sums of per-unit values (tests, small in-memory data); SQL does this in production."""
-        n = len(x)
-        ys = list(y) if y is not None else [0.0] * n
-        cs = list(c) if c is not None else [0.0] * n
+        xs = [float(v) for v in x]
+        n = len(xs)
+        ys = [float(v) for v in y] if y is not None else [0.0] * n
+        cs = [float(v) for v in c] if c is not None else [0.0] * n
         if len(ys) != n or len(cs) != n:
             raise ValueError("x, y and c must have one value per unit")
-        xs = [float(v) for v in x]
-        ys = [float(v) for v in ys]
-        cs = [float(v) for v in cs]
         return cls(
             n=n,
             sum_x=sum(xs),

@@ -23,8 +23,8 @@ TREATMENT = VariantEstimate(n=4000, mean=10.15, unit_variance=18.0)
 
 
 def _posterior_draws(rng: np.random.Generator, size: int) -> tuple[np.ndarray, np.ndarray]:
-    mc = rng.normal(CONTROL.mean, CONTROL.std_error, size)
-    mt = rng.normal(TREATMENT.mean, TREATMENT.std_error, size)
+    mc = rng.normal(float(CONTROL.mean or 0), float(CONTROL.std_error or 0), size)
+    mt = rng.normal(float(TREATMENT.mean or 0), float(TREATMENT.std_error or 0), size)
     return mc, mt
 
 

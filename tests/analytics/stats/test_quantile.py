@@ -45,7 +45,8 @@ def test_quantile_estimate_is_within_bucket_resolution_of_the_exact_sample_quant
     for q in (0.5, 0.95, 0.99):
         r = quantile_ci(hist, q)
         assert r.estimate == pytest.approx(np.quantile(lat, q), rel=0.01)
-        assert r.lower is not None and r.upper is not None and r.lower < r.estimate < r.upper
+        assert r.lower is not None and r.upper is not None and r.estimate is not None
+        assert r.lower < r.estimate < r.upper
         assert_json_safe(r)
 
 
