@@ -248,3 +248,25 @@ def test_client_api_keys_are_required_once_any_exists(simulator: str) -> None:
             bad.chat.completions.create(model="assistant", messages=MSG)
         r = get(g.url + "/v1/models")
         assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
+
+
+def test_embeddings_pass_through_and_are_logged(gw: tuple[str, MemorySink]) -> None:
+    url, sink = gw
+    client = openai.OpenAI(base_url=url + "/v1", api_key="k")
+    raw = client.embeddings.with_raw_response.create(model="assistant", input=["hello", "world"], user="hank")
+    emb = raw.parse()
+    assert len(emb.data) == 2 and len(emb.data[0].embedding) > 0
+    (event,) = sink.wait_for(lambda e: e.request_id == raw.headers["x-request-id"])
+    assert event.endpoint == "embeddings" and event.status == "ok" and event.unit_id == "hank"
+
+
+def test_hashed_content_logging_stores_digests_not_text(simulator: str) -> None:
+    sink = MemorySink()
+    ups = [UpstreamConfig("sim", simulator)]
+    variants = [VariantConfig("control", "sim", "base", 1, True), VariantConfig("c", "sim", "cand", 0)]
+    exps = [experiment("hashed", variants, content_logging="hashed")]
+    with start_gateway(sink, static_source(exps, ups)) as g:
+        r = post(g.url + "/v1/chat/completions", {"model": "hashed", "messages": MSG})
+        (event,) = sink.wait_for(lambda e: e.request_id == r.headers["x-request-id"])
+    assert event.prompt is not None and len(event.prompt) == 64 and "foxes" not in event.prompt
+    assert event.response is not None and len(event.response) == 64
