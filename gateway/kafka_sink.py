@@ -3,9 +3,8 @@
 ``emit`` appends the event object to a deque and returns: no encoding, no lock, no I/O.
 One background thread does everything else, in order:
 
-* **live** (spool empty, broker answering): pop a batch, encode it, ``send`` every record
-  with an explicit partition (the default partitioner's murmur2, cached per key), ``flush``
-  once per batch and check the batch's futures. Records that were not acknowledged go to
+* **live** (spool empty, broker answering): pop a batch, encode it, hand it to
+  :class:`gateway.kafka_batches.BatchProducer` (one flush per batch). Records that were not acknowledged go to
   the spool and the sink turns *degraded*.
 * **degraded**: every event goes to the durable spool (fsync per batch). A probe tries to
   reach the broker with bounded exponential backoff; once it answers, the spool is replayed
@@ -32,12 +31,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kafka import KafkaProducer
 from kafka.admin import KafkaAdminClient, NewTopic
-from kafka.errors import TopicAlreadyExistsError
-from kafka.partitioner.default import murmur2
+from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 from contracts.events import FEEDBACK_TOPIC, INTERACTIONS_TOPIC, Event, InteractionEvent, encode
+from gateway.kafka_batches import BatchProducer
 from gateway.spool import Record, Spool, claim_spool_dir
 
 log = logging.getLogger(__name__)
@@ -61,14 +59,20 @@ class SinkConfig:
     max_queue: int = 50_000  # above this, the background thread spills to the spool
     hard_max_queue: int = 1_000_000  # above this, emit drops (and counts) events
     batch_max: int = 5_000
-    idle_sleep_s: float = 0.005  # how long the thread naps when there is nothing to do
+    # Pause between batches unless a full batch is waiting. Each produce round trip costs
+    # kafka-python ~1 ms of CPU whatever its size, so fewer, bigger batches are much cheaper;
+    # analytics does not mind events arriving 50 ms later.
+    batch_interval_s: float = 0.05
     flush_timeout_s: float = 5.0
     probe_timeout_s: float = 2.0
     backoff_initial_s: float = 0.2
     backoff_max_s: float = 5.0
     close_timeout_s: float = 5.0
     linger_ms: int = 2
-    batch_bytes: int = 1 << 20
+    # Below the broker's default message.max.bytes (~1 MiB), which bounds a whole batch.
+    batch_bytes: int = 512 << 10
+    max_event_bytes: int = 500_000
+    fast_append: bool = True  # see gateway.kafka_batches; False forces KafkaProducer.send
     segment_bytes: int = 64 << 20
 
 
@@ -112,16 +116,15 @@ class KafkaSink:
         self._hard_max = config.hard_max_queue
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._producer: KafkaProducer | None = None
+        self._producer: BatchProducer | None = None
         self._spool: Spool | None = None
-        self._partitions: dict[str, int] = {}
-        self._partition_cache: dict[tuple[str, bytes], int] = {}
         self._live = False
         self._closed = False
         self._next_probe = 0.0
         self._backoff = config.backoff_initial_s
         self._counters = dict.fromkeys(("delivered", "spooled", "replayed", "send_failures", "probes"), 0)
         self._dropped = 0
+        self._oversized = 0
 
     # --- the request path -------------------------------------------------------------------
 
@@ -158,7 +161,8 @@ class KafkaSink:
         spool = self._spool
         return {
             "queued": len(self._queue),
-            "dropped": self._dropped,
+            "dropped": self._dropped + self._oversized,
+            "oversized": self._oversized,
             "spool_pending": spool.pending_records if spool else 0,
             "spool_bytes": spool.pending_bytes if spool else 0,
             "spool_corrupt": spool.corrupt_records if spool else 0,
@@ -184,8 +188,8 @@ class KafkaSink:
                 self._degrade()
                 busy = False
                 self._stop.wait(1.0)
-            if not busy:
-                self._stop.wait(self.config.idle_sleep_s)
+            if not busy or len(self._queue) < self.config.batch_max:
+                self._stop.wait(self.config.batch_interval_s)
         try:
             self._shutdown()
         except Exception:
@@ -216,11 +220,22 @@ class KafkaSink:
         return True
 
     def _pop(self, limit: int) -> list[Record]:
-        q, topics = self._queue, self.topics
+        q, topics, max_bytes = self._queue, self.topics, self.config.max_event_bytes
         out: list[Record] = []
         for _ in range(min(len(q), limit)):
             event = q.popleft()
-            out.append((topics.of(event), event.key, encode(event)))
+            value = encode(event)
+            if len(value) > max_bytes:
+                # The broker would reject it forever, blocking the spool behind it.
+                self._oversized += 1
+                log.error(
+                    "kafka sink: dropping event %s of %s bytes (max %s)",
+                    event.event_id,
+                    len(value),
+                    max_bytes,
+                )
+                continue
+            out.append((topics.of(event), event.key, value))
         return out
 
     def _spool_records(self, records: list[Record]) -> None:
@@ -246,81 +261,51 @@ class KafkaSink:
     def _connect(self) -> bool:
         self._counters["probes"] += 1
         cfg = self.config
+        options: dict[str, Any] = {
+            "bootstrap_servers": self.bootstrap,
+            "acks": "all",
+            "enable_idempotence": True,
+            "linger_ms": cfg.linger_ms,
+            "batch_size": cfg.batch_bytes,
+            "max_block_ms": int(cfg.probe_timeout_s * 1000),
+            "bootstrap_timeout_ms": int(cfg.probe_timeout_s * 1000),
+            "request_timeout_ms": int(cfg.flush_timeout_s * 1000),
+            "delivery_timeout_ms": int(cfg.flush_timeout_s * 1000) + cfg.linger_ms + 1000,
+            "metrics_enabled": False,  # its per-record sensors cost more CPU than they tell us
+            **self._producer_options,
+        }
         try:
-            producer = KafkaProducer(
-                bootstrap_servers=self.bootstrap,
-                acks="all",
-                enable_idempotence=True,
-                linger_ms=cfg.linger_ms,
-                batch_size=cfg.batch_bytes,
-                max_request_size=max(cfg.batch_bytes, 1 << 20) * 2,
-                max_block_ms=int(cfg.probe_timeout_s * 1000),
-                bootstrap_timeout_ms=int(cfg.probe_timeout_s * 1000),
-                request_timeout_ms=int(cfg.flush_timeout_s * 1000),
-                delivery_timeout_ms=int(cfg.flush_timeout_s * 1000) + cfg.linger_ms + 1000,
-                metrics_enabled=False,  # its per-record sensors cost more CPU than the send itself
-                **self._producer_options,
-            )
-        except Exception as exc:
-            log.info("kafka sink: broker %s not reachable yet (%s)", self.bootstrap, exc)
+            topics = (self.topics.interactions, self.topics.feedback)
+            self._producer = BatchProducer(options, topics, fast_append=cfg.fast_append)
+        except (KafkaError, OSError, RuntimeError) as exc:
+            log.info("kafka sink: broker %s not ready (%s)", self.bootstrap, exc)
             self._degrade()
             return False
-        try:
-            for topic in (self.topics.interactions, self.topics.feedback):
-                parts = producer.partitions_for(topic)
-                if not parts:
-                    raise RuntimeError(f"topic {topic} has no partitions")
-                self._partitions[topic] = len(parts)
-        except Exception as exc:
-            log.warning("kafka sink: broker up but topics not available (%s)", exc)
-            producer.close(0)
+        except Exception:
+            log.exception("kafka sink: cannot create a producer (configuration?); spooling")
             self._degrade()
             return False
-        self._producer = producer
-        self._partition_cache.clear()
         return True
 
     def _close_producer(self) -> None:
         producer, self._producer = self._producer, None
         if producer is not None:
-            # Abandon whatever it still holds: those records are in the spool already.
             with contextlib.suppress(Exception):
                 producer.close(0)
 
-    def _partition(self, topic: str, key: bytes) -> int:
-        cache = self._partition_cache
-        part = cache.get((topic, key))
-        if part is None:
-            if len(cache) > 200_000:
-                cache.clear()
-            # Same choice as Kafka's default partitioner, so other producers agree.
-            part = (murmur2(key) & 0x7FFFFFFF) % self._partitions[topic]
-            cache[(topic, key)] = part
-        return part
-
     def _deliver(self, records: list[Record]) -> list[Record]:
         """Send and flush one batch; return the records not acknowledged, in order."""
-        producer = self._producer
-        if producer is None:
+        if self._producer is None:
             return records
-        futures = []
-        try:
-            send, partition = producer.send, self._partition
-            for topic, key, value in records:
-                futures.append(send(topic, value=value, key=key, partition=partition(topic, key)))
-            producer.flush(self.config.flush_timeout_s)
-        except Exception as exc:
-            log.warning("kafka sink: delivery of %s events failed (%s)", len(records), exc)
-        first_bad = next((i for i, f in enumerate(futures) if not f.succeeded()), len(futures))
-        if first_bad == len(records):
-            self._counters["delivered"] += len(records)
+        acked = self._producer.deliver(records, self.config.flush_timeout_s)
+        self._counters["delivered"] += acked
+        if acked == len(records):
             self._backoff = self.config.backoff_initial_s
             return []
         self._counters["send_failures"] += 1
         # Everything from the first failure on is retried, so a unit's order never inverts;
         # acknowledged records after it become (deduplicated) duplicates.
-        self._counters["delivered"] += first_bad
-        return records[first_bad:]
+        return records[acked:]
 
     def _replay(self) -> None:
         """Deliver the spool oldest first, then go live; new events queue behind it."""

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
+
+import pytest
 
 from contracts.events import Event, FeedbackEvent
 from gateway.kafka_sink import KafkaSink, SinkConfig, Topics, ensure_topics
@@ -27,12 +30,14 @@ def feedback(i: int) -> FeedbackEvent:
     return FeedbackEvent(request_id=f"req-{i}", unit_id=f"unit-{i % 20}", kind="thumbs_up")
 
 
+@pytest.mark.parametrize("fast_append", [True, False], ids=["accumulator", "send"])
 async def test_events_reach_kafka_keyed_by_unit_and_in_order(
-    kafka_bootstrap: str, unique_name: str, tmp_path: Path
+    kafka_bootstrap: str, unique_name: str, tmp_path: Path, fast_append: bool
 ) -> None:
     topics = unique_topics(unique_name)
     ensure_topics(kafka_bootstrap, 6, topics)
-    sink = KafkaSink(kafka_bootstrap, tmp_path, topics=topics, config=FAST)
+    config = dataclasses.replace(FAST, fast_append=fast_append)
+    sink = KafkaSink(kafka_bootstrap, tmp_path, topics=topics, config=config)
     await sink.start()
     sent: list[Event] = []
     for i in range(2_000):
