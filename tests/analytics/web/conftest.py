@@ -49,7 +49,7 @@ AB = ExperimentSpec(
     mode="ab",
     variants=(
         VariantSpec("baseline", 50, control=True),
-        VariantSpec("candidate", 50, thumbs_up=0.26, latency_ms=860, tokens=240, task_thumbs={"math": 0.6}),
+        VariantSpec("candidate", 50, thumbs_up=0.28, latency_ms=860, tokens=240, task_thumbs={"math": 0.6}),
     ),
 )
 ROLLOUT = ExperimentSpec(
@@ -107,12 +107,11 @@ def seeded(engine: Engine, analytics_url: str, admin_token: str) -> Seeded:
                 (1, 2, "advance", "stage 5% met its minimums (30 min, 500 units); no guardrail hurt"),
             ],
         )
-        add_shadow_pairs(conn, ids[SHADOW.name], SHADOW, 400, rng)
+    add_shadow_pairs(engine, ids[SHADOW.name], SHADOW, 400, rng)
     for batch in range(BATCHES):
-        with engine.begin() as conn:
-            add_units(conn, ids[AB.name], AB, 1500, batch, rng)
-            add_units(conn, ids[ROLLOUT.name], ROLLOUT, 1000, batch, rng)
-            add_units(conn, ids[SHADOW.name], SHADOW, 300, batch, rng)
+        add_units(engine, ids[AB.name], AB, 1200, batch, rng)
+        add_units(engine, ids[ROLLOUT.name], ROLLOUT, 600, batch, rng)
+        add_units(engine, ids[SHADOW.name], SHADOW, 100, batch, rng)
         for name in ids:
             snapshot(analytics_url, admin_token, name)
     return Seeded(ab=AB.name, rollout=ROLLOUT.name, shadow=SHADOW.name)
@@ -131,12 +130,12 @@ def add_batch(engine: Engine, analytics_url: str, admin_token: str) -> Callable[
     rng = np.random.default_rng(11)
 
     def add(name: str) -> None:
-        with engine.begin() as conn:
+        with engine.connect() as conn:
             eid = conn.execute(text("SELECT id FROM experiments WHERE name = :n"), {"n": name}).scalar_one()
             done = conn.execute(
                 text("SELECT count(*) FROM analysis_snapshots WHERE experiment_id = :e"), {"e": eid}
-            )
-            add_units(conn, int(eid), specs[name], 600, 100 + int(done.scalar_one()), rng)
+            ).scalar_one()
+        add_units(engine, int(eid), specs[name], 300, 100 + int(done), rng)
         snapshot(analytics_url, admin_token, name)
 
     return add

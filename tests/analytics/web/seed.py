@@ -2,26 +2,28 @@
 part of the page (significant wins and losses, guardrails, segments, a time series, a
 rollout timeline, shadow pairs).
 
-Rows are written with the same tables the ingest fills (``unit_rollups``,
-``segment_rollups``, ``latency_histograms``, ``interactions``), in batches with a
-snapshot between batches so the cumulative-lift series has several points.
+Experiments are rows in ``experiments``/``variants`` (what the gateway's admin API
+writes); traffic is written as events (``contracts.events``) through the real ingest
+function (``analytics.ingest.ingest``), in batches with a snapshot between batches so the
+cumulative-lift series has several points.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
-from sqlalchemy import Connection, insert, text
+from sqlalchemy import Connection, Engine, text
 
-from contracts.tables import metadata
+from analytics.ingest import ingest
+from contracts.events import Event, FeedbackEvent, InteractionEvent, new_event_id
 
-BUCKETS_PER_E = 20.0
 TASKS = ("code", "math", "chat")
 
 
@@ -44,7 +46,7 @@ class VariantSpec:
 class ExperimentSpec:
     name: str
     route: str
-    mode: str
+    mode: Literal["ab", "shadow", "rollout"]
     variants: Sequence[VariantSpec]
     status: str = "running"
     stage: int | None = None
@@ -72,7 +74,7 @@ def create_experiment(conn: Connection, spec: ExperimentSpec) -> int:
             "m": spec.mode,
             "s": spec.status,
             "salt": secrets.token_hex(8),
-            "plan": None if spec.rollout_plan is None else __import__("json").dumps(spec.rollout_plan),
+            "plan": None if spec.rollout_plan is None else json.dumps(spec.rollout_plan),
             "stage": spec.stage,
             "ss": started if spec.mode == "rollout" else None,
             "st": started,
@@ -89,124 +91,102 @@ def create_experiment(conn: Connection, spec: ExperimentSpec) -> int:
     return int(eid)
 
 
-def _bucket(ms: float) -> int:
-    return math.floor(math.log(max(ms, 0.01)) * BUCKETS_PER_E)
+def _interaction(
+    spec: ExperimentSpec, eid: int, v: VariantSpec, unit: str, **fields: Any
+) -> InteractionEvent:
+    return InteractionEvent(
+        route=spec.route, unit_id=unit, unit_source="header", mode=spec.mode, endpoint="chat",
+        model=f"model-{v.name}", upstream=f"sim-{spec.name}", experiment_id=eid, experiment=spec.name,
+        variant=v.name, **fields,
+    )  # fmt: skip
+
+
+def unit_events(
+    spec: ExperimentSpec, eid: int, v: VariantSpec, unit: str, rng: np.random.Generator
+) -> list[Event]:
+    """One unit's conversation: a few chat calls (some streamed) and the feedback on them."""
+    task = TASKS[int(rng.integers(0, len(TASKS)))]
+    p_up = min(0.95, v.thumbs_up * v.task_thumbs.get(task, 1.0))
+    conversation = f"{unit}-c{int(rng.integers(0, 3))}"
+    events: list[Event] = []
+    for _ in range(int(rng.integers(1, 8))):
+        failed = bool(rng.random() < v.error)
+        latency = float(rng.lognormal(math.log(v.latency_ms), 0.35))
+        streamed = bool(rng.random() < 0.5)
+        tokens = 0 if failed else int(rng.poisson(v.tokens))
+        call = _interaction(
+            spec, eid, v, unit, request_id=new_event_id(), role="primary",
+            status="error" if failed else "ok", http_status=502 if failed else 200,
+            error_type="http_5xx" if failed else None, latency_ms=latency,
+            ttft_ms=latency * 0.2 if streamed and not failed else None, stream=streamed,
+            prompt_tokens=50, completion_tokens=tokens, response_chars=tokens * 4,
+            finish_reason=None if failed else "stop", conversation_id=conversation, tags={"task": task},
+        )  # fmt: skip
+        events.append(call)
+        if failed:
+            continue
+        for kind, chance, value in (
+            ("thumbs_up", p_up, 1.0),
+            ("thumbs_down", v.thumbs_down, 1.0),
+            ("regenerate", 0.05, 1.0),
+            ("copy", 0.1, 1.0),
+            ("continued", 0.5, 1.0),
+            ("rating", 0.3, float(rng.integers(3, 6)) if rng.random() < 0.5 + p_up else 2.0),
+            ("task_success", 0.3, 1.0 if rng.random() < 0.5 + p_up else 0.0),
+        ):
+            if rng.random() < chance:
+                events.append(FeedbackEvent(request_id=call.request_id, unit_id=unit, kind=kind, value=value))
+    return events
 
 
 def add_units(
-    conn: Connection, eid: int, spec: ExperimentSpec, units: int, batch: int, rng: np.random.Generator
-) -> None:
-    """``units`` new units split by weight, each with a few requests and feedback."""
-    rollups = metadata.tables["unit_rollups"]
-    segments = metadata.tables["segment_rollups"]
+    engine: Engine, eid: int, spec: ExperimentSpec, units: int, batch: int, rng: np.random.Generator
+) -> int:
+    """``units`` new units split by weight, written by the real ingest function."""
     total_w = sum(v.weight for v in spec.variants)
-    now = datetime.now(UTC)
-    unit_rows: list[dict[str, Any]] = []
-    seg_rows: list[dict[str, Any]] = []
-    hist: dict[tuple[str, str, str, int], int] = {}
+    events: list[Event] = []
     for v in spec.variants:
-        n = round(units * v.weight / total_w)
-        for i in range(n):
-            uid = f"u{batch}-{v.name}-{i}"
-            task = TASKS[int(rng.integers(0, len(TASKS)))]
-            requests = int(rng.integers(1, 8))
-            errors = int(rng.binomial(requests, v.error))
-            p_up = min(0.95, v.thumbs_up * v.task_thumbs.get(task, 1.0))
-            lat = rng.lognormal(math.log(v.latency_ms), 0.35, size=requests)
-            ttft = lat * 0.2
-            tokens = rng.poisson(v.tokens, size=requests)
-            row = {
-                "experiment_id": eid,
-                "variant": v.name,
-                "unit_id": uid,
-                "first_ts": now,
-                "last_ts": now,
-                "requests": float(requests),
-                "errors": float(errors),
-                "latency_sum": float(lat.sum()),
-                "ttft_n": float(requests),
-                "ttft_sum": float(ttft.sum()),
-                "prompt_tokens": float(requests * 50),
-                "completion_tokens": float(tokens.sum()),
-                "response_chars": float(tokens.sum() * 4),
-                "conversations": float(max(1, requests // 3)),
-                "turns": float(requests),
-                "thumbs_up": float(rng.binomial(requests, p_up)),
-                "thumbs_down": float(rng.binomial(requests, v.thumbs_down)),
-                "ratings_n": float(requests),
-                "ratings_sum": float(rng.binomial(4 * requests, min(0.95, 0.6 + p_up / 2)) + requests),
-                "regenerates": float(rng.binomial(requests, 0.05)),
-                "copies": float(rng.binomial(requests, 0.1)),
-                "continued": float(rng.binomial(requests, 0.5)),
-                "task_success_n": float(requests),
-                "task_success_sum": float(rng.binomial(requests, min(0.95, 0.5 + p_up))),
-            }
-            unit_rows.append(row)
-            seg_rows.append({**row, "segment": f"task={task}"})
-            for seg in ("", f"task={task}"):
-                for metric, values in (("latency", lat), ("ttft", ttft)):
-                    for ms in values:
-                        key = (metric, seg, v.name, _bucket(float(ms)))
-                        hist[key] = hist.get(key, 0) + 1
-    conn.execute(insert(rollups), unit_rows)
-    conn.execute(insert(segments), seg_rows)
-    conn.execute(
-        text(
-            "INSERT INTO latency_histograms (experiment_id, metric, segment, variant, bucket, count)"
-            " VALUES (:e, :m, :s, :v, :b, :c) ON CONFLICT (experiment_id, metric, segment, variant, bucket)"
-            " DO UPDATE SET count = latency_histograms.count + EXCLUDED.count"
-        ),
-        [{"e": eid, "m": m, "s": s, "v": v, "b": b, "c": c} for (m, s, v, b), c in hist.items()],
-    )
+        for i in range(round(units * v.weight / total_w)):
+            events += unit_events(spec, eid, v, f"u{batch}-{v.name}-{i}", rng)
+    result = ingest(engine, events)
+    assert result.dead_lettered == 0
+    return result.interactions
 
 
 def add_shadow_pairs(
-    conn: Connection, eid: int, spec: ExperimentSpec, pairs: int, rng: np.random.Generator
+    engine: Engine, eid: int, spec: ExperimentSpec, pairs: int, rng: np.random.Generator
 ) -> None:
-    """Primary calls on the control with one shadow call each on the candidate (same prompt)."""
+    """Primary calls on the control, each mirrored once to the candidate (same prompt)."""
     control = next(v for v in spec.variants if v.control)
     cand = next(v for v in spec.variants if not v.control)
-    rows: list[dict[str, Any]] = []
-    now = datetime.now(UTC)
+    events: list[Event] = []
     for i in range(pairs):
-        rid = f"req-{eid}-{i}"
+        primary_id = new_event_id()
         answer = int(rng.integers(0, 3))
-        for v, role, req, pair in ((control, "primary", rid, None), (cand, "shadow", f"{rid}-s", rid)):
+        for v, role in ((control, "primary"), (cand, "shadow")):
             failed = bool(rng.random() < v.error)
-            tokens = int(rng.poisson(v.tokens))
-            same = answer == 0 or v is control
-            rows.append(
-                {
-                    "event_id": __import__("uuid").uuid4().hex,
-                    "ts": now - timedelta(seconds=pairs - i),
-                    "request_id": req,
-                    "route": spec.route,
-                    "experiment_id": eid,
-                    "variant": v.name,
-                    "unit_id": f"su{i % 300}",
-                    "unit_source": "header",
-                    "role": role,
-                    "pair_id": pair,
-                    "mode": "shadow",
-                    "endpoint": "chat",
-                    "model": f"model-{v.name}",
-                    "upstream": f"sim-{spec.name}",
-                    "status": "error" if failed else "ok",
-                    "http_status": 502 if failed else 200,
-                    "error_type": "http_5xx" if failed else None,
-                    "latency_ms": float(rng.lognormal(math.log(v.latency_ms), 0.3)),
-                    "ttft_ms": None,
-                    "prompt_tokens": 50,
-                    "completion_tokens": tokens,
-                    "response_chars": tokens * 4,
-                    "finish_reason": "stop",
-                    "stream": False,
-                    "fallback": False,
-                    "tags": {},
-                    "response": "answer-a" if same else f"answer-{answer}",
-                }
+            tokens = 0 if failed else int(rng.poisson(v.tokens))
+            events.append(
+                _interaction(
+                    spec,
+                    eid,
+                    v,
+                    f"su{i % 300}",
+                    request_id=primary_id if role == "primary" else new_event_id(),
+                    role=role,
+                    pair_id=None if role == "primary" else primary_id,
+                    status="error" if failed else "ok",
+                    http_status=502 if failed else 200,
+                    error_type="http_5xx" if failed else None,
+                    latency_ms=float(rng.lognormal(math.log(v.latency_ms), 0.3)),
+                    prompt_tokens=50,
+                    completion_tokens=tokens,
+                    response_chars=tokens * 4,
+                    finish_reason=None if failed else "stop",
+                    response="answer-a" if answer == 0 or role == "primary" else f"answer-{answer}",
+                )
             )
-    conn.execute(insert(metadata.tables["interactions"]), rows)
+    assert ingest(engine, events).dead_lettered == 0
 
 
 def add_decisions(

@@ -75,6 +75,8 @@ def test_experiment_list_shows_every_experiment_with_the_apis_numbers(
     assert names == [e["name"] for e in api]
     assert {seeded.ab, seeded.rollout, seeded.shadow} <= set(names)
     assert_numbers_match(shown_numbers(watched, "#experiments"), api)
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    watched.page.screenshot(path=str(SCREENSHOTS / "experiments.png"))
     verdicts = watched.page.eval_on_selector_all(
         "#experiments tbody tr",
         "rs => rs.map(r => r.querySelector('[data-verdict]')?.dataset.verdict ?? null)",
