@@ -37,6 +37,7 @@ from analytics.stats.quantile import (
     bucket_bounds,
     bucket_of,
     design_effect,
+    estimated_design_effect,
     quantile_ci,
     quantile_diff,
 )
@@ -86,6 +87,7 @@ __all__ = [
     "cuped_estimates",
     "design_effect",
     "estimate",
+    "estimated_design_effect",
     "holm",
     "mcnemar",
     "minimum_detectable_effect",

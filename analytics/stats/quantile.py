@@ -13,8 +13,10 @@ relative Δ/Q_c with the delta method; normal p-value.
 
 Clustering caveat: a histogram counts requests, but requests of one unit are
 correlated (a slow network, a long-prompt user), so N overstates the information.
-Pass ``design_effect`` D = 1 + (m̄ − 1)·ICC (m̄ requests per unit, ICC the intra-unit
-correlation; :func:`design_effect`) to widen the CI; D = 1 assumes independent requests.
+Pass ``design_effect`` D to widen the CI: Kish's 1 + (m̄ − 1)·ICC (m̄ requests per unit,
+ICC the intra-unit correlation; :func:`design_effect`), or D estimated from the per-unit
+sums of the same requests (:func:`estimated_design_effect`); D = 1 assumes independent
+requests.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ from dataclasses import dataclass
 from scipy import stats as sps
 
 from analytics.stats.errors import NUMERIC_ERRORS, ErrorCode, check_alpha, finite, numeric_message
+from analytics.stats.estimate import MetricKind, estimate
 from analytics.stats.lift import Interval
+from analytics.stats.sufficient import SampleStats
 
 BUCKETS_PER_E = 20
 
@@ -43,6 +47,32 @@ def bucket_bounds(bucket: int, buckets_per_e: int = BUCKETS_PER_E) -> tuple[floa
 def design_effect(mean_cluster_size: float, icc: float) -> float:
     """Kish's design effect 1 + (m̄ − 1)·ICC for requests clustered in units."""
     return max(1.0, 1.0 + (mean_cluster_size - 1.0) * icc)
+
+
+def estimated_design_effect(
+    per_unit: SampleStats, histogram: Mapping[int, int], buckets_per_e: int = BUCKETS_PER_E
+) -> float:
+    """Design effect of the requests in ``histogram``, estimated from per-unit sums.
+
+    ``per_unit`` sums the same requests per unit with x = Σ value, y = number of
+    requests (e.g. ``latency_sum`` / ``requests`` rollups). D = Var_delta(mean per
+    request) / (σ²_request / N), σ²_request from the histogram (bucket midpoints): how
+    much clustering in units inflates the variance of the mean. Used as a proxy for the
+    quantile's design effect (it is conservative when heavy tails dominate the mean).
+    Returns 1.0 when it cannot be computed.
+    """
+    try:
+        est = estimate(per_unit, MetricKind.RATIO)
+        pairs = [(math.exp((k + 0.5) / buckets_per_e), int(c)) for k, c in histogram.items() if c > 0]
+        n = sum(c for _, c in pairs)
+        if est.variance is None or n < 2:
+            return 1.0
+        mean = sum(v * c for v, c in pairs) / n
+        var = sum(c * (v - mean) ** 2 for v, c in pairs) / (n - 1)
+        deff = est.variance * per_unit.sum_y / var if var > 0.0 else 1.0
+    except NUMERIC_ERRORS:
+        return 1.0
+    return max(1.0, deff) if math.isfinite(deff) else 1.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,9 +11,11 @@ from scipy import stats as sps
 from analytics.stats import (
     BUCKETS_PER_E,
     ErrorCode,
+    SampleStats,
     bucket_bounds,
     bucket_of,
     design_effect,
+    estimated_design_effect,
     quantile_ci,
     quantile_diff,
 )
@@ -109,6 +111,36 @@ def test_design_effect_restores_coverage_when_requests_cluster_in_units() -> Non
     )
     assert naive / sims < 0.85
     assert adjusted / sims >= 0.93
+
+
+def test_design_effect_estimated_from_per_unit_sums_restores_coverage() -> None:
+    rng = np.random.default_rng(65)
+    sims, units, max_requests = 400, 200, 20
+    unit_effect = rng.normal(0, 0.5, (sims, units, 1))
+    requests = rng.integers(1, max_requests, (sims, units, 1))
+    sent = np.arange(max_requests)[None, None, :] < requests
+    lat = np.exp(MU + unit_effect + rng.normal(0, 0.6, (sims, units, max_requests)))
+    naive = adjusted = 0
+    deffs = []
+    for i in range(sims):
+        (hist,) = _histograms(lat[i][sent[i]][None, :])
+        per_unit = SampleStats.from_values((lat[i] * sent[i]).sum(1), sent[i].sum(1).astype(float))
+        deff = estimated_design_effect(per_unit, hist)
+        deffs.append(deff)
+        a, b = quantile_ci(hist, 0.5), quantile_ci(hist, 0.5, design_effect=deff)
+        assert a.lower is not None and a.upper is not None and b.lower is not None and b.upper is not None
+        naive += a.lower <= math.exp(MU) <= a.upper
+        adjusted += b.lower <= math.exp(MU) <= b.upper
+    print(
+        f"estimated design effect {np.mean(deffs):.2f}: p50 coverage {naive / sims:.3f} -> {adjusted / sims:.3f}"
+    )
+    assert naive / sims < 0.85
+    assert adjusted / sims >= 0.93
+    # one request per unit: no clustering, the estimate stays near 1
+    single = rng.lognormal(MU, SIGMA, 3000)
+    (hist,) = _histograms(single[None, :])
+    alone = estimated_design_effect(SampleStats.from_values(single, np.ones(3000)), hist)
+    assert 1.0 <= alone < 1.3
 
 
 def test_degenerate_histograms_return_error_codes() -> None:
