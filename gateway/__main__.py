@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 import uvicorn
+from pydantic import ValidationError
 
 from gateway.app import GatewayApp, create_app
 from gateway.null_sink import NullSink
@@ -59,7 +60,11 @@ def main(argv: list[str] | None = None) -> None:
         value = getattr(args, name)
         if value is not None:
             os.environ[f"LIFTGATE_{name.upper()}"] = str(value)
-    settings = GatewaySettings()  # fails fast without an admin token
+    try:
+        settings = GatewaySettings()
+    except ValidationError as exc:  # e.g. no LIFTGATE_ADMIN_TOKEN: refuse to start, say why
+        reasons = "; ".join(f"LIFTGATE_{'.'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in exc.errors())
+        raise SystemExit(f"gateway: invalid settings: {reasons}") from None
     if settings.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="liftgate-prom-")
     uvicorn.run(
