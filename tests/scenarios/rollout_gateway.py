@@ -10,12 +10,14 @@ import asyncio
 import contextlib
 import importlib.util
 import logging
+import os
+from hashlib import blake2b
 
 import uvicorn
 from sqlalchemy import create_engine
 
 from analytics.ingest import ingest
-from contracts.events import Event
+from contracts.events import Event, InteractionEvent
 from gateway.app import GatewayApp, create_app
 from gateway.settings import GatewaySettings
 from gateway.sink import EventSink
@@ -67,12 +69,46 @@ class IngestSink:
         return {"queued": len(self.queue), "delivered": self.delivered}
 
 
+class LossySink:
+    """Deliberately broken logging for the SRM scenario: on routes starting with ``prefix``,
+    every event of half the candidate's units is lost before ingest."""
+
+    def __init__(self, inner: EventSink, prefix: str) -> None:
+        self.inner, self.prefix = inner, prefix
+
+    def emit(self, event: Event) -> None:
+        if (
+            isinstance(event, InteractionEvent)
+            and event.route.startswith(self.prefix)
+            and event.variant == "candidate"
+            and blake2b(event.unit_id.encode(), digest_size=2).digest()[0] < 128
+        ):
+            return
+        self.inner.emit(event)
+
+    async def start(self) -> None:
+        await self.inner.start()
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+    def healthy(self) -> bool:
+        return self.inner.healthy()
+
+    def stats(self) -> dict[str, int]:
+        return self.inner.stats()
+
+
 def make_sink(settings: GatewaySettings) -> EventSink:
+    sink: EventSink
     if importlib.util.find_spec("liftgate.direct_sink") is not None:
         from liftgate.gateway_direct import make_direct_sink
 
-        return make_direct_sink(settings)
-    return IngestSink(settings.database_url)
+        sink = make_direct_sink(settings)
+    else:
+        sink = IngestSink(settings.database_url)
+    prefix = os.environ.get("SCENARIO_LOSSY_ROUTE_PREFIX")
+    return LossySink(sink, prefix) if prefix else sink
 
 
 def app_factory() -> GatewayApp:

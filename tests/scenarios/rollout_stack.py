@@ -149,7 +149,7 @@ def start_stack(
     try:
         gw_port, an_port = free_port(), free_port()
         gw = spawn([sys.executable, "-m", "tests.scenarios.rollout_gateway"],
-                   service_env(database_url, LIFTGATE_PORT=str(gw_port)))  # fmt: skip
+                   service_env(database_url, LIFTGATE_PORT=str(gw_port), SCENARIO_LOSSY_ROUTE_PREFIX="route-lossy-"))  # fmt: skip
         procs.append(gw)
         an = spawn([sys.executable, "-m", "analytics"], service_env(
             database_url, LIFTGATE_ANALYTICS_PORT=str(an_port),
@@ -180,10 +180,9 @@ class Traffic:
     """A bounded async request loop in a thread: ``units`` users, ``concurrency`` in flight."""
 
     def __init__(self, gateway: str, route: str, *, units: int = 600, concurrency: int = 12,
-                 duration_s: float = 90.0, skip_candidate_units: float = 0.0) -> None:  # fmt: skip
+                 duration_s: float = 90.0) -> None:  # fmt: skip
         self.gateway, self.route, self.units = gateway, route, units
         self.concurrency, self.duration_s = concurrency, duration_s
-        self.skip_candidate_units = skip_candidate_units
         self.sent: list[Sent] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
@@ -205,11 +204,8 @@ class Traffic:
         import random
 
         rng = random.Random(worker)
-        skipped: set[str] = set()
         while not self._stop.is_set() and time.monotonic() < deadline:
             unit = f"user-{rng.randrange(self.units)}"
-            if unit in skipped:
-                continue
             body = {"model": self.route, "messages": [{"role": "user", "content": f"hello from {unit}"}],
                     "max_tokens": 16}  # fmt: skip
             try:
@@ -220,14 +216,6 @@ class Traffic:
                     self.sent.append(Sent(datetime.now(UTC), unit, variant, resp.status))
             except (aiohttp.ClientError, TimeoutError):
                 continue
-            # A broken client: some candidate users stop sending after their first request
-            # (their later requests never reach the gateway: a sample ratio mismatch).
-            if (
-                variant == "candidate"
-                and self.skip_candidate_units
-                and rng.random() < self.skip_candidate_units
-            ):
-                skipped.add(unit)
 
 
 def wait_for(predicate: Any, timeout_s: float, what: str, interval_s: float = 0.25) -> Any:

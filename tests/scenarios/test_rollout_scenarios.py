@@ -128,10 +128,10 @@ def test_an_equal_or_better_candidate_is_promoted_and_becomes_the_baseline(
 
 def test_a_broken_split_holds_the_rollout(stack: Stack, controller: None, unique_name: str) -> None:
     started = time.monotonic()
-    name = f"srm-{unique_name}"[:60]
+    name = f"lossy-{unique_name}"[:60]  # the gateway loses half the candidate units' events
     route = _create(stack, name, "same", {**PLAN, "stages": [20, 50, 100], "min_duration_s": 8})
     wait_for(lambda: _state(stack, name)["stage"] == 0, 20, "the controller to start the rollout")
-    with Traffic(stack.gateway, route, units=500, duration_s=60, skip_candidate_units=0.9):
+    with Traffic(stack.gateway, route, units=500, duration_s=60):
         state = wait_for(
             lambda: (s := _state(stack, name))["decisions"][-1]["evidence"].get("code") == "srm" and s,
             40, "an SRM hold",
@@ -185,7 +185,8 @@ def test_pause_holds_everything_and_a_killed_controller_resumes_mid_stage(
         assert resumed["status"] == "running" and resumed["stage"] == 2
         rolled = stack.rollout(name, "rollback")
         assert rolled["status"] == "rolled_back"
-        assert [d["decision"] for d in rolled["decisions"][-3:]] == ["pause", "resume", "rollback"]
+        manual = [d["decision"] for d in rolled["decisions"] if d["actor"] == "admin:scenario"]
+        assert manual == ["pause", "resume", "rollback"]
     with engine.connect() as conn:
         audits = conn.execute(
             text("SELECT action, actor FROM audit_log WHERE action LIKE 'rollout.%' AND entity_id = :e"),
