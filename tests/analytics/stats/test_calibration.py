@@ -109,3 +109,35 @@ def test_sequential_test_stays_below_alpha_under_peeking_while_naive_peeking_doe
     assert seq_fpr <= ALPHA
     assert naive_fpr > 0.10
     assert FPR_BAND[0] <= final_fpr <= FPR_BAND[1]
+
+
+def test_sequential_ratio_metric_with_heavy_users_stays_below_alpha_under_peeking() -> None:
+    rng = np.random.default_rng(105)
+    experiments, looks, batch = 1000, 20, 50
+
+    def arm() -> list[np.ndarray]:
+        requests = np.ceil(rng.lognormal(1.0, 1.5, (experiments, looks, batch)))
+        x = rng.binomial(requests.astype(np.int64), rng.beta(0.6, 1.4, requests.shape)).astype(float)
+        sums = (
+            x.sum(2),
+            (x * x).sum(2),
+            requests.sum(2),
+            (requests * requests).sum(2),
+            (x * requests).sum(2),
+        )
+        return [np.cumsum(s, axis=1) for s in sums]
+
+    control, treatment = arm(), arm()
+    rejected = 0
+    for e in range(experiments):
+        running_p = 1.0
+        for k in range(looks):
+            n = (k + 1) * batch
+            c = estimate(SampleStats(n, *(float(s[e, k]) for s in control)), MetricKind.RATIO)
+            t = estimate(SampleStats(n, *(float(s[e, k]) for s in treatment)), MetricKind.RATIO)
+            seq = sequential_lift(c, t, ALPHA, planned_units=2 * looks * batch)
+            assert seq.absolute is not None
+            running_p = min(running_p, seq.absolute.p_value)
+        rejected += running_p <= ALPHA
+    print(f"A/A heavy users, ratio metric, {looks} looks: sequential FPR {rejected / experiments:.4f}")
+    assert rejected / experiments <= ALPHA
