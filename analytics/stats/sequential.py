@@ -95,8 +95,8 @@ def _msprt_p_value(
     Valid under continuous monitoring when the caller keeps the running minimum across
     looks (then it is also monotone). ``alpha`` only tunes τ² (the same α as the CS).
     """
-    if variance <= 0.0:
-        return 1.0 if diff == 0.0 else 0.0
+    if not variance > 0.0:
+        return 1.0  # degenerate: no evidence either way
     tau2 = _tau2(variance, n_total, alpha, planned_units)
     return min(1.0, math.exp(-max(0.0, log_mixture_lr(diff, variance, tau2))))
 
@@ -158,7 +158,8 @@ def _sequential_lift(
     relative = _seq_interval(
         (mt - mc) / abs(mc), relative_variance(control, treatment), n, alpha, planned_units
     )
-    return SequentialResult(absolute, relative, alpha, planned_units, n)
+    rel_error = None if relative is not None else ErrorCode.ZERO_VARIANCE
+    return SequentialResult(absolute, relative, alpha, planned_units, n, relative_error=rel_error)
 
 
 @dataclass(frozen=True, slots=True)

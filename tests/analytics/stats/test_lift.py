@@ -123,6 +123,12 @@ def test_zero_control_mean_keeps_absolute_lift_and_flags_relative() -> None:
     assert_json_safe(r)
 
 
+def test_relative_lift_without_variance_is_flagged() -> None:
+    r = compare(SampleStats.from_values([1.0, 2.0, 3.0]), SampleStats.from_values([0.0, 0.0, 0.0]))
+    assert r.absolute is not None and r.relative is None
+    assert r.relative_error is ErrorCode.ZERO_VARIANCE
+
+
 def test_ratio_with_zero_denominator_and_bad_alpha_are_reported() -> None:
     zero_y = SampleStats.from_values([0.0, 0.0], [0.0, 0.0])
     assert estimate(zero_y, MetricKind.RATIO).error is ErrorCode.ZERO_DENOMINATOR

@@ -159,6 +159,11 @@ def test_sequential_degenerate_inputs_return_error_codes() -> None:
     g = sequential_noninferiority(estimate(SampleStats.from_values([-1.0, 1.0])), ok, 0.05, "decrease")
     assert g.error is ErrorCode.ZERO_CONTROL_MEAN and not g.reject_harm
     assert sequential_noninferiority(ok, ok, -0.1, "decrease").error is ErrorCode.INVALID_INPUT
+    # a treatment of all zeros against a varying control: the relative lift has no variance
+    flat = sequential_lift(ok, zero)
+    assert flat.absolute is not None and flat.relative is None
+    assert flat.relative_error is ErrorCode.ZERO_VARIANCE
+    assert msprt_p_value(0.3, 0.0, 10) == 1.0
     for res in (r, g, sequential_lift(zero, zero)):
         assert_json_safe(res)
 
