@@ -18,20 +18,13 @@ from sqlalchemy import Engine, text
 from liftgate.simulator_model import SimulatorModel
 from tests.scenarios.rollout_stack import Stack, Traffic, start_stack, wait_for
 
-FAST = {
-    "latency_ms": 8.0,
-    "latency_sd": 2.0,
-    "ttft_ms": 2.0,
-    "ttft_sd": 0.5,
-    "tokens": 16.0,
-    "tokens_sd": 3.0,
-}
-MODELS = [
-    SimulatorModel("base", error_rate=0.05, **FAST),
-    SimulatorModel("bad", error_rate=0.15, **FAST),
-    SimulatorModel("good", error_rate=0.03, **FAST),
-    SimulatorModel("same", error_rate=0.05, **FAST),
-]
+
+def _model(name: str, error_rate: float) -> SimulatorModel:
+    return SimulatorModel(name, latency_ms=8.0, latency_sd=2.0, ttft_ms=2.0, ttft_sd=0.5, tokens=16.0,
+                          tokens_sd=3.0, error_rate=error_rate)  # fmt: skip
+
+
+MODELS = [_model("base", 0.05), _model("bad", 0.15), _model("good", 0.03), _model("same", 0.05)]
 PLAN: dict[str, Any] = {
     "stages": [5, 10, 25, 50, 100],
     "min_duration_s": 4,
@@ -115,7 +108,7 @@ def test_an_equal_or_better_candidate_is_promoted_and_becomes_the_baseline(
     assert exp["status"] == "completed"
     promoted = _ts(_decisions(state, "promote")[-1]["created_at"]) + timedelta(seconds=1)
     with engine.connect() as conn:
-        served = dict(
+        served: dict[str, int] = dict(
             conn.execute(
                 text("SELECT upstream, count(*) FROM interactions WHERE route = :r AND role = 'primary'"
                      " AND ts > :t GROUP BY upstream"),
