@@ -73,6 +73,8 @@ class SinkConfig:
     batch_bytes: int = 512 << 10
     max_event_bytes: int = 500_000
     fast_append: bool = True  # see gateway.kafka_batches; False forces KafkaProducer.send
+    # Create missing topics on connect (brokers here disable auto-creation); None: never.
+    create_topics_partitions: int | None = 6
     segment_bytes: int = 64 << 20
 
 
@@ -80,7 +82,8 @@ def ensure_topics(
     bootstrap: str, partitions: int = 6, topics: Topics = Topics(), timeout_s: float = 30.0
 ) -> None:
     """Create the interaction and feedback topics if they do not exist (idempotent)."""
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000))
+    ms = int(timeout_s * 1000)
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=ms, bootstrap_timeout_ms=ms)
     try:
         existing = set(admin.list_topics())
         new = [
@@ -275,6 +278,8 @@ class KafkaSink:
             **self._producer_options,
         }
         try:
+            if cfg.create_topics_partitions:
+                ensure_topics(self.bootstrap, cfg.create_topics_partitions, self.topics, cfg.probe_timeout_s)
             topics = (self.topics.interactions, self.topics.feedback)
             self._producer = BatchProducer(options, topics, fast_append=cfg.fast_append)
         except (KafkaError, OSError, RuntimeError) as exc:
