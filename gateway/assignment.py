@@ -30,7 +30,8 @@ Coverage
 Targeting
     A list of rules, all of which must hold: ``{"attribute": "header:x-tier", "op": "in",
     "values": ["pro"]}``. Attributes: ``header:<name>`` (request header), ``tag:<name>``
-    (``X-Liftgate-Tags``), ``model``, ``unit``. Ops: ``in``, ``not_in``, ``eq``, ``neq``,
+    (``X-Liftgate-Tags``), ``metadata:<key>`` (the request's OpenAI ``metadata`` object),
+    ``model``, ``unit``. Ops: ``in``, ``not_in``, ``eq``, ``neq``,
     ``exists``, ``prefix``.
 
 Forced variants
@@ -107,9 +108,11 @@ def validate_rules(rules: Any) -> str | None:
             return f"targeting[{i}] must be an object"
         attr, op = rule.get("attribute"), rule.get("op")
         if not isinstance(attr, str) or not (
-            attr in ("model", "unit") or attr.startswith(("header:", "tag:"))
+            attr in ("model", "unit") or attr.startswith(("header:", "tag:", "metadata:"))
         ):
-            return f"targeting[{i}].attribute must be header:<name>, tag:<name>, model or unit"
+            return (
+                f"targeting[{i}].attribute must be header:<name>, tag:<name>, metadata:<key>, model or unit"
+            )
         if op not in TARGETING_OPS:
             return f"targeting[{i}].op must be one of {sorted(TARGETING_OPS)}"
         values = rule.get("values", [])

@@ -152,6 +152,7 @@ class CompletionProxy:
             headers=headers,
             tags=parse_tags(tags_raw) if tags_raw else {},
             model=model,  # type: ignore[arg-type]
+            metadata=req.get("metadata") if route.experiment.targeting else None,
         )
         d = decide(route, facts)
         exp = route.experiment

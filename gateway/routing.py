@@ -12,6 +12,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from hashlib import sha256
+from typing import Any
 
 from gateway.assignment import choose, covered, matches
 from gateway.snapshot import RouteConfig, VariantConfig
@@ -30,6 +31,7 @@ class RequestFacts:
     headers: list[tuple[bytes, bytes]]
     tags: dict[str, str]
     model: str
+    metadata: Any = None  # the request's OpenAI ``metadata`` object, if any
 
 
 @dataclass(slots=True)
@@ -79,6 +81,8 @@ def parse_tags(raw: str) -> dict[str, str]:
 def _attributes(facts: RequestFacts, unit: str) -> Mapping[str, str]:
     attrs = {"header:" + k.decode("latin-1"): v.decode("latin-1") for k, v in facts.headers}
     attrs.update({"tag:" + k.lower(): v for k, v in facts.tags.items()})
+    if isinstance(facts.metadata, dict):
+        attrs.update({"metadata:" + str(k).lower(): str(v) for k, v in facts.metadata.items()})
     attrs["model"] = facts.model
     attrs["unit"] = unit
     return attrs

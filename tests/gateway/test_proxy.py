@@ -270,3 +270,28 @@ def test_hashed_content_logging_stores_digests_not_text(simulator: str) -> None:
         (event,) = sink.wait_for(lambda e: e.request_id == r.headers["x-request-id"])
     assert event.prompt is not None and len(event.prompt) == 64 and "foxes" not in event.prompt
     assert event.response is not None and len(event.response) == 64
+
+
+def test_targeting_on_headers_and_metadata_through_the_gateway(simulator: str) -> None:
+    sink = MemorySink()
+    ups = [UpstreamConfig("sim", simulator)]
+    variants = [VariantConfig("control", "sim", "base", 0, True), VariantConfig("cand", "sim", "cand", 100)]
+    rules = (
+        {"attribute": "header:x-tier", "op": "in", "values": ["pro"]},
+        {"attribute": "metadata:app", "op": "eq", "values": ["ide"]},
+    )
+    exps = [experiment("targeted", variants, targeting=rules, forced={"qa-user": "control"})]
+    with start_gateway(sink, static_source(exps, ups)) as g:
+        body = {"model": "targeted", "messages": MSG, "metadata": {"app": "ide"}}
+
+        def variant(extra: dict[str, object], headers: dict[str, str]) -> tuple[str, bool]:
+            r = post(g.url + "/v1/chat/completions", {**body, **extra}, headers=headers)
+            return r.headers["x-liftgate-variant"], "x-liftgate-experiment" in r.headers
+
+        assert variant({}, {"x-tier": "pro", "x-liftgate-unit": "u1"}) == ("cand", True)
+        assert variant({}, {"x-tier": "free", "x-liftgate-unit": "u1"}) == ("control", False)
+        assert variant({"metadata": {"app": "web"}}, {"x-tier": "pro", "x-liftgate-unit": "u1"}) == (
+            "control",
+            False,
+        )
+        assert variant({}, {"x-tier": "pro", "x-liftgate-unit": "qa-user"}) == ("control", False)
