@@ -109,3 +109,32 @@ async def test_errors_are_classified() -> None:
     with pytest.raises(UpstreamError) as exc:
         await pool.post(pool.head("/x", {}), b"{}", 1.0)
     assert exc.value.kind == "connect"
+
+
+async def test_upstream_api_key_is_sent_as_bearer_and_model_is_rewritten() -> None:
+    from gateway.snapshot import UpstreamConfig
+    from gateway.upstreams import make_client
+
+    heads: list[bytes] = []
+    bodies: list[bytes] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+        heads.append(head)
+        bodies.append(await reader.readexactly(length))
+        writer.write(RESPONSE)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    client = make_client(UpstreamConfig("u", f"http://127.0.0.1:{port}", api_key="sk-upstream-9"))
+    status, _ = await client.http.post(client.heads["chat"], b'{"model":"served","x":1}', 5.0)
+    assert status == 200
+    assert heads[0].startswith(b"POST /v1/chat/completions HTTP/1.1\r\n")
+    assert b"\r\nAuthorization: Bearer sk-upstream-9\r\n" in heads[0]
+    assert bodies[0] == b'{"model":"served","x":1}'
+    await client.http.close()
+    await client.session.close()
+    server.close()
