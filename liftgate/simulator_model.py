@@ -209,7 +209,9 @@ class ModelBehaviour:
         self.model = model
         self._rng = random.Random(f"timing:{model.seed}:{model.name}")
         corpus_rng = random.Random(f"corpus:{model.seed}:{model.name}")
-        self._corpus = [corpus_rng.choice(_WORDS) for _ in range(_CORPUS_LEN)]
+        corpus = [" " + corpus_rng.choice(_WORDS) for _ in range(_CORPUS_LEN)]
+        # Doubled, so any answer is one slice (no per-word indexing on the request path).
+        self._tokens = corpus + corpus
         self._salt = f"{model.seed}:{model.name}:".encode()
 
     def draw(self) -> Draw:
@@ -232,8 +234,8 @@ class ModelBehaviour:
         if max_tokens is not None and 0 < max_tokens < wanted:
             wanted, finish = max_tokens, "length"
         start = digest % _CORPUS_LEN
-        words = [self._corpus[(start + i) % _CORPUS_LEN] for i in range(wanted)]
-        tokens = [w if i == 0 else " " + w for i, w in enumerate(words)]
+        tokens = self._tokens[start : start + min(wanted, _CORPUS_LEN)]
+        tokens[0] = tokens[0][1:]  # no leading space before the first word
         return tokens, finish
 
     def embedding(self, text: bytes) -> list[float]:

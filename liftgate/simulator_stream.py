@@ -91,27 +91,29 @@ async def stream_completion(
     points = (len(pieces) - 1) // pause_every
     pause_s = (draw.latency_s - draw.ttft_s) / points if points else 0.0
     started = time.monotonic()
+    # Frames due at the same moment go out in one write: a write per frame would cost the
+    # simulator more CPU than everything else it does for a streamed request.
+    pending: list[bytes] = [_chunk(base, chat, "", None, role=True)] if chat else []
     try:
-        if chat:
-            await response.write(_chunk(base, chat, "", None, role=True))
         for i, piece in enumerate(pieces):
             if i == fail_at:
                 error = error_payload("simulated failure mid-stream", "InternalServerError", 500)
-                await response.write(_frame(error) + _DONE)
+                pending += (_frame(error), _DONE)
+                await response.write_eof(b"".join(pending))
                 return response
             if i and i % pause_every == 0:
                 # Sleep to the planned time, not for a fixed pause, so write costs don't add up.
-                target = started + pause_s * (i // pause_every)
-                delay = target - time.monotonic()
+                delay = started + pause_s * (i // pause_every) - time.monotonic()
                 if delay > 0:
+                    await response.write(b"".join(pending))
+                    pending.clear()
                     await asyncio.sleep(delay)
             last = i == len(pieces) - 1
-            await response.write(_chunk(base, chat, piece, finish if last else None))
-        tail = b""
+            pending.append(_chunk(base, chat, piece, finish if last else None))
         if usage is not None:
-            tail = _frame({**base, "choices": [], "usage": usage})
-        await response.write(tail + _DONE)
-        await response.write_eof()
+            pending.append(_frame({**base, "choices": [], "usage": usage}))
+        pending.append(_DONE)
+        await response.write_eof(b"".join(pending))
     except ConnectionResetError:
         log.debug("client went away during stream %s", rid)
     return response

@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import os
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -26,8 +25,6 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from contracts.events import InteractionEvent, encode
 from gateway.kafka_sink import KafkaSink, SinkConfig, Topics, ensure_topics
