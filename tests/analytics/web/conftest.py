@@ -41,6 +41,7 @@ class Seeded:
     ab: str
     rollout: str
     shadow: str
+    empty: str
 
 
 AB = ExperimentSpec(
@@ -59,6 +60,13 @@ ROLLOUT = ExperimentSpec(
     stage=2,
     rollout_plan={"stages": [1, 5, 10, 25, 50, 100]},
     variants=(VariantSpec("baseline", 90, control=True), VariantSpec("candidate", 10, error=0.012)),
+)
+EMPTY = ExperimentSpec(
+    name="fresh-draft",
+    route="fresh",
+    mode="ab",
+    status="draft",
+    variants=(VariantSpec("baseline", 50, control=True), VariantSpec("candidate", 50)),
 )
 SHADOW = ExperimentSpec(
     name="search-shadow",
@@ -97,6 +105,7 @@ def seeded(engine: Engine, analytics_url: str, admin_token: str) -> Seeded:
     rng = np.random.default_rng(7)
     with engine.begin() as conn:
         ids = {spec.name: create_experiment(conn, spec) for spec in (AB, ROLLOUT, SHADOW)}
+        create_experiment(conn, EMPTY)
         add_decisions(
             conn,
             ids[ROLLOUT.name],
@@ -114,7 +123,7 @@ def seeded(engine: Engine, analytics_url: str, admin_token: str) -> Seeded:
         add_units(engine, ids[SHADOW.name], SHADOW, 100, batch, rng)
         for name in ids:
             snapshot(analytics_url, admin_token, name)
-    return Seeded(ab=AB.name, rollout=ROLLOUT.name, shadow=SHADOW.name)
+    return Seeded(ab=AB.name, rollout=ROLLOUT.name, shadow=SHADOW.name, empty=EMPTY.name)
 
 
 def snapshot(analytics_url: str, admin_token: str, name: str) -> None:

@@ -77,7 +77,7 @@ def create_experiment(conn: Connection, spec: ExperimentSpec) -> int:
             "plan": None if spec.rollout_plan is None else json.dumps(spec.rollout_plan),
             "stage": spec.stage,
             "ss": started if spec.mode == "rollout" else None,
-            "st": started,
+            "st": None if spec.status == "draft" else started,
         },
     ).scalar_one()
     for v in spec.variants:

@@ -4,14 +4,16 @@ rounding), the page refreshes itself, and nothing reaches the console as an erro
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
 from tests.analytics.web.conftest import Seeded, WatchedPage
 from tests.analytics.web.formatting import FORMATS, resolve
-from tests.analytics.web.services import ROOT, get_json
+from tests.analytics.web.services import ROOT, get_json, http
 
 SCREENSHOTS = ROOT / "docs" / "img"
+STATIC = ROOT / "analytics" / "web" / "static"
 WAIT_MS = 20_000
 
 
@@ -181,3 +183,47 @@ def test_rollout_page_shows_the_stage_timeline_from_the_rollout_api(
     assert_numbers_match(shown_numbers(watched, "main"), report)
     watched.page.screenshot(path=str(SCREENSHOTS / "rollout.png"), full_page=True)
     assert watched.errors == []
+
+
+def test_experiment_without_traffic_renders_without_errors(
+    watched: WatchedPage, analytics_url: str, seeded: Seeded
+) -> None:
+    open_page(watched, f"{analytics_url}/dashboard/experiments/{seeded.empty}")
+    report = get_json(f"{analytics_url}/api/experiments/{seeded.empty}/report")
+    assert report["units"] == 0
+    assert watched.page.inner_text("#head h1") == seeded.empty
+    shown = watched.page.eval_on_selector_all("#head [data-verdict]", "bs => bs.map(b => b.dataset.verdict)")
+    assert shown == [v["verdict"] for v in report["verdicts"]]
+    assert watched.page.is_visible("#ts-empty")
+    assert_numbers_match(shown_numbers(watched), report)
+    assert watched.errors == []
+
+
+def test_unknown_experiment_says_so_in_the_page(
+    watched: WatchedPage, analytics_url: str, seeded: Seeded
+) -> None:
+    watched.page.goto(f"{analytics_url}/dashboard/experiments/no-such-experiment")
+    watched.page.wait_for_function("window.liftgate && window.liftgate.lastError", timeout=WAIT_MS)
+    assert "No such experiment" in watched.page.inner_text("#head")
+    assert "not found" in watched.page.inner_text("#refresh-status")
+    # The browser logs the API's 404 itself; no script error may accompany it.
+    assert [e for e in watched.errors if "404" not in e] == []
+
+
+def test_assets_are_served_from_the_package_and_nothing_from_elsewhere(analytics_url: str) -> None:
+    status, html = http("GET", f"{analytics_url}/dashboard")
+    assert status == 200
+    refs = re.findall(rb'(?:src|href)="([^"]+)"', html)
+    assets = [r.decode() for r in refs if not r.startswith(b"data:")]
+    assert assets and all(a.startswith("/dashboard") or a.startswith("/api") for a in assets), assets
+    for asset in assets:
+        if asset.startswith("/dashboard/static/"):
+            code, body = http("GET", f"{analytics_url}{asset}")
+            assert code == 200 and body, asset
+    for js in (STATIC / "js").glob("*.js"):
+        imports = re.findall(r'from "([^"]+)"', js.read_text())
+        assert all(i.startswith("./") for i in imports), f"{js.name} imports {imports}"
+    code, _ = http("GET", f"{analytics_url}/dashboard/static/%2e%2e/pages.py")
+    assert code == 404
+    code, _ = http("GET", f"{analytics_url}/dashboard/static/js/missing.js")
+    assert code == 404

@@ -38,7 +38,7 @@ const SKELETON = `
         <select id="ts-variant" aria-label="candidate"></select>
       </div>
       <div class="chartbox ts"><canvas id="timeseries" aria-label="cumulative lift over time"></canvas></div>
-      <p class="empty" id="ts-empty" hidden>No snapshots yet: the series grows with every report snapshot.</p>
+      <p class="empty" id="ts-empty" hidden>No lift to show yet: the series grows with every report snapshot once both variants have data.</p>
     </section>
   </div>
   <section class="card" id="results-card">
@@ -144,7 +144,7 @@ export class ExperimentPage {
     vSel.hidden = variants.length < 2;
     const series = r.timeseries.find((s) => s.metric === mSel.value && s.variant === vSel.value);
     const points = series ? series.points : [];
-    $("#ts-empty").hidden = points.length > 0;
+    $("#ts-empty").hidden = points.some((pt) => pt.lift_relative != null);
     this.lift.update(points);
   }
 }
