@@ -10,7 +10,6 @@ through untouched. No pydantic, no database, no blocking I/O.
 
 from __future__ import annotations
 
-import os
 import random
 from collections.abc import Awaitable, Callable, MutableMapping
 from time import perf_counter
@@ -20,6 +19,7 @@ import orjson
 
 from gateway import errors
 from gateway.http_client import StreamResponse
+from gateway.ids import request_id
 from gateway.recorder import CallInfo, Recorder, prompt_text
 from gateway.relay import CallResult, SseFilter, call_json, classify, open_stream, summarize_json
 from gateway.routing import Decision, RequestFacts, api_key_of, decide, key_hash, parse_tags
@@ -102,6 +102,7 @@ class CompletionProxy:
         self.shadow = shadow
         self.rng = rng
         self.metrics = recorder.metrics
+        self._key_cache: dict[bytes, str] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send, endpoint: str) -> None:
         t0 = perf_counter()
@@ -126,11 +127,11 @@ class CompletionProxy:
                 elif name == b"x-liftgate-conversation":
                     conversation = value.decode("utf-8", "replace")[:128]
         snap = self.snapshot()
-        if snap.api_key_hashes:
-            key = api_key_of(authorization)
-            if key is None or key_hash(key) not in snap.api_key_hashes:
-                await send_json(send, *errors.unauthorized(), [])
-                return
+        if snap.api_key_hashes and (
+            authorization is None or self._hashed(authorization) not in snap.api_key_hashes
+        ):
+            await send_json(send, *errors.unauthorized(), [])
+            return
         try:
             req = orjson.loads(body)
         except orjson.JSONDecodeError:
@@ -153,6 +154,7 @@ class CompletionProxy:
             tags=parse_tags(tags_raw) if tags_raw else {},
             model=model,  # type: ignore[arg-type]
             metadata=req.get("metadata") if route.experiment.targeting else None,
+            key_digest=self._hashed(authorization) if authorization else None,
         )
         d = decide(route, facts)
         exp = route.experiment
@@ -165,7 +167,7 @@ class CompletionProxy:
                 req["stream_options"] = (
                     {**opts, "include_usage": True} if isinstance(opts, dict) else {"include_usage": True}
                 )
-        rid = "req-" + os.urandom(12).hex()
+        rid = request_id()
         info = CallInfo(
             request_id=rid,
             route=route.route,
@@ -187,6 +189,19 @@ class CompletionProxy:
             await self._json(send, info, route, d, req, t0, prompt)
         if route.shadows and d.attributed and self.shadow is not None:
             self._mirror(info, route, req, prompt)
+
+    def _hashed(self, authorization: bytes) -> str | None:
+        """SHA-256 of the bearer key, memoised: clients send the same few keys over and over."""
+        cache = self._key_cache
+        found = cache.get(authorization)
+        if found is None:
+            key = api_key_of(authorization)
+            if key is None:
+                return None
+            if len(cache) >= 10_000:
+                cache.clear()
+            found = cache[authorization] = key_hash(key)
+        return found
 
     def _headers(self, info: CallInfo, variant: VariantConfig) -> list[tuple[bytes, bytes]]:
         out = [(b"x-request-id", info.request_id.encode()), (b"x-liftgate-variant", variant.name.encode())]
@@ -357,7 +372,7 @@ class CompletionProxy:
                 continue
             req["model"] = variant.model
             shadow_info = CallInfo(
-                request_id="req-" + os.urandom(12).hex(),
+                request_id=request_id(),
                 route=info.route,
                 experiment_id=info.experiment_id,
                 experiment=info.experiment,

@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse, Response
 
 from contracts.events import FEEDBACK_KINDS, FeedbackEvent
 from gateway import errors
+from gateway.ids import uuid7
 from gateway.routing import api_key_of, key_hash, parse_tags
 
 public_router = APIRouter()
@@ -127,6 +128,7 @@ async def feedback(request: Request) -> Response:
         experiment_id=experiment_id,
         variant=variant,
         tags=tags,
+        event_id=uuid7(),
     )
     rt.recorder.emit(event)
     return Response(

@@ -16,6 +16,7 @@ from hashlib import sha256
 from typing import Any
 
 from contracts.events import InteractionEvent
+from gateway.ids import uuid7
 from gateway.metrics import GatewayMetrics
 from gateway.relay import CallResult
 from gateway.sink import EventSink
@@ -141,6 +142,7 @@ class Recorder:
             tags=info.tags,
             prompt=self._content(prompt, policy) if policy != "none" else None,
             response=self._content("".join(res.texts or ()), policy) if policy != "none" else None,
+            event_id=uuid7(),
         )
         self.emit(event)
         if role == "primary" and ok and self.memory:

@@ -32,6 +32,7 @@ class RequestFacts:
     tags: dict[str, str]
     model: str
     metadata: Any = None  # the request's OpenAI ``metadata`` object, if any
+    key_digest: str | None = None  # SHA-256 of the bearer key when the caller already has it
 
 
 @dataclass(slots=True)
@@ -61,9 +62,12 @@ def unit_for(unit_key: str, facts: RequestFacts) -> tuple[str, str]:
     if unit_key in ("auto", "user") and facts.user:
         return facts.user[:MAX_UNIT_LENGTH], "user"
     if unit_key in ("auto", "api_key"):
-        key = api_key_of(facts.authorization)
-        if key:
-            return "key:" + key_hash(key)[:16], "api_key"
+        digest = facts.key_digest
+        if digest is None:
+            key = api_key_of(facts.authorization)
+            digest = key_hash(key) if key else None
+        if digest:
+            return "key:" + digest[:16], "api_key"
     return "anon-" + os.urandom(8).hex(), "random"
 
 
