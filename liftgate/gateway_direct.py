@@ -14,14 +14,11 @@ import uvicorn
 from gateway.app import GatewayApp, create_app
 from gateway.settings import GatewaySettings
 from gateway.sink import EventSink
+from liftgate.direct_sink import DirectSink
 
 
 def make_direct_sink(settings: GatewaySettings) -> EventSink:
-    from liftgate.direct_sink import DirectSink
-
-    factory = getattr(DirectSink, "from_settings", None)
-    sink: EventSink = factory(settings) if factory is not None else DirectSink(settings.database_url)
-    return sink
+    return DirectSink(settings.database_url)
 
 
 def app_factory() -> GatewayApp:

@@ -13,11 +13,14 @@ import logging
 import os
 import secrets
 import shutil
+import signal
 import socket
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import psutil
 
 from liftgate import db
 from liftgate.embedded_pg import EmbeddedPostgres
@@ -76,6 +79,7 @@ class RunningStack:
     supervisor: Supervisor = field(default_factory=Supervisor)
     pg: EmbeddedPostgres | None = None
     started_pg: bool = False
+    pg_pid: int | None = None
     simulator_models: tuple[SimulatorModel, ...] = ()
 
     @property
@@ -109,8 +113,43 @@ class RunningStack:
         self.supervisor.stop_all()
         if self.pg is not None and self.started_pg:
             log.info("stopping embedded PostgreSQL")
-            self.pg.stop()
+            try:
+                self.pg.stop()
+            finally:
+                _stop_postmaster(self.pg_pid, self.pg.data_dir)
         (self.options.state_dir / RUN_FILE).unlink(missing_ok=True)
+
+
+def _postmaster_pid(data_dir: Path) -> int | None:
+    try:
+        return int((data_dir / "postmaster.pid").read_text().split("\n", 1)[0])
+    except (OSError, ValueError):
+        return None
+
+
+def _stop_postmaster(pid: int | None, data_dir: Path, timeout_s: float = 30.0) -> None:
+    """Make sure the server we started is gone, even when ``pg_ctl`` could not reach its data
+    directory (e.g. a parent directory's permissions changed under us): SIGINT is
+    PostgreSQL's fast shutdown, SIGQUIT its immediate one."""
+    if pid is None:
+        return
+    try:
+        proc = psutil.Process(pid)
+        if str(data_dir) not in " ".join(proc.cmdline()):
+            return  # not our postmaster (the pid was reused)
+    except psutil.Error:
+        return
+    for sig in (signal.SIGINT, signal.SIGQUIT):
+        try:
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                return
+            proc.send_signal(sig)
+            proc.wait(timeout_s)
+            return
+        except psutil.NoSuchProcess:
+            return
+        except psutil.TimeoutExpired:
+            log.warning("PostgreSQL (pid %s) did not stop on signal %s", pid, sig)
 
 
 def admin_token(state_dir: Path) -> str:
@@ -204,6 +243,7 @@ def _start_database(stack: RunningStack) -> None:
         stack.started_pg = not (pg.initialized() and pg.running())
         t0 = time.monotonic()
         pg.start()
+        stack.pg_pid = _postmaster_pid(pg.data_dir) if stack.started_pg else None
         log.info("PostgreSQL ready on port %s in %.1f s", pg.port, time.monotonic() - t0)
         stack.database_url = pg.ensure_database(DATABASE_NAME)
     db.upgrade(stack.database_url)
@@ -297,7 +337,9 @@ def start_traffic(
     """Simulated users as one more child (``liftgate simulate``), stopped with the rest."""
     opts = stack.options
     argv = _py("liftgate", "simulate", "--gateway", stack.gateway_url, "--users", str(users))
-    argv += ["--rate", str(rate), "--duration", str(duration_s), "--quiet"]
+    # Enough conversations in flight to sustain the rate at the simulator's ~0.35 s latency.
+    concurrency = max(16, min(512, int(rate)))
+    argv += ["--rate", str(rate), "--duration", str(duration_s), "--concurrency", str(concurrency), "--quiet"]
     for route in routes:
         argv += ["--route", route]
     child = Child("traffic", argv, _child_env({}), opts.state_dir / "logs" / "traffic.log")

@@ -6,16 +6,20 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 
 from tests.liftgate.frontdoor import ROOT, free_port
 
@@ -116,10 +120,19 @@ def _left_behind(tree: dict[int, str], timeout: float = 10.0) -> dict[int, str]:
         time.sleep(0.1)
 
 
-def test_liftgate_up_demo_end_to_end(tmp_path: Path) -> None:
-    state = tmp_path / "state"
+@pytest.fixture
+def state_root() -> Iterator[Path]:
+    """A private directory outside pytest's temp root: a concurrent pytest session resets that
+    root to mode 0700, which would lock the (non-root) PostgreSQL user out of its data dir."""
+    path = Path(tempfile.mkdtemp(prefix="liftgate-up-test-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_liftgate_up_demo_end_to_end(state_root: Path) -> None:
+    state = state_root / "state"
     ports = {k: free_port() for k in ("pg", "gateway", "analytics", "baseline", "candidate")}
-    up = Up(state, ports, "--traffic", "--users", "80", "--rate", "40")
+    up = Up(state, ports, "--traffic", "--users", "100", "--rate", "60")
     try:
         info = up.wait_up()
         t0 = time.monotonic()

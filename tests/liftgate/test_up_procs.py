@@ -118,3 +118,30 @@ def test_up_refuses_a_port_that_is_already_taken(tmp_path: Path) -> None:
         with pytest.raises(RuntimeError, match=f"port {port} is in use.*--gateway-port"):
             start_stack(opts)
     assert not (tmp_path / "pg").exists(), "nothing was started"
+
+
+def test_stack_stops_its_postgres_even_when_pg_ctl_cannot_reach_the_data_dir() -> None:
+    import shutil
+    import tempfile
+
+    from liftgate.embedded_pg import EmbeddedPostgres
+    from liftgate.stack import RunningStack, StackOptions, _postmaster_pid
+
+    root = Path(tempfile.mkdtemp(prefix="liftgate-pgstop-"))
+    try:
+        opts = StackOptions(state_dir=root / "state", pg_port=free_port())
+        pg = EmbeddedPostgres(data_dir=opts.state_dir / "pg", port=opts.pg_port, durable=False)
+        pg.start()
+        pid = _postmaster_pid(pg.data_dir)
+        assert pid is not None and psutil.pid_exists(pid)
+        stack = RunningStack(
+            options=opts, admin_token="x" * 32, database_url="", pg=pg, started_pg=True, pg_pid=pid
+        )
+        if os.geteuid() == 0:
+            # What a concurrent pytest session does to its temp root: the server's user loses access.
+            os.chmod(root, 0o700)
+        stack.stop()
+        assert _gone([pid], timeout=5), "the postmaster outlived `liftgate up`"
+    finally:
+        os.chmod(root, 0o755)
+        shutil.rmtree(root, ignore_errors=True)
