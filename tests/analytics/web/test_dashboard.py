@@ -98,6 +98,8 @@ def test_ab_experiment_page_draws_charts_and_matches_the_report(
     assert canvas_has_pixels(watched, "#timeseries")
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     watched.page.screenshot(path=str(SCREENSHOTS / "experiment.png"), full_page=True)
+    # What a laptop shows without scrolling (the README's picture).
+    watched.page.screenshot(path=str(SCREENSHOTS / "experiment-laptop.png"))
     assert watched.errors == []
 
 
