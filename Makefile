@@ -2,9 +2,10 @@
 
 # Run the whole platform on the embedded default (PostgreSQL, gateway, analytics,
 # model simulator) with simulated users. Ctrl-C stops it; data persists.
+# Extra options: make demo ARGS="--gateway-port 9080 --users 500" (see liftgate up --help).
 demo:
 	@scripts/bootstrap
-	.venv/bin/liftgate up --traffic
+	.venv/bin/liftgate up --traffic $(ARGS)
 
 # Everything the CI runs: install, start PostgreSQL and Kafka, lint, type-check, test.
 test:

@@ -177,7 +177,10 @@ def reset_state(state_dir: Path, pg_port: int) -> None:
 
 
 def _child_env(extra: dict[str, str]) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LIFTGATE_")}
+    """The caller's environment (so any ``LIFTGATE_*`` tuning reaches the services), with
+    what ``liftgate up`` decides on top; Kafka only when this stack runs in Kafka mode."""
+    env = dict(os.environ)
+    env.pop("LIFTGATE_KAFKA_BOOTSTRAP", None)
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra)
     return env
