@@ -2,9 +2,10 @@
 → statistics engine → :class:`~analytics.report_schema.Report`.
 
 Cost grows with units and segments, never with events: the overall table is one
-aggregate query over ``unit_rollups`` (plus the small latency histograms), each segment
-one more over its index range (at most ``max_segments``), the time series a bounded read
-of stored snapshots, and the shadow pairs a bounded join on a recent window.
+aggregate query over ``unit_rollups`` (plus the small latency histograms), all tag
+segments one more over ``segment_rollups`` (the largest ``max_segments`` are shown), the
+time series a bounded read of stored snapshots, and the shadow pairs a bounded join on a
+recent window.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any, Protocol
 
 from sqlalchemy import Connection, text
 
-from analytics.aggregate import histograms, segments, unit_counts, variant_stats
+from analytics.aggregate import histograms, unit_counts, variant_stats
 from analytics.comparison import CompareOptions, compare_metric, compare_quantile, error
 from analytics.metrics import BUILTINS, DEFAULT_METRICS, Metric, MetricError, MetricSpec, parse_spec
 from analytics.paired import paired_comparisons
@@ -31,11 +32,12 @@ from analytics.report_schema import (
     VariantResult,
     Verdict,
 )
+from analytics.segment_stats import segment_stats
 from analytics.snapshot import load_timeseries, with_current_point
 from analytics.stats.correction import benjamini_hochberg, holm
 from analytics.stats.srm import SRM_THRESHOLD
 from analytics.stats.srm import srm_check as srm_test
-
+from analytics.stats.sufficient import SampleStats
 
 STAGE_GRACE_S = 2.0
 
@@ -214,22 +216,30 @@ def _driver(conn: Connection) -> Any:
     return conn.connection.driver_connection
 
 
+def _overall_stats(
+    conn: Connection, exp: _Experiment, metrics: Sequence[Metric], with_covariate: bool
+) -> tuple[dict[str, dict[str, SampleStats]], dict[str, int]]:
+    """One pass over ``unit_rollups`` for every non-quantile metric; units per variant."""
+    plain = [m for m in metrics if m.kind != "quantile"]
+    if not plain:
+        return {}, unit_counts(_driver(conn), exp.id)
+    stats = variant_stats(_driver(conn), exp.id, plain, with_covariate=with_covariate)
+    return stats, _units(stats)
+
+
+def _units(stats: Mapping[str, Mapping[str, SampleStats]]) -> dict[str, int]:
+    for per_variant in stats.values():
+        return {v: s.n for v, s in per_variant.items()}
+    return {}
+
+
 def _table(
     conn: Connection, exp: _Experiment, metrics: Sequence[Metric], segment: str, opts: ReportOptions,
-    with_covariate: bool, previous_p: Mapping[tuple[str, str], float] | None,
-) -> tuple[list[VariantResult], dict[str, int]]:  # fmt: skip
+    stats: Mapping[str, Mapping[str, SampleStats]], counts: Mapping[str, int],
+    previous_p: Mapping[tuple[str, str], float] | None,
+) -> list[VariantResult]:  # fmt: skip
     assert exp.control is not None
     names = [n for n, _, _ in exp.variants]
-    plain = [m for m in metrics if m.kind != "quantile"]
-    stats = (
-        variant_stats(_driver(conn), exp.id, plain, segment, with_covariate=with_covariate) if plain else {}
-    )
-    counts: dict[str, int] = {}
-    for per_variant in stats.values():
-        counts = {v: s.n for v, s in per_variant.items()}
-        break
-    if not plain and not segment:
-        counts = unit_counts(_driver(conn), exp.id)
     rows: list[VariantResult] = []
     for m in metrics:
         if m.kind == "quantile":
@@ -237,7 +247,7 @@ def _table(
             rows += compare_quantile(m, hist, counts, names, exp.control, opts.compare)
         else:
             rows += compare_metric(m, stats.get(m.name, {}), names, exp.control, opts.compare, previous_p)
-    return rows, counts
+    return rows
 
 
 def apply_corrections(rows: list[VariantResult], alpha: float) -> list[VariantResult]:
@@ -336,26 +346,29 @@ def _has_preperiod(conn: Connection, eid: int) -> bool:
 
 def _segment_tables(conn: Connection, exp: _Experiment, metrics: Sequence[Metric], opts: ReportOptions,
                     errors: list[ErrorInfo]) -> list[SegmentBreakdown]:  # fmt: skip
-    names = [s for s in segments(_driver(conn), exp.id) if s and "=" in s]
+    plain = [m for m in metrics if m.kind != "quantile"]
+    stats, units = segment_stats(_driver(conn), exp.id, plain)
+    names = sorted((s for s in units if "=" in s), key=lambda s: (-units[s], s))
     if len(names) > opts.max_segments:
         errors.append(
-            error("segments_truncated", f"{len(names)} segments; showing the first {opts.max_segments}")
+            error("segments_truncated", f"{len(names)} segments; showing the {opts.max_segments} largest")
         )
         names = names[: opts.max_segments]
     tables: list[tuple[str, list[VariantResult], int]] = []
-    for seg in names:
-        rows, counts = _table(conn, exp, metrics, seg, opts, False, None)
-        tables.append((seg, rows, sum(counts.values())))
+    for seg in sorted(names):
+        per_metric = stats.get(seg, {})
+        rows = _table(conn, exp, metrics, seg, opts, per_metric, _units(per_metric), None)
+        tables.append((seg, rows, units[seg]))
     # One correction family over metrics × candidates × segments.
     flat = [r for _, rows, _ in tables for r in rows]
     corrected = apply_corrections(flat, opts.alpha)
     out: list[SegmentBreakdown] = []
     pos = 0
-    for seg, rows, units in tables:
+    for seg, rows, n_units in tables:
         tag, _, value = seg.partition("=")
         out.append(
             SegmentBreakdown(
-                segment=seg, tag=tag, value=value, units=units, results=corrected[pos : pos + len(rows)]
+                segment=seg, tag=tag, value=value, units=n_units, results=corrected[pos : pos + len(rows)]
             )
         )
         pos += len(rows)
@@ -382,7 +395,8 @@ def build_report(
         return Report(**head, units=0, allocation=allocation, srm=srm, results=[], verdicts=[], errors=errors,
                       build_seconds=time.perf_counter() - started)  # fmt: skip
     previous = _previous_sequential_p(conn, exp.id)
-    rows, counts = _table(conn, exp, metrics, "", opts, _has_preperiod(conn, exp.id), previous)
+    stats, counts = _overall_stats(conn, exp, metrics, _has_preperiod(conn, exp.id))
+    rows = _table(conn, exp, metrics, "", opts, stats, counts, previous)
     rows = apply_corrections(rows, opts.alpha)
     allocation, srm = srm_check(exp, _srm_counts(conn, exp, counts))
     units = sum(counts.values())

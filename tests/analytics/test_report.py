@@ -5,11 +5,14 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import psycopg
 import pytest
 from scipy import stats as sps
 from sqlalchemy.orm import Session
 from statsmodels.stats.multitest import multipletests
 
+from analytics.aggregate import variant_stats
+from analytics.metrics import BUILTINS
 from analytics.report import ReportOptions, build_report
 from analytics.report_schema import Report
 from tests.analytics.report_data import create_experiment, insert_units, simulate_units
@@ -227,3 +230,26 @@ def test_no_control_variant_is_an_error_not_an_exception(db: Session) -> None:
     report = build_report(conn, eid, options=OPTS)
     assert [e.code for e in report.errors] == ["no_control"]
     assert report.results == []
+
+
+def test_segments_are_bounded_to_the_largest_and_match_single_segment_queries(db: Session) -> None:
+    rng = np.random.default_rng(13)
+    conn = db.connection()
+    eid, _ = create_experiment(conn, [("control", 1), ("candidate", 1)], metrics=["thumbs_up_rate"])
+    sizes = {"lang=en": 120, "lang=de": 80, "lang=fr": 30, "lang=it": 10}
+    for seg, n in sizes.items():
+        for variant in ("control", "candidate"):
+            units = simulate_units(rng, n, thumbs_p=0.2, tokens=100, error_p=0.05)
+            insert_units(conn, eid, variant, units, segment=seg, prefix=f"{variant}-{seg}")
+            insert_units(conn, eid, variant, units, prefix=f"{variant}-{seg}")
+    report = build_report(conn, eid, options=ReportOptions(timeseries=False, max_segments=2))
+    assert [s.segment for s in report.segments] == ["lang=de", "lang=en"]
+    assert [s.units for s in report.segments] == [160, 240]
+    assert "segments_truncated" in {e.code for e in report.errors}
+    metric = BUILTINS["thumbs_up_rate"]
+    pg = conn.connection.driver_connection
+    assert isinstance(pg, psycopg.Connection)
+    direct = variant_stats(pg, eid, [metric], "lang=de")["thumbs_up_rate"]
+    row = next(r for r in report.segments[0].results if r.variant == "candidate")
+    assert row.mean == pytest.approx(direct["candidate"].sum_x / direct["candidate"].sum_y)
+    assert row.units == direct["candidate"].n == 80
