@@ -125,7 +125,9 @@ def up(
         kafka_bootstrap=kafka or None, simulator=not no_simulator and not specs and not config,
         upstreams=specs, reset=reset, ready_timeout_s=ready_timeout, log_level=log_level,
     )  # fmt: skip
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+    # SIGTERM (service managers) and SIGHUP (closed terminal) stop the stack like Ctrl-C.
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _raise_interrupt)
     stack: RunningStack | None = None
     code = 0
     try:
@@ -151,8 +153,8 @@ def up(
         console.print(f"[red]error:[/red] {exc}")
         code = 1
     finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)  # a second Ctrl-C must not cut the shutdown short
         if stack is not None:
             stack.stop()
         console.print("liftgate stopped; data kept in " + str(opts.state_dir))

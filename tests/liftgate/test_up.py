@@ -72,8 +72,8 @@ class Up:
                 continue
         return out
 
-    def interrupt(self, timeout: float = 60.0) -> int:
-        self.proc.send_signal(signal.SIGINT)
+    def interrupt(self, sig: int = signal.SIGINT, timeout: float = 60.0) -> int:
+        self.proc.send_signal(sig)
         try:
             return self.proc.wait(timeout)
         finally:
@@ -194,7 +194,7 @@ def test_liftgate_up_demo_end_to_end(state_root: Path) -> None:
         experiments = _get(f"{again.gateway}/admin/experiments", token)
         assert sorted(e["name"] for e in experiments) == ["demo", "demo-aa"], "no duplicate demo experiments"
         tree = again.tree()
-        assert again.interrupt() == 0, again.output()
+        assert again.interrupt(signal.SIGTERM) == 0, again.output()  # a service manager's stop
     finally:
         again.kill()
     assert _left_behind(tree) == {}, "processes left behind"
