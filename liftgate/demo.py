@@ -8,8 +8,10 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import time
+import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,6 +96,22 @@ def seed(client: AdminClient, upstreams: list[Upstream]) -> list[str]:
     if len(upstreams) < 2:
         experiments = experiments[1:]
     return ensure_experiments(client, experiments)
+
+
+def served_model(base_url: str, default: str, timeout_s: float = 5.0) -> str:
+    """The first model an OpenAI-compatible server lists at ``/v1/models`` (vLLM serves one),
+    else ``default`` — the simulator names its model after the upstream."""
+    url = base_url.rstrip("/")
+    url = (url if url.endswith("/v1") else url + "/v1") + "/models"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+            data = json.load(resp)
+        models = [m.get("id") for m in data.get("data", []) if isinstance(m, dict)]
+    except (OSError, ValueError, AttributeError):
+        return default
+    if default in models:
+        return default
+    return str(models[0]) if models and models[0] else default
 
 
 def wait_for_routes(

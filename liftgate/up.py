@@ -139,7 +139,9 @@ def up(
             routes = demo.ensure_experiments(client, cfg_experiments)
         else:
             urls = stack.upstream_urls()
-            routes = demo.seed(client, [demo.Upstream(n, url, n) for n, url in urls.items()])
+            routes = demo.seed(
+                client, [demo.Upstream(n, url, demo.served_model(url, n)) for n, url in urls.items()]
+            )
         if not demo.wait_for_routes(stack.gateway_url, client, routes):
             console.print(f"[yellow]warning:[/yellow] the gateway does not serve all of {routes} yet")
         if traffic:

@@ -193,3 +193,12 @@ def test_feedback_import_posts_lines_and_reports_rejected_ones(gateway: Gateway,
         ("req-import-2", "rating", 4.0, "u-9"),
         ("req-import-4", "my_signal", 2.5, ""),
     }
+
+
+def test_real_upstreams_are_registered_with_the_model_they_serve(models_url: str) -> None:
+    from liftgate.demo import served_model
+
+    assert served_model(models_url, "poor") == "poor"  # the name is served: keep it
+    assert served_model(models_url, "prod") == "good"  # else the server's first model
+    assert served_model(models_url.removesuffix("/v1"), "prod") == "good"
+    assert served_model(f"http://127.0.0.1:{free_port()}/v1", "prod", timeout_s=1) == "prod"
