@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -11,6 +13,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
+import psutil
 from kafka import KafkaConsumer, TopicPartition
 
 from contracts.events import Event, InteractionEvent, decode
@@ -54,10 +57,29 @@ def free_port_pair() -> int:
     raise RuntimeError("no free port pair found")
 
 
+_MARKER = "lg-private-broker-"
+
+
+def stop_orphaned_private_brokers() -> None:
+    """Stop brokers a killed earlier run of these tests left behind (their pytest pid is gone)."""
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        cmd = " ".join(proc.info["cmdline"] or ())
+        match = re.search(_MARKER + r"(\d+)", cmd)
+        if match and "kafka.Kafka" in cmd and not psutil.pid_exists(int(match.group(1))):
+            with contextlib.suppress(psutil.Error):
+                proc.terminate()
+                try:
+                    proc.wait(30)
+                except psutil.TimeoutExpired:
+                    proc.kill()
+
+
 class PrivateBroker:
     """A real Kafka broker of our own (own port, own state dir), started with scripts/kafka.py."""
 
-    def __init__(self, state_dir: Path) -> None:
+    def __init__(self, base_dir: Path) -> None:
+        # The marker and our pid in the path let a later run find the broker if we get killed.
+        state_dir = base_dir / f"{_MARKER}{os.getpid()}"
         self.state_dir = state_dir
         self.port = free_port_pair()
         self.bootstrap = f"127.0.0.1:{self.port}"
@@ -76,6 +98,7 @@ class PrivateBroker:
             raise RuntimeError(f"scripts/kafka.py {args} failed: {res.stdout}\n{res.stderr}")
 
     def up(self) -> None:
+        stop_orphaned_private_brokers()
         self._script("up", "--port", str(self.port))
 
     def down(self) -> None:
