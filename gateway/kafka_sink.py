@@ -36,7 +36,7 @@ from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 from contracts.events import FEEDBACK_TOPIC, INTERACTIONS_TOPIC, Event, InteractionEvent, encode
 from gateway.kafka_batches import BatchProducer
-from gateway.spool import Record, Spool, claim_spool_dir
+from gateway.spool import Record, Spool, SpoolLockedError, claim_spool_dir
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,9 @@ class SinkConfig:
     batch_bytes: int = 512 << 10
     max_event_bytes: int = 500_000
     fast_append: bool = True  # see gateway.kafka_batches; False forces KafkaProducer.send
+    # How often a live sink looks for spools of processes that are gone (e.g. after the
+    # gateway was scaled down to fewer workers) and delivers them.
+    adopt_interval_s: float = 30.0
     # Create missing topics on connect (brokers here disable auto-creation); None: never.
     create_topics_partitions: int | None = 6
     segment_bytes: int = 64 << 20
@@ -121,11 +124,15 @@ class KafkaSink:
         self._thread: threading.Thread | None = None
         self._producer: BatchProducer | None = None
         self._spool: Spool | None = None
+        self._orphan: Spool | None = None
+        self._next_adopt = 0.0
         self._live = False
         self._closed = False
         self._next_probe = 0.0
         self._backoff = config.backoff_initial_s
-        self._counters = dict.fromkeys(("delivered", "spooled", "replayed", "send_failures", "probes"), 0)
+        self._counters = dict.fromkeys(
+            ("delivered", "spooled", "replayed", "adopted", "send_failures", "probes"), 0
+        )
         self._dropped = 0
         self._oversized = 0
 
@@ -208,7 +215,7 @@ class KafkaSink:
                 return True
             batch = self._pop(self.config.batch_max)
             if not batch:
-                return False
+                return self._adopt_orphans()
             unacked = self._deliver(batch)
             if unacked:
                 self._spool_records(unacked)
@@ -336,6 +343,50 @@ class KafkaSink:
             self._backoff = self.config.backoff_initial_s
             log.info("kafka sink: live again (spool drained)")
 
+    def _claim_orphan(self) -> Spool | None:
+        own = self._spool.directory if self._spool else None
+        for directory in sorted(self.spool_root.iterdir()):
+            if directory == own or not directory.name.isdigit() or not directory.is_dir():
+                continue
+            try:
+                orphan = Spool(directory)
+            except SpoolLockedError:
+                continue  # a live process owns it
+            if not orphan.empty():
+                log.info("kafka sink: delivering %s events left in %s", orphan.pending_records, directory)
+                return orphan
+            orphan.close()
+        return None
+
+    def _adopt_orphans(self) -> bool:
+        """Deliver a bit of a dead process's spool; True if there was work."""
+        if self._orphan is None:
+            now = time.monotonic()
+            if now < self._next_adopt:
+                return False
+            self._next_adopt = now + self.config.adopt_interval_s
+            self._orphan = self._claim_orphan()
+            if self._orphan is None:
+                return False
+        orphan = self._orphan
+        entries = orphan.read(self.config.batch_max)
+        if not entries:
+            orphan.close()
+            self._orphan = None
+            return False
+        records = [r for r, _ in entries]
+        unacked = self._deliver(records)
+        done = len(records) - len(unacked)
+        if done:
+            orphan.commit(entries[done - 1][1], done)
+            self._counters["adopted"] += done
+        if unacked or orphan.empty():
+            orphan.close()
+            self._orphan = None
+        if unacked:
+            self._degrade()
+        return True
+
     def _queue_over_limit(self) -> bool:
         return len(self._queue) > self.config.max_queue
 
@@ -350,6 +401,7 @@ class KafkaSink:
         while self._queue:
             self._spill_queue()
         self._close_producer()
-        if self._spool is not None:
-            self._spool.close()
+        for spool in (self._orphan, self._spool):
+            if spool is not None:
+                spool.close()
         log.info("kafka sink stopped: %s", self.stats())

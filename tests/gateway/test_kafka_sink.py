@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from contracts.events import Event, FeedbackEvent
+from contracts.events import Event, FeedbackEvent, encode
 from gateway.kafka_sink import KafkaSink, SinkConfig, Topics, ensure_topics
+from gateway.spool import Spool
 from tests.gateway.kafka_helpers import (
     PrivateBroker,
     check_complete_and_ordered,
@@ -190,3 +191,23 @@ async def test_spool_replay_after_the_broker_is_stopped_and_restarted(tmp_path: 
         check_complete_and_ordered(received, sent, max_duplicates=FAST.batch_max)
     finally:
         broker.down()
+
+
+async def test_a_live_sink_delivers_the_spool_a_vanished_worker_left_behind(
+    kafka_bootstrap: str, unique_name: str, tmp_path: Path
+) -> None:
+    topics = unique_topics(unique_name)
+    left = [event(i) for i in range(300)]
+    orphan = Spool(tmp_path / "3")  # e.g. worker 3 of a gateway since scaled down to one worker
+    orphan.append([(topics.interactions, ev.key, encode(ev)) for ev in left])
+    orphan.close()
+    sink = KafkaSink(
+        kafka_bootstrap, tmp_path, topics=topics, config=dataclasses.replace(FAST, adopt_interval_s=0.1)
+    )
+    await sink.start()
+    await wait_until(lambda: sink.stats()["adopted"] == 300, 30, "adoption")
+    await sink.close()
+    check_complete_and_ordered(consume(kafka_bootstrap, [topics.interactions], 300), left, 0)
+    reopened = Spool(tmp_path / "3")
+    assert reopened.empty()
+    reopened.close()
