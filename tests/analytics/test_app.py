@@ -121,6 +121,11 @@ def test_health_and_prometheus_metrics(service: Service) -> None:
     assert 'liftgate_analytics_worker_up{worker="snapshotter"} 1.0' in text_body
 
 
+def test_dashboard_is_mounted(service: Service) -> None:
+    status, page = service.call("GET", "/dashboard")
+    assert status == 200 and "<html" in page.lower()
+
+
 def test_experiment_list_shows_units_and_headline_verdict(service: Service, seeded: dict[str, Any]) -> None:
     deadline = time.monotonic() + DEADLINE_S
     while True:
