@@ -1,14 +1,15 @@
 """Kafka → Postgres: the analytics consumer group (exactly-once effect).
 
 Each poll (up to ``consumer_max_records`` records or ``consumer_poll_ms``) becomes one
-Postgres transaction through ``analytics.ingest.ingest_raw``: decodable events are
+Postgres transaction through ``analytics.ingest.ingest_raw``, written by a writer thread
+while the main thread polls and decodes the next batch: decodable events are
 ingested idempotently, undecodable ones are written to ``dead_letters`` (raw bytes, key,
 topic/partition/offset, reason) in the same transaction. Offsets are committed only
 after that transaction committed, so a crash anywhere redelivers the batch and the
 ``event_id`` keys make the replay a no-op.
 
-Postgres unavailable: the batch is held, partitions are paused (polling continues so
-the group membership stays alive), the write is retried with exponential backoff up to
+Postgres unavailable: the batch is held, partitions are paused (the main thread keeps
+polling so the group membership stays alive), the write is retried with exponential backoff up to
 ``consumer_max_backoff_s``; nothing is committed meanwhile. Several processes share the
 partitions through the consumer group; on a rebalance uncommitted work is simply
 redelivered to the new owner (a failed commit is logged and harmless).
@@ -23,6 +24,8 @@ import logging
 import signal
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -171,6 +174,8 @@ class Consumer:
             client_id="liftgate-analytics",
         )
         self._next_lag = 0.0
+        self._failing = threading.Event()
+        self._closing = threading.Event()
         self._next_sweep = time.monotonic() + settings.consumer_sweep_interval_s
 
     # -- database ---------------------------------------------------------------------------
@@ -194,28 +199,42 @@ class Consumer:
             self.pg = None
 
     def _write(self, batch: Batch) -> IngestResult | None:
-        """Write until it succeeds (None if stopped first); partitions paused while retrying."""
+        """Writer thread: write until it succeeds (None if stopped first), backing off."""
         backoff = 0.1
+        while True:
+            try:
+                with self.metrics.batch_seconds.time():
+                    res = ingest_raw(self._connection(), batch.interactions, batch.feedback, batch.dead)
+                self._failing.clear()
+                self._maybe_sweep()
+                return res
+            except psycopg.Error as exc:
+                self._failing.set()
+                self.metrics.db_retries.inc()
+                log.warning(
+                    "batch write failed (%s: %s); retrying in %.1fs", type(exc).__name__, exc, backoff
+                )
+                self._reset_connection()
+            if self._closing.wait(backoff):
+                return None
+            backoff = min(backoff * 2, self.s.consumer_max_backoff_s)
+
+    def _await(self, fut: Future[IngestResult | None]) -> IngestResult | None:
+        """Main thread: wait for the writer; while it fails, pause and keep the membership alive."""
         paused: list[TopicPartition] = []
         try:
             while True:
                 try:
-                    with self.metrics.batch_seconds.time():
-                        return ingest_raw(self._connection(), batch.interactions, batch.feedback, batch.dead)
-                except psycopg.Error as exc:
-                    self.metrics.db_retries.inc()
-                    log.warning(
-                        "batch write failed (%s: %s); retrying in %.1fs", type(exc).__name__, exc, backoff
-                    )
-                    self._reset_connection()
-                if not paused:
-                    paused = list(self.kafka.assignment())
-                    self.kafka.pause(*paused)
-                if self.stop.wait(backoff):
-                    return None
-                # Keeps the group membership alive; paused partitions return no records.
-                self.kafka.poll(timeout_ms=0)
-                backoff = min(backoff * 2, self.s.consumer_max_backoff_s)
+                    return fut.result(timeout=0.5)
+                except FutureTimeout:
+                    if self.stop.is_set():
+                        self._closing.set()  # a writer still retrying gives up
+                    if self._failing.is_set():
+                        if not paused:
+                            paused = list(self.kafka.assignment())
+                            self.kafka.pause(*paused)
+                        # Paused partitions return no records; the poll heartbeats the group.
+                        self.kafka.poll(timeout_ms=0)
         finally:
             if paused:
                 self.kafka.resume(*paused)
@@ -264,32 +283,49 @@ class Consumer:
             log.warning("feedback sweep failed: %s", exc)
             self._reset_connection()
 
+    def _finish(self, batch: Batch, res: IngestResult) -> None:
+        self._commit(batch.offsets)
+        for topic, n in batch.per_topic.items():
+            self.metrics.consumed.labels(topic).inc(n)
+        for d in batch.dead:
+            self.metrics.dead_lettered.labels(d.topic).inc()
+        self.metrics.duplicates.inc(res.duplicates)
+
     def run(self) -> None:
+        """Poll and decode batch k+1 while the writer thread writes batch k (two cores busy).
+
+        Offsets are committed in batch order, each only after its transaction committed.
+        """
         log.info(
             "consumer %s reading %s, %s",
             self.s.consumer_group,
             self.s.interactions_topic,
             self.s.feedback_topic,
         )
+        writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest-writer")
+        inflight: tuple[Batch, Future[IngestResult | None]] | None = None
         try:
             while not self.stop.is_set():
                 records = self.kafka.poll(
                     timeout_ms=self.s.consumer_poll_ms, max_records=self.s.consumer_max_records
                 )
-                if records:
-                    batch = decode_batch(records)
-                    res = self._write(batch)
+                batch = decode_batch(records) if records else None
+                if inflight is not None:
+                    res = self._await(inflight[1])
                     if res is None:
                         break  # stopped while the database was down: nothing committed
-                    self._commit(batch.offsets)
-                    for topic, n in batch.per_topic.items():
-                        self.metrics.consumed.labels(topic).inc(n)
-                    for d in batch.dead:
-                        self.metrics.dead_lettered.labels(d.topic).inc()
-                    self.metrics.duplicates.inc(res.duplicates)
+                    self._finish(inflight[0], res)
+                    inflight = None
+                if batch is not None:
+                    inflight = (batch, writer.submit(self._write, batch))
                 self._update_lag()
-                self._maybe_sweep()
+            if inflight is not None:
+                res = self._await(inflight[1])
+                if res is not None:
+                    self._finish(inflight[0], res)
         finally:
+            self._closing.set()  # a writer still retrying gives up; its batch stays uncommitted
+            writer.shutdown(wait=True)
             self.kafka.close(autocommit=False)
             if self.pg is not None:
                 self.pg.close()

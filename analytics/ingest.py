@@ -1,7 +1,8 @@
 """Idempotent ingest of a batch of events: raw rows + per-unit rollups, one transaction.
 
-1. The events' JSON documents are COPYed into session temp tables (one ``jsonb`` column:
-   Postgres does the field extraction on its own core, Python only joins bytes).
+1. The events' JSON documents are COPYed into session temp tables (one ``json`` column,
+   parsed once by ``json_to_record``: Postgres does the field extraction on its own core,
+   Python only joins bytes).
 2. ``INSERT … SELECT … ON CONFLICT (event_id) DO NOTHING RETURNING …`` stores the raw
    rows; only the rows actually inserted reach the rollups (``lg_new_i``), so a
    redelivered event is never counted twice.
@@ -69,7 +70,7 @@ class IngestResult:
 
 _INTERACTION_INSERT: Final = """
 WITH src AS (
-    SELECT r.* FROM lg_stage_i s, jsonb_to_record(s.doc) AS r(
+    SELECT r.* FROM lg_stage_i s, json_to_record(s.doc) AS r(
         event_id uuid, ts float8, request_id text, route text, experiment_id int, variant text,
         unit_id text, unit_source text, role text, pair_id text, mode text, endpoint text, model text,
         upstream text, status text, http_status int, error_type text, latency_ms float8, ttft_ms float8,
@@ -103,7 +104,7 @@ FROM ins
 
 _FEEDBACK_INSERT: Final = """
 WITH src AS (
-    SELECT r.* FROM lg_stage_f s, jsonb_to_record(s.doc) AS r(
+    SELECT r.* FROM lg_stage_f s, json_to_record(s.doc) AS r(
         event_id uuid, ts float8, request_id text, unit_id text, kind text, value float8, tags jsonb)
 ), ins AS (
     INSERT INTO feedback (event_id, ts, request_id, unit_id, kind, value, experiment_id, variant, tags)
@@ -162,12 +163,13 @@ def _copy_escape(payload: bytes) -> bytes:
     return out
 
 
-def _prepare(pg: psycopg.Connection[Any]) -> None:
+def _prepare(pg: psycopg.Connection[Any], nested: bool) -> None:
     row = pg.execute(b"SELECT to_regclass('pg_temp.lg_new_f') IS NOT NULL").fetchone()
     if not (row and row[0]):
         pg.execute(rollup.TEMP_TABLES.encode())
-    else:
-        # Inside a caller's transaction earlier batches' rows are still there.
+    elif nested:
+        # Inside a caller's transaction earlier batches' rows are still there (ON COMMIT
+        # DELETE ROWS empties them only at commit).
         pg.execute(
             b"DELETE FROM lg_stage_i; DELETE FROM lg_stage_f; DELETE FROM lg_new_i; DELETE FROM lg_new_f"
         )
@@ -186,8 +188,10 @@ def _count(pg: psycopg.Connection[Any], sql: bytes) -> int:
     return int(row[0]) if row else 0
 
 
-def _batch(pg: psycopg.Connection[Any], interactions: Sequence[Raw], feedback: Sequence[Raw]) -> IngestResult:
-    _prepare(pg)
+def _batch(
+    pg: psycopg.Connection[Any], interactions: Sequence[Raw], feedback: Sequence[Raw], nested: bool = True
+) -> IngestResult:
+    _prepare(pg, nested)
     _copy(pg, "lg_stage_i", interactions)
     _copy(pg, "lg_stage_f", feedback)
     n_i = n_f = 0
@@ -214,9 +218,10 @@ def ingest_raw(
     Commits when ``pg`` had no transaction open; inside a caller's transaction it uses a
     savepoint and leaves the commit to the caller.
     """
+    nested = pg.info.transaction_status != pq.TransactionStatus.IDLE
     try:
         with pg.transaction():
-            res = _batch(pg, interactions, feedback)
+            res = _batch(pg, interactions, feedback, nested)
             write_dead_letters(pg, dead_letters)
             return IngestResult(
                 res.interactions, res.feedback, res.duplicates, res.attributed, len(dead_letters)
@@ -244,7 +249,7 @@ def ingest_raw(
 def attribute_pending(pg: psycopg.Connection[Any]) -> int:
     """Attribute feedback whose interaction is stored but which is still unattributed."""
     with pg.transaction():
-        _prepare(pg)
+        _prepare(pg, nested=True)
         pg.execute(_SWEEP.encode())
         n = _count(pg, b"SELECT count(*) FROM lg_new_f")
         if n:

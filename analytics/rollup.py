@@ -28,8 +28,8 @@ from contracts.events import FEEDBACK_KINDS
 _BUILTIN_KINDS: Final = "ARRAY[" + ", ".join(f"'{k}'" for k in sorted(FEEDBACK_KINDS)) + "]"
 
 TEMP_TABLES: Final = """
-CREATE TEMP TABLE IF NOT EXISTS lg_stage_i (doc jsonb) ON COMMIT DELETE ROWS;
-CREATE TEMP TABLE IF NOT EXISTS lg_stage_f (doc jsonb) ON COMMIT DELETE ROWS;
+CREATE TEMP TABLE IF NOT EXISTS lg_stage_i (doc json) ON COMMIT DELETE ROWS;
+CREATE TEMP TABLE IF NOT EXISTS lg_stage_f (doc json) ON COMMIT DELETE ROWS;
 CREATE TEMP TABLE IF NOT EXISTS lg_new_i (
     request_id text, ts timestamptz, experiment_id int, variant text, unit_id text, role text,
     status text, fallback bool, latency_ms float8, ttft_ms float8, prompt_tokens int,

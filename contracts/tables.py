@@ -268,6 +268,8 @@ class UnitRollup(RollupMeasures, Base):
     """
 
     __tablename__ = "unit_rollups"
+    # Room on each page for HOT updates: ingest rewrites these rows in place all the time.
+    __table_args__ = {"postgresql_with": {"fillfactor": 80}}
 
     experiment_id: Mapped[int] = mapped_column(Integer, primary_key=True)
     variant: Mapped[str] = mapped_column(String(64), primary_key=True)
@@ -280,6 +282,7 @@ class SegmentRollup(RollupMeasures, Base):
     """Like ``unit_rollups`` for one segment 'tag=value' (one row per event tag of the unit)."""
 
     __tablename__ = "segment_rollups"
+    __table_args__ = {"postgresql_with": {"fillfactor": 80}}
 
     experiment_id: Mapped[int] = mapped_column(Integer, primary_key=True)
     segment: Mapped[str] = mapped_column(String(256), primary_key=True)
@@ -309,6 +312,7 @@ class LatencyHistogram(Base):
     """
 
     __tablename__ = "latency_histograms"
+    __table_args__ = {"postgresql_with": {"fillfactor": 80}}
 
     experiment_id: Mapped[int] = mapped_column(Integer, primary_key=True)
     metric: Mapped[str] = mapped_column(String(32), primary_key=True)

@@ -186,6 +186,7 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint(
             "experiment_id", "metric", "segment", "variant", "bucket", name=op.f("pk_latency_histograms")
         ),
+        postgresql_with={"fillfactor": 80},
     )
     op.create_table(
         "metric_definitions",
@@ -259,6 +260,7 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint(
             "experiment_id", "segment", "variant", "unit_id", name=op.f("pk_segment_rollups")
         ),
+        postgresql_with={"fillfactor": 80},
     )
     op.create_table(
         "unit_rollups",
@@ -290,6 +292,7 @@ def upgrade() -> None:
         sa.Column("task_success_sum", sa.Double(), server_default="0", nullable=False),
         sa.Column("counters", postgresql.JSONB(astext_type=sa.Text()), server_default="{}", nullable=False),
         sa.PrimaryKeyConstraint("experiment_id", "variant", "unit_id", name=op.f("pk_unit_rollups")),
+        postgresql_with={"fillfactor": 80},
     )
     op.create_table(
         "upstreams",

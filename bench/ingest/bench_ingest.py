@@ -1,0 +1,218 @@
+"""Kafka → Postgres ingest throughput vs a plain COPY of the same rows (same run).
+
+1. Creates a scratch database (migrated) and a topic with 6 partitions; produces N
+   interaction events (realistic fields: 2 variants, tags, conversations) once.
+2. Consumer runs: truncate the event/rollup tables, start ``analytics.consumer`` (the
+   real consumer: decode, COPY staging, ON CONFLICT insert, rollups, offset commits) in
+   a thread with a fresh group id, and time from its first committed batch until all N
+   are committed. Rate = events after the first batch / elapsed (sustained).
+3. COPY runs: truncate, then COPY the same rows (pre-rendered text) straight into
+   ``interactions`` (same indexes): the database's raw ingest ceiling.
+
+Prints medians over --runs; the figures go to bench/ingest/README.md.
+
+    .venv/bin/python bench/ingest/bench_ingest.py --events 300000 --runs 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import random
+import secrets
+import statistics
+import threading
+import time
+
+import psycopg
+from kafka import KafkaProducer
+from kafka.admin import KafkaAdminClient, NewTopic
+from prometheus_client import CollectorRegistry
+
+from analytics.consumer import ConsumerMetrics, ConsumerSettings, run_consumer
+from contracts.events import InteractionEvent, encode
+from liftgate import db as dbmod
+
+TABLES = "interactions, feedback, unit_rollups, segment_rollups, latency_histograms, dead_letters"
+
+
+def make_events(n: int, units: int, seed: int = 1) -> list[InteractionEvent]:
+    rng = random.Random(seed)
+    t0 = time.time() - 3600
+    out = []
+    for i in range(n):
+        u = rng.randrange(units)
+        out.append(
+            InteractionEvent(
+                request_id=secrets.token_hex(12),
+                route="assistant",
+                unit_id=f"user-{u}",
+                unit_source="header",
+                role="primary",
+                mode="ab",
+                endpoint="chat",
+                model="cand" if u % 2 else "base",
+                upstream="sim",
+                status="error" if rng.random() < 0.02 else "ok",
+                http_status=200,
+                latency_ms=rng.lognormvariate(6, 0.5),
+                experiment_id=1,
+                experiment="bench",
+                variant="candidate" if u % 2 else "control",
+                ttft_ms=rng.lognormvariate(4, 0.5),
+                prompt_tokens=rng.randrange(10, 500),
+                completion_tokens=rng.randrange(10, 800),
+                response_chars=rng.randrange(50, 3000),
+                finish_reason="stop",
+                stream=True,
+                conversation_id=f"conv-{u}-{rng.randrange(5)}" if rng.random() < 0.7 else None,
+                tags={"task": rng.choice(("code", "math", "chat"))},
+                ts=t0 + i * 0.01,
+            )
+        )
+    return out
+
+
+def produce(bootstrap: str, topic: str, events: list[InteractionEvent]) -> float:
+    producer = KafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", linger_ms=20, batch_size=512 * 1024, max_request_size=8 << 20
+    )
+    t = time.perf_counter()
+    for e in events:
+        producer.send(topic, key=e.key, value=encode(e))
+    producer.flush(timeout=300)
+    producer.close()
+    return time.perf_counter() - t
+
+
+def consumer_run(db_url: str, bootstrap: str, topic: str, n: int, timeout: float) -> float:
+    metrics = ConsumerMetrics(CollectorRegistry())
+    settings = ConsumerSettings(
+        database_url=db_url,
+        kafka_bootstrap=bootstrap,
+        consumer_group=f"bench-{secrets.token_hex(4)}",
+        interactions_topic=topic,
+        feedback_topic=topic + "-fb",
+        consumer_max_records=5000,
+        consumer_poll_ms=200,
+    )
+    stop = threading.Event()
+    th = threading.Thread(target=run_consumer, args=(settings, stop, metrics), daemon=True)
+    th.start()
+
+    def consumed() -> float:
+        return (
+            metrics.registry.get_sample_value("liftgate_analytics_events_consumed_total", {"topic": topic})
+            or 0.0
+        )
+
+    deadline = time.monotonic() + timeout
+    first_n, first_t = 0.0, 0.0
+    while time.monotonic() < deadline:
+        c = consumed()
+        if c and not first_t:
+            first_n, first_t = c, time.perf_counter()
+        if c >= n:
+            break
+        time.sleep(0.01)
+    end = time.perf_counter()
+    stop.set()
+    th.join(timeout=60)
+    if consumed() < n:
+        raise RuntimeError(f"consumer did not finish: {consumed()} of {n}")
+    return (n - first_n) / (end - first_t)
+
+
+def copy_rows(events: list[InteractionEvent]) -> bytes:
+    """The same rows as COPY text for the interactions table."""
+    buf = io.StringIO()
+
+    def f(v: object) -> str:
+        if v is None:
+            return "\\N"
+        if isinstance(v, bool):
+            return "t" if v else "f"
+        return str(v).replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n")
+
+    import orjson
+
+    for e in events:
+        ts = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(e.ts)) + f".{int(e.ts % 1 * 1e6):06d}+00"
+        row = [
+            e.event_id, ts, e.request_id, e.route, e.experiment_id, e.variant, e.unit_id, e.unit_source, e.role,
+            e.pair_id, e.mode, e.endpoint, e.model, e.upstream, e.status, e.http_status, e.error_type,
+            e.latency_ms, e.ttft_ms, e.prompt_tokens, e.completion_tokens, e.response_chars, e.finish_reason,
+            e.stream, e.fallback, e.fallback_from, e.conversation_id, orjson.dumps(e.tags).decode(),
+            e.prompt, e.response,
+        ]  # fmt: skip
+        buf.write("\t".join(f(v) for v in row) + "\n")
+    return buf.getvalue().encode()
+
+
+COPY_COLS = (
+    "event_id, ts, request_id, route, experiment_id, variant, unit_id, unit_source, role, pair_id, mode, "
+    "endpoint, model, upstream, status, http_status, error_type, latency_ms, ttft_ms, prompt_tokens, "
+    "completion_tokens, response_chars, finish_reason, stream, fallback, fallback_from, conversation_id, tags, "
+    "prompt, response"
+)
+
+
+def copy_run(db_url: str, data: bytes, n: int) -> float:
+    with psycopg.connect(db_url) as conn:
+        t = time.perf_counter()
+        with conn.cursor() as cur, cur.copy(f"COPY interactions ({COPY_COLS}) FROM STDIN".encode()) as cp:
+            for i in range(0, len(data), 1 << 20):
+                cp.write(data[i : i + (1 << 20)])
+        conn.commit()
+        return n / (time.perf_counter() - t)
+
+
+def truncate(db_url: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute(f"TRUNCATE {TABLES}".encode())
+        conn.execute(b"CHECKPOINT")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--admin-url", default="postgresql://postgres@127.0.0.1:15432/postgres")
+    ap.add_argument("--bootstrap", default="127.0.0.1:19092")
+    ap.add_argument("--events", type=int, default=300_000)
+    ap.add_argument("--units", type=int, default=50_000)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--timeout", type=float, default=300)
+    args = ap.parse_args()
+    name = f"lg_bench_ingest_{secrets.token_hex(3)}"
+    topic = f"bench-ingest-{secrets.token_hex(3)}"
+    with psycopg.connect(args.admin_url, autocommit=True) as c:
+        c.execute(f'CREATE DATABASE "{name}"'.encode())
+    db_url = f"{args.admin_url.rsplit('/', 1)[0]}/{name}"
+    admin = KafkaAdminClient(bootstrap_servers=args.bootstrap)
+    try:
+        dbmod.upgrade(db_url.replace("postgresql://", "postgresql+psycopg://", 1))
+        admin.create_topics([NewTopic(t, 6, 1) for t in (topic, topic + "-fb")])
+        events = make_events(args.events, args.units)
+        print(f"produced {args.events:,} events in {produce(args.bootstrap, topic, events):.1f}s")
+        data = copy_rows(events)
+        kafka_rates, copy_rates = [], []
+        for run in range(args.runs):
+            truncate(db_url)
+            kafka_rates.append(consumer_run(db_url, args.bootstrap, topic, args.events, args.timeout))
+            truncate(db_url)
+            copy_rates.append(copy_run(db_url, data, args.events))
+            print(
+                f"run {run + 1}: kafka->postgres {kafka_rates[-1]:,.0f} ev/s, plain COPY {copy_rates[-1]:,.0f} rows/s"
+            )
+        k, c = statistics.median(kafka_rates), statistics.median(copy_rates)
+        print(f"median: kafka->postgres {k:,.0f} ev/s; plain COPY {c:,.0f} rows/s; ratio {k / c:.2f}")
+    finally:
+        try:
+            admin.delete_topics([topic, topic + "-fb"])
+        finally:
+            admin.close()
+        with psycopg.connect(args.admin_url, autocommit=True) as c:
+            c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'.encode())
+
+
+if __name__ == "__main__":
+    main()
