@@ -114,7 +114,7 @@ def measure(
     # were all assigned with them, whenever they first arrived (assignment is a pure
     # function of the current weights), so their split must match the weights.
     srm_since = store.shifted(row.stage_started_at, srm_grace_s)
-    srm_counts = store.active_units(conn, row.id, srm_since) if now >= srm_since else {}
+    srm_counts = store.current_split(conn, row.id, srm_since) if now >= srm_since else {}
     weights = {control.name: 100.0 - stage.percent, candidate.name: stage.percent}
     return Look(
         stage=stage,

@@ -179,7 +179,7 @@ class Sent:
 class Traffic:
     """A bounded async request loop in a thread: ``units`` users, ``concurrency`` in flight."""
 
-    def __init__(self, gateway: str, route: str, *, units: int = 600, concurrency: int = 12,
+    def __init__(self, gateway: str, route: str, *, units: int = 600, concurrency: int = 24,
                  duration_s: float = 90.0) -> None:  # fmt: skip
         self.gateway, self.route, self.units = gateway, route, units
         self.concurrency, self.duration_s = concurrency, duration_s
@@ -218,11 +218,13 @@ class Traffic:
                 continue
 
 
-def wait_for(predicate: Any, timeout_s: float, what: str, interval_s: float = 0.25) -> Any:
+def wait_for(
+    predicate: Any, timeout_s: float, what: str, interval_s: float = 0.25, context: Any = None
+) -> Any:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(interval_s)
-    pytest.fail(f"timed out after {timeout_s}s waiting for {what}")
+    pytest.fail(f"timed out after {timeout_s}s waiting for {what}; {context() if context else ''}")

@@ -6,7 +6,11 @@ stages, high traffic) and bounded in time.
 
 from __future__ import annotations
 
+import json
+import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -16,11 +20,13 @@ import pytest
 from sqlalchemy import Engine, text
 
 from liftgate.simulator_model import SimulatorModel
-from tests.scenarios.rollout_stack import Stack, Traffic, start_stack, wait_for
+from tests.scenarios.rollout_stack import TOKEN, Stack, Traffic, start_stack, wait_for
 
 
 def _model(name: str, error_rate: float) -> SimulatorModel:
-    return SimulatorModel(name, latency_ms=8.0, latency_sd=2.0, ttft_ms=2.0, ttft_sd=0.5, tokens=16.0,
+    # Latency well above the few ms of queueing a loaded test machine adds, so load drifting
+    # over the run does not look like a latency regression of the later-ramped candidate.
+    return SimulatorModel(name, latency_ms=60.0, latency_sd=6.0, ttft_ms=10.0, ttft_sd=2.0, tokens=16.0,
                           tokens_sd=3.0, error_rate=error_rate)  # fmt: skip
 
 
@@ -55,6 +61,12 @@ def _create(stack: Stack, name: str, candidate_model: str, plan: dict[str, Any])
 
 def _state(stack: Stack, name: str) -> dict[str, Any]:
     return stack.rollout(name)
+
+
+def _timeline(stack: Stack, name: str) -> str:
+    state = _state(stack, name)
+    rows = [(d["created_at"][11:23], d["decision"], d["stage"], d["reason"]) for d in state["decisions"][-8:]]
+    return f"status {state['status']} stage {state['stage']}; last decisions {rows}"
 
 
 def _decisions(state: dict[str, Any], kind: str) -> list[dict[str, Any]]:
@@ -98,7 +110,8 @@ def test_an_equal_or_better_candidate_is_promoted_and_becomes_the_baseline(
     route = _create(stack, name, "good", PLAN)
     wait_for(lambda: _state(stack, name)["stage"] == 0, 20, "the controller to start the rollout")
     with Traffic(stack.gateway, route, units=400, duration_s=100):
-        state = wait_for(lambda: (s := _state(stack, name))["status"] == "completed" and s, 100, "promotion")
+        state = wait_for(lambda: (s := _state(stack, name))["status"] == "completed" and s, 100, "promotion",
+                         context=lambda: _timeline(stack, name))  # fmt: skip
         time.sleep(3.0)
     moves = [d["decision"] for d in state["decisions"] if d["decision"] != "hold"]
     assert moves == ["start", "advance", "advance", "advance", "advance", "promote"]
@@ -116,6 +129,15 @@ def test_an_equal_or_better_candidate_is_promoted_and_becomes_the_baseline(
             ).all()
         )  # fmt: skip
     assert served.get(f"{name}-cand", 0) > 20 and f"{name}-base" not in served, served
+    # the CLI shows the same state, and refuses to move a completed rollout
+    cli = [sys.executable, "-m", "liftgate", "rollout"]
+    env = {**os.environ, "LIFTGATE_ADMIN_TOKEN": TOKEN}
+    shown = subprocess.run([*cli, "status", name, "--analytics", stack.analytics, "--json"],
+                           capture_output=True, text=True, timeout=60, env=env, check=True)  # fmt: skip
+    assert json.loads(shown.stdout)["status"] == "completed"
+    refused = subprocess.run([*cli, "advance", name, "--analytics", stack.analytics],
+                             capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
+    assert refused.returncode == 1 and "409" in refused.stderr
     assert time.monotonic() - started < 120
 
 
