@@ -33,8 +33,8 @@ def _parse_quality(items: list[str]) -> dict[str, float]:
 
 def summary_table(stats: TrafficStats) -> Table:
     table = Table(title=f"simulated traffic: {stats.requests} requests in {stats.elapsed():.0f} s")
-    for col in ("variant", "requests", "errors", "thumbs_up", "thumbs_down", "regenerate", "copy", "rating"):
-        table.add_column(col, justify="right" if col != "variant" else "left")
+    for col in ("variant", "requests", "errors", "up", "down", "regen", "copy", "rating"):
+        table.add_column(col, justify="right" if col != "variant" else "left", no_wrap=True)
     for name, vs in sorted(stats.by_variant.items()):
         fb = vs.feedback
         table.add_row(
