@@ -30,9 +30,11 @@ def _services() -> dict[str, dict[str, Any]]:
 
 def test_the_production_like_stack_has_every_component() -> None:
     services = _services()
-    assert CORE <= services.keys()
+    assert services.keys() >= CORE
     assert services["kafka"]["image"].startswith("apache/kafka")
-    assert services["kafka"]["environment"]["KAFKA_PROCESS_ROLES"] == "broker,controller"  # KRaft, no ZooKeeper
+    assert (
+        services["kafka"]["environment"]["KAFKA_PROCESS_ROLES"] == "broker,controller"
+    )  # KRaft, no ZooKeeper
     assert services["migrate"]["command"] == ["liftgate", "migrate"]
     assert any(s.get("image", "").startswith("vllm/vllm-openai") for s in services.values())
 
@@ -86,7 +88,9 @@ def test_profiles_vllm_on_gpu_simulator_by_default() -> None:
         assert services[name]["profiles"] == ["gpu"]
         devices = services[name]["deploy"]["resources"]["reservations"]["devices"]
         assert devices[0]["capabilities"] == ["gpu"]
-    sims = [n for n, s in services.items() if "liftgate.simulator" in " ".join(map(str, s.get("command", [])))]
+    sims = [
+        n for n, s in services.items() if "liftgate.simulator" in " ".join(map(str, s.get("command", [])))
+    ]
     assert len(sims) == 2
     for name in [*sims, *CORE]:
         assert not services[name].get("profiles"), f"{name} must run in the default profile"
@@ -109,7 +113,9 @@ def test_no_literal_secret_in_the_file() -> None:
         assert isinstance(env, dict), f"{name}: use the mapping form for environment"
         for key, value in env.items():
             if secretish.search(key):
-                assert isinstance(value, str) and VAR.fullmatch(value.strip()), f"{name}.{key} must come from .env"
+                assert isinstance(value, str) and VAR.fullmatch(value.strip()), (
+                    f"{name}.{key} must come from .env"
+                )
                 # Required secrets fail loudly when unset; optional ones default to empty, never a value.
                 assert ":?" in value or value.strip().endswith(":-}"), f"{name}.{key}: {value}"
     for text in _all_strings(_compose()):
