@@ -22,8 +22,11 @@ COPY liftgate ./liftgate
 COPY migrations ./migrations
 COPY examples ./examples
 # Editable: migrations are read from /app/migrations (see liftgate/db.py).
+# The spool directory exists in the image, owned by the service user, so a named volume
+# mounted there starts with that owner (the gateway writes its Kafka outage spool there).
 RUN pip install --no-deps -e . \
- && useradd --system --uid 10001 --home-dir /var/lib/liftgate --create-home liftgate
+ && useradd --system --uid 10001 --home-dir /var/lib/liftgate --create-home liftgate \
+ && mkdir -p /var/lib/liftgate/spool && chown -R liftgate:liftgate /var/lib/liftgate
 
 USER liftgate
 EXPOSE 8080 8090
