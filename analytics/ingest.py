@@ -94,7 +94,7 @@ INSERT INTO lg_new_i
 SELECT request_id, ts, experiment_id, variant, unit_id, role, status, fallback, latency_ms, ttft_ms,
     prompt_tokens, completion_tokens, response_chars, conversation_id,
     conversation_id IS NOT NULL AND role = 'primary'
-        AND row_number() OVER (PARTITION BY conversation_id, role ORDER BY ts, event_id) = 1
+        AND row_number() OVER (PARTITION BY experiment_id, conversation_id, role ORDER BY ts, event_id) = 1
         AND NOT EXISTS (
             SELECT 1 FROM interactions x WHERE x.conversation_id = ins.conversation_id AND x.role = 'primary'
                 AND x.experiment_id IS NOT DISTINCT FROM ins.experiment_id),

@@ -9,9 +9,9 @@ or when its ``experiment_id`` went from NULL to set.
 Rows are grouped per key in SQL and upserted with ``x = x + EXCLUDED.x``, in key order
 so that concurrent consumers lock rows in the same order (no deadlock cycles).
 
-Conversations: a unit's conversations are counted exactly as distinct conversation ids
-whose first primary interaction this batch inserted (``new_conv``, decided against the
-interactions stored before the batch), plus one per interaction without a conversation
+Conversations: a unit's conversations are counted exactly as distinct conversation ids:
+``new_conv`` marks the first primary interaction of a conversation (first in its batch
+by time, and none stored before the batch), plus one per interaction without a conversation
 id (a stand-alone request is a one-turn conversation); ids are scoped per experiment.
 A tag segment counts a
 conversation in the segment of its first turn.
@@ -57,14 +57,13 @@ c AS (
         coalesce(ttft_ms, 0) AS ttft_sum, coalesce(prompt_tokens, 0)::float8 AS prompt_tokens,
         coalesce(completion_tokens, 0)::float8 AS completion_tokens,
         response_chars::float8 AS response_chars,
-        CASE WHEN new_conv THEN conversation_id END AS conv_key,
-        (conversation_id IS NULL)::int::float8 AS standalone, 1.0 AS turns,
+        (new_conv OR conversation_id IS NULL)::int::float8 AS conversations, 1.0 AS turns,
         0.0 AS thumbs_up, 0.0 AS thumbs_down, 0.0 AS ratings_n, 0.0 AS ratings_sum, 0.0 AS regenerates,
         0.0 AS copies, 0.0 AS edits, 0.0 AS continued, 0.0 AS task_success_n, 0.0 AS task_success_sum
     FROM lg_new_i WHERE role = 'primary' AND experiment_id IS NOT NULL AND variant IS NOT NULL
     UNION ALL
     SELECT experiment_id, variant, unit_id, tags, ts,
-        0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, NULL, 0.0, 0.0,
+        0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0,
         (kind = 'thumbs_up')::int::float8, (kind = 'thumbs_down')::int::float8,
         (kind = 'rating')::int::float8, CASE WHEN kind = 'rating' THEN value ELSE 0 END,
         (kind = 'regenerate')::int::float8, (kind = 'copy')::int::float8, (kind = 'edit')::int::float8,
@@ -73,9 +72,7 @@ c AS (
     FROM lg_new_f WHERE kind = ANY({_BUILTIN_KINDS})
 )"""
 
-_SUMS = ", ".join(
-    "count(DISTINCT conv_key) + sum(standalone)" if m == "conversations" else f"sum({m})" for m in _ADDITIVE
-)
+_SUMS = ", ".join(f"sum({m})" for m in _ADDITIVE)
 _SET = ", ".join(f"{m} = t.{m} + EXCLUDED.{m}" for m in _ADDITIVE)
 _TS_SET = "first_ts = least(t.first_ts, EXCLUDED.first_ts), last_ts = greatest(t.last_ts, EXCLUDED.last_ts)"
 
@@ -101,21 +98,24 @@ SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM g)
 
 # Request-level latency/TTFT histograms: bucket = floor(20·ln(ms)), see analytics.aggregate.
 HISTOGRAM_SQL: Final = """
-WITH p AS (
-    SELECT experiment_id, variant, tags, latency_ms, ttft_ms FROM lg_new_i
-    WHERE role = 'primary' AND experiment_id IS NOT NULL AND variant IS NOT NULL
-), v AS (
-    SELECT experiment_id, variant, tags, 'latency' AS metric, latency_ms AS ms FROM p
+WITH v AS (
+    SELECT experiment_id, variant, tags, 'latency' AS metric,
+        floor(ln(greatest(latency_ms, 0.01)) * 20)::int AS bucket
+    FROM lg_new_i WHERE role = 'primary' AND experiment_id IS NOT NULL AND variant IS NOT NULL
     UNION ALL
-    SELECT experiment_id, variant, tags, 'ttft', ttft_ms FROM p WHERE ttft_ms IS NOT NULL
+    SELECT experiment_id, variant, tags, 'ttft', floor(ln(greatest(ttft_ms, 0.01)) * 20)::int
+    FROM lg_new_i
+    WHERE role = 'primary' AND experiment_id IS NOT NULL AND variant IS NOT NULL AND ttft_ms IS NOT NULL
+), g AS (
+    -- Count before expanding tags: far fewer rows reach jsonb_each_text.
+    SELECT experiment_id, variant, tags, metric, bucket, count(*) AS n FROM v GROUP BY 1, 2, 3, 4, 5
 ), b AS (
-    SELECT experiment_id, variant, metric, '' AS segment, floor(ln(greatest(ms, 0.01)) * 20)::int AS bucket FROM v
+    SELECT experiment_id, metric, '' AS segment, variant, bucket, n FROM g
     UNION ALL
-    SELECT experiment_id, variant, metric, t.key || '=' || t.value,
-        floor(ln(greatest(ms, 0.01)) * 20)::int FROM v, jsonb_each_text(v.tags) t
+    SELECT experiment_id, metric, t.key || '=' || t.value, variant, bucket, n FROM g, jsonb_each_text(g.tags) t
 )
 INSERT INTO latency_histograms AS h (experiment_id, metric, segment, variant, bucket, count)
-SELECT experiment_id, metric, segment, variant, bucket, count(*) FROM b
+SELECT experiment_id, metric, segment, variant, bucket, sum(n) FROM b
 GROUP BY experiment_id, metric, segment, variant, bucket ORDER BY experiment_id, metric, segment, variant, bucket
 ON CONFLICT (experiment_id, metric, segment, variant, bucket) DO UPDATE SET count = h.count + EXCLUDED.count
 """

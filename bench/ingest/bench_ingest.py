@@ -120,6 +120,9 @@ def consumer_run(db_url: str, bootstrap: str, topic: str, n: int, timeout: float
     th.join(timeout=60)
     if consumed() < n:
         raise RuntimeError(f"consumer did not finish: {consumed()} of {n}")
+    write_s = metrics.registry.get_sample_value("liftgate_analytics_batch_write_seconds_sum") or 0.0
+    batches = metrics.registry.get_sample_value("liftgate_analytics_batch_write_seconds_count") or 0.0
+    print(f"  consumer: {batches:.0f} batches, {write_s:.1f}s in DB writes, {end - first_t:.1f}s elapsed")
     return (n - first_n) / (end - first_t)
 
 
