@@ -206,8 +206,10 @@ def main() -> None:
             print(
                 f"run {run + 1}: kafka->postgres {kafka_rates[-1]:,.0f} ev/s, plain COPY {copy_rates[-1]:,.0f} rows/s"
             )
-        k, c = statistics.median(kafka_rates), statistics.median(copy_rates)
-        print(f"median: kafka->postgres {k:,.0f} ev/s; plain COPY {c:,.0f} rows/s; ratio {k / c:.2f}")
+        k_med, c_med = statistics.median(kafka_rates), statistics.median(copy_rates)
+        print(
+            f"median: kafka->postgres {k_med:,.0f} ev/s; plain COPY {c_med:,.0f} rows/s; ratio {k_med / c_med:.2f}"
+        )
     finally:
         try:
             admin.delete_topics([topic, topic + "-fb"])
