@@ -8,21 +8,27 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
+
 from tests.analytics.web.conftest import Seeded, WatchedPage
 from tests.analytics.web.formatting import FORMATS, resolve
 from tests.analytics.web.services import ROOT, get_json, http
 
 SCREENSHOTS = ROOT / "docs" / "img"
 STATIC = ROOT / "analytics" / "web" / "static"
-WAIT_MS = 20_000
+WAIT_MS = 30_000
 
 
 def open_page(w: WatchedPage, url: str) -> None:
     w.page.goto(url)
     # A completed refresh cycle (report fetched and drawn), not a fixed sleep.
-    w.page.wait_for_function(
-        "window.liftgate && (window.liftgate.refreshes >= 1 || window.liftgate.lastError)", timeout=WAIT_MS
-    )
+    try:
+        w.page.wait_for_function(
+            "window.liftgate && (window.liftgate.refreshes >= 1 || window.liftgate.lastError)",
+            timeout=WAIT_MS,
+        )
+    except PlaywrightTimeoutError:
+        raise AssertionError(f"{url} never refreshed; console: {w.errors}") from None
     last_error = w.page.evaluate("window.liftgate.lastError")
     assert last_error is None, f"page could not refresh: {last_error}; console: {w.errors}"
 

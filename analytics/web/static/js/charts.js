@@ -1,7 +1,7 @@
 // The two charts of the experiment page, drawn with the vendored Chart.js (global `Chart`).
 // Charts are created once and updated in place on every poll (no flicker, no re-layout).
 
-import { clock, lift, p, pct } from "./format.js";
+import { clock, lift, p, pct, when } from "./format.js";
 
 export const TONE = { good: "#1a7f37", bad: "#cf222e", neutral: "#8c959f", guard: "#8250df", accent: "#0969da" };
 const FAINT = { good: "rgba(26,127,55,0.25)", bad: "rgba(207,34,46,0.25)", neutral: "rgba(140,149,159,0.28)" };
@@ -58,7 +58,8 @@ export class ForestChart {
           },
         },
         plugins: {
-          legend: { position: "bottom", labels: { boxWidth: 12, font: { size: 11 } } },
+          // The encoding is explained by the HTML legend under the chart (colours vary per row).
+          legend: { display: false },
           tooltip: {
             callbacks: {
               title: (items) => (items.length ? rows()[items[0].dataIndex].label : ""),
@@ -168,7 +169,11 @@ export class LiftOverTimeChart {
         ...baseOptions(),
         interaction: { mode: "index", intersect: false },
         scales: {
-          x: { type: "linear", ticks: { callback: (v) => clock(v), maxTicksLimit: 6 }, grid: { color: "rgba(0,0,0,0.05)" } },
+          x: {
+            type: "linear",
+            ticks: { callback: (v) => this.tickLabel(v), maxTicksLimit: 6 },
+            grid: { color: "rgba(0,0,0,0.05)" },
+          },
           y: { title: { display: true, text: "relative lift (%)" }, grid: { color: zeroGrid } },
         },
         plugins: {
@@ -185,6 +190,14 @@ export class LiftOverTimeChart {
         },
       },
     });
+  }
+
+  tickLabel(ms) {
+    // Long experiments: the date matters more than the seconds.
+    if (!this.chart) return clock(ms); // first layout runs inside the Chart constructor
+    const xs = this.chart.data.datasets[4].data;
+    const span = xs.length > 1 ? xs[xs.length - 1].x - xs[0].x : 0;
+    return span > 20 * 3600 * 1000 ? when(new Date(ms).toISOString()).slice(0, 17) : clock(ms);
   }
 
   update(points) {

@@ -30,6 +30,15 @@ const SKELETON = `
     <section class="card" id="forest-card">
       <h2>Relative lift by metric <span class="hint">hover for corrected p-values</span></h2>
       <div class="chartbox"><canvas id="forest" aria-label="forest plot of relative lift"></canvas></div>
+      <div class="legend">
+        <span><i class="sw good"></i>significantly better</span>
+        <span><i class="sw bad"></i>significantly worse / guardrail failed</span>
+        <span><i class="sw neutral"></i>inconclusive</span>
+        <span><i class="sw wide"></i>sequential CI</span>
+        <span><i class="sw thin"></i>fixed-horizon CI</span>
+        <span><i class="sw dia"></i>estimate</span>
+        <span><i class="sw margin"></i>guardrail margin</span>
+      </div>
     </section>
     <section class="card" id="timeseries-card">
       <h2>Cumulative lift over time</h2>
