@@ -30,6 +30,11 @@ log = logging.getLogger(__name__)
 
 _FAST_APPEND = int(kafka.__version__.split(".")[0]) >= 3
 _CACHE_MAX = 200_000
+# Release the GIL between short runs of records, so the gateway's event loop thread is not
+# kept waiting for a whole batch (up to the 5 ms switch interval). Measured with
+# bench/gateway/sink_bench.py: p99 of 1 ms loop timers with the sink at 5,000 events/s
+# went from ~12 ms to ~6 ms on a loaded 2-core machine; a sleep(0) per 64 records is free.
+YIELD_EVERY = 64
 
 
 class BatchProducer:
@@ -71,8 +76,10 @@ class BatchProducer:
         try:
             if self._accumulator is not None:
                 append, now, ts = self._accumulator.append, time.monotonic(), int(time.time() * 1000)
-                for topic, key, value in records:
+                for i, (topic, key, value) in enumerate(records, 1):
                     futures.append(append(tp_of(topic, key), ts, key, value, [], now=now)[0])
+                    if not i % YIELD_EVERY:
+                        time.sleep(0)
             else:
                 send = self._producer.send
                 for topic, key, value in records:

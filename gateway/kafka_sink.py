@@ -35,7 +35,7 @@ from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 from contracts.events import FEEDBACK_TOPIC, INTERACTIONS_TOPIC, Event, InteractionEvent, encode
-from gateway.kafka_batches import BatchProducer
+from gateway.kafka_batches import YIELD_EVERY, BatchProducer
 from gateway.spool import Record, Spool, SpoolLockedError, claim_spool_dir
 
 log = logging.getLogger(__name__)
@@ -232,7 +232,9 @@ class KafkaSink:
     def _pop(self, limit: int) -> list[Record]:
         q, topics, max_bytes = self._queue, self.topics, self.config.max_event_bytes
         out: list[Record] = []
-        for _ in range(min(len(q), limit)):
+        for i in range(1, min(len(q), limit) + 1):
+            if not i % YIELD_EVERY:
+                time.sleep(0)
             event = q.popleft()
             value = encode(event)
             if len(value) > max_bytes:

@@ -142,6 +142,47 @@ async def bench_background(
     return cpu / len(events)
 
 
+async def loop_lag(bootstrap: str | None, events: list[InteractionEvent], rate: float) -> list[float]:
+    """Overshoot (ms) of 1 ms timers on the emitting loop while the sink delivers ``rate`` events/s.
+
+    The sink's thread and kafka-python's thread share the GIL with the gateway's event loop;
+    this shows what that costs the loop. ``bootstrap=None`` measures the loop alone.
+    """
+    sink = None
+    tmp = tempfile.TemporaryDirectory()
+    if bootstrap is not None:
+        name = f"sinkbench-{uuid.uuid4().hex[:8]}"
+        topics = Topics(interactions=f"{name}.i", feedback=f"{name}.f")
+        ensure_topics(bootstrap, 6, topics)
+        sink = KafkaSink(bootstrap, Path(tmp.name), topics=topics)
+        await sink.start()
+        for _ in range(200):
+            if sink.healthy():
+                break
+            await asyncio.sleep(0.05)
+    lags: list[float] = []
+    per_tick = max(1, int(rate / 1000))
+    index = 0
+    deadline = time.monotonic() + 3.0
+    while time.monotonic() < deadline:
+        for ev in events[index : index + per_tick]:
+            if sink is not None:
+                sink.emit(ev)
+        index = (index + per_tick) % max(len(events) - per_tick, 1)
+        before = time.perf_counter()
+        await asyncio.sleep(0.001)
+        lags.append((time.perf_counter() - before - 0.001) * 1000)
+    if sink is not None:
+        await sink.close()
+    tmp.cleanup()
+    return lags
+
+
+def _quantiles(values: list[float]) -> str:
+    q = statistics.quantiles(values, n=100)
+    return f"p50 {q[49]:6.3f} ms  p99 {q[98]:6.3f} ms  max {max(values):6.3f} ms"
+
+
 VARIANTS: list[tuple[str, SinkConfig, dict[str, Any]]] = [
     ("default (batch 5000, linger 2 ms, idempotent)", SinkConfig(), {}),
     ("batch_max 500", SinkConfig(batch_max=500), {}),
@@ -169,6 +210,11 @@ async def main() -> None:
             await bench_background(args.bootstrap, events, config, options, None) for _ in range(args.runs)
         ]
         print(f"background, burst, {label:46s} {statistics.median(burst) * 1e6:8.2f} µs/event")
+    print(
+        f"event-loop timer overshoot, no sink:          {_quantiles(await loop_lag(None, events, args.rate))}"
+    )
+    lags = await loop_lag(args.bootstrap, events, args.rate)
+    print(f"event-loop timer overshoot, sink at {args.rate:.0f} ev/s: {_quantiles(lags)}")
     for rate in (1_000.0, args.rate):
         paced_events = events[: int(rate * 4)]  # four seconds at the paced rate
         paced = [
