@@ -256,7 +256,7 @@ class KafkaSink:
         self._counters["spooled"] += len(records)
 
     def _spill_queue(self) -> bool:
-        batch = self._pop(self.config.batch_max * 4)
+        batch = self._pop(self.config.batch_max)
         if batch:
             self._spool_records(batch)
         return bool(batch)
