@@ -205,8 +205,11 @@ function srmBanner(el, srm) {
 
 function verdicts(r) {
   if (!r.verdicts.length) return `<p class="empty">No candidate to judge yet.</p>`;
+  // Metric names → their catalogue labels (the name stays in the tooltip).
+  const labels = new Map(r.metrics.map((m) => [m.name, m.label]));
+  const named = (x) => `<span title="${esc(x)}">${esc(labels.get(x) || x)}</span>`;
   const list = (label, items, cls) =>
-    items.length ? `<div class="${cls}">${label}: ${items.map((x) => esc(x)).join(", ")}</div>` : "";
+    items.length ? `<div class="${cls}">${label}: ${items.map(named).join(", ")}</div>` : "";
   return r.verdicts
     .map(
       (v) => `<div class="verdict" data-variant="${esc(v.variant)}">
