@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy import Engine, text
 
 from liftgate.simulator_model import SimulatorModel
-from tests.scenarios.rollout_stack import TOKEN, Stack, Traffic, start_stack, wait_for
+from tests.scenarios.rollout_stack import TOKEN, Stack, Traffic, http, start_stack, wait_for
 
 
 def _model(name: str, error_rate: float) -> SimulatorModel:
@@ -215,3 +215,22 @@ def _ts(value: str) -> Any:
     from datetime import datetime
 
     return datetime.fromisoformat(value)
+
+
+def test_the_rollout_api_requires_the_admin_token_and_explains_refusals(
+    stack: Stack, unique_name: str
+) -> None:
+    name = f"api-{unique_name}"[:60]
+    stack.create_rollout(name, PLAN)
+    url = f"{stack.analytics}/api/experiments/{name}/rollout"
+    assert http("POST", url + "/pause")[0] == 401
+    assert http("POST", url + "/pause", headers={"Authorization": "Bearer wrong-token-123456"})[0] == 403
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    assert http("POST", url + "/explode", headers=auth)[0] == 404
+    status, body = http("POST", url + "/resume", headers=auth)
+    assert status == 409 and "running" in body
+    status, body = http("GET", f"{stack.analytics}/api/experiments/no-such-{name}/rollout")
+    assert status == 404 and "not found" in body
+    status, state = http("GET", url)
+    assert status == 200 and state["plan"]["stages"] == PLAN["stages"]
+    assert [s["percent"] for s in state["stages"]] == PLAN["stages"]
