@@ -143,7 +143,10 @@ def decode_batch(records: dict[TopicPartition, list[Any]]) -> Batch:
                     DeadLetterRow(rec.topic, rec.partition, rec.offset, rec.key, raw.payload, exc.reason)
                 )
             else:
-                (b.interactions if isinstance(ev, InteractionEvent) else b.feedback).append(raw)
+                if isinstance(ev, InteractionEvent):
+                    b.interactions.append(Raw(raw.payload, rec.topic, rec.partition, rec.offset, rec.key, ev))
+                else:
+                    b.feedback.append(raw)
             b.per_topic[rec.topic] = b.per_topic.get(rec.topic, 0) + 1
         if recs:
             b.offsets[tp] = recs[-1].offset + 1

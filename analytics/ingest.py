@@ -1,8 +1,8 @@
 """Idempotent ingest of a batch of events: raw rows + per-unit rollups, one transaction.
 
-1. The events' JSON documents are COPYed into session temp tables (one ``json`` column,
-   parsed once by ``json_to_record``: Postgres does the field extraction on its own core,
-   Python only joins bytes).
+1. Interactions are COPYed as typed rows into a session temp table (from the decoded
+   events); feedback, much rarer, as JSON documents (one ``json`` column parsed by
+   ``json_to_record``).
 2. ``INSERT … SELECT … ON CONFLICT (event_id) DO NOTHING RETURNING …`` stores the raw
    rows; only the rows actually inserted reach the rollups (``lg_new_i``), so a
    redelivered event is never counted twice.
@@ -34,7 +34,7 @@ from sqlalchemy.orm import Session
 
 from analytics import rollup
 from analytics.deadletter import DeadLetterRow, write_dead_letters
-from contracts.events import Event, InteractionEvent
+from contracts.events import Event, InteractionEvent, decode
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,7 @@ class Raw:
     partition: int | None = None
     offset: int | None = None
     key: bytes | None = None
+    event: Event | None = None  # the decoded event, when the caller has it already
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,12 +71,7 @@ class IngestResult:
 
 _INTERACTION_INSERT: Final = """
 WITH src AS (
-    SELECT r.* FROM lg_stage_i s, json_to_record(s.doc) AS r(
-        event_id uuid, ts float8, request_id text, route text, experiment_id int, variant text,
-        unit_id text, unit_source text, role text, pair_id text, mode text, endpoint text, model text,
-        upstream text, status text, http_status int, error_type text, latency_ms float8, ttft_ms float8,
-        prompt_tokens int, completion_tokens int, response_chars int, finish_reason text, stream bool,
-        fallback bool, fallback_from text, conversation_id text, tags jsonb, prompt text, response text)
+    SELECT * FROM lg_stage_i
 ), ins AS (
     INSERT INTO interactions (event_id, ts, request_id, route, experiment_id, variant, unit_id, unit_source,
         role, pair_id, mode, endpoint, model, upstream, status, http_status, error_type, latency_ms, ttft_ms,
@@ -183,6 +179,58 @@ def _copy(pg: psycopg.Connection[Any], table: str, payloads: Sequence[Raw]) -> N
         copy.write(buf)
 
 
+_STAGE_I: Final = (
+    b"COPY lg_stage_i (event_id, ts, request_id, route, experiment_id, variant, unit_id, unit_source, role,"
+    b" pair_id, mode, endpoint, model, upstream, status, http_status, error_type, latency_ms, ttft_ms,"
+    b" prompt_tokens, completion_tokens, response_chars, finish_reason, stream, fallback, fallback_from,"
+    b" conversation_id, tags, prompt, response) FROM STDIN"
+)
+
+
+def _copy_interactions(pg: psycopg.Connection[Any], raws: Sequence[Raw]) -> None:
+    """Typed rows straight from the decoded events: Postgres parses no JSON but the tags."""
+    if not raws:
+        return
+    with pg.cursor() as cur, cur.copy(_STAGE_I) as copy:
+        for raw in raws:
+            e = raw.event if raw.event is not None else decode(raw.payload)
+            assert isinstance(e, InteractionEvent)
+            copy.write_row(
+                (
+                    e.event_id,
+                    e.ts,
+                    e.request_id,
+                    e.route,
+                    e.experiment_id,
+                    e.variant,
+                    e.unit_id,
+                    e.unit_source,
+                    e.role,
+                    e.pair_id,
+                    e.mode,
+                    e.endpoint,
+                    e.model,
+                    e.upstream,
+                    e.status,
+                    e.http_status,
+                    e.error_type,
+                    e.latency_ms,
+                    e.ttft_ms,
+                    e.prompt_tokens,
+                    e.completion_tokens,
+                    e.response_chars,
+                    e.finish_reason,
+                    e.stream,
+                    e.fallback,
+                    e.fallback_from,
+                    e.conversation_id,
+                    orjson.dumps(e.tags).decode(),
+                    e.prompt,
+                    e.response,
+                )
+            )
+
+
 def _count(pg: psycopg.Connection[Any], sql: bytes) -> int:
     row = pg.execute(sql).fetchone()
     return int(row[0]) if row else 0
@@ -192,7 +240,7 @@ def _batch(
     pg: psycopg.Connection[Any], interactions: Sequence[Raw], feedback: Sequence[Raw], nested: bool = True
 ) -> IngestResult:
     _prepare(pg, nested)
-    _copy(pg, "lg_stage_i", interactions)
+    _copy_interactions(pg, interactions)
     _copy(pg, "lg_stage_f", feedback)
     n_i = n_f = 0
     if interactions:
@@ -290,7 +338,7 @@ def encode_for_ingest(events: Sequence[Event]) -> tuple[list[Raw], list[Raw]]:
     interactions: list[Raw] = []
     feedback: list[Raw] = []
     for ev in events:
-        raw = Raw(orjson.dumps(ev))
+        raw = Raw(orjson.dumps(ev), event=ev)
         (interactions if isinstance(ev, InteractionEvent) else feedback).append(raw)
     return interactions, feedback
 

@@ -28,7 +28,13 @@ from contracts.events import FEEDBACK_KINDS
 _BUILTIN_KINDS: Final = "ARRAY[" + ", ".join(f"'{k}'" for k in sorted(FEEDBACK_KINDS)) + "]"
 
 TEMP_TABLES: Final = """
-CREATE TEMP TABLE IF NOT EXISTS lg_stage_i (doc json) ON COMMIT DELETE ROWS;
+CREATE TEMP TABLE IF NOT EXISTS lg_stage_i (
+    event_id uuid, ts float8, request_id text, route text, experiment_id int, variant text,
+    unit_id text, unit_source text, role text, pair_id text, mode text, endpoint text, model text,
+    upstream text, status text, http_status int, error_type text, latency_ms float8, ttft_ms float8,
+    prompt_tokens int, completion_tokens int, response_chars int, finish_reason text, stream bool,
+    fallback bool, fallback_from text, conversation_id text, tags jsonb, prompt text, response text
+) ON COMMIT DELETE ROWS;
 CREATE TEMP TABLE IF NOT EXISTS lg_stage_f (doc json) ON COMMIT DELETE ROWS;
 CREATE TEMP TABLE IF NOT EXISTS lg_new_i (
     request_id text, ts timestamptz, experiment_id int, variant text, unit_id text, role text,
