@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import ctypes
 import logging
 import secrets
+import signal
 import socket
 import subprocess
 import sys
@@ -43,6 +45,11 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _die_with_parent() -> None:
+    # uvicorn re-raises SIGTERM after shutdown, so atexit never runs: let the kernel stop the child.
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 def start_sleeper(delay_ms: int) -> str:
     port = free_port()
     proc = subprocess.Popen(
@@ -58,6 +65,7 @@ def start_sleeper(delay_ms: int) -> str:
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        preexec_fn=_die_with_parent,
     )
     atexit.register(proc.terminate)
     deadline = time.monotonic() + 20
