@@ -17,6 +17,24 @@ export function tone(result) {
 }
 
 const pcts = (iv) => (iv ? [iv.lower * 100, iv.upper * 100] : null);
+
+// Axis range from the estimates and fixed-horizon intervals (padded, never narrower than
+// ±5%): early on the always-valid intervals are very wide and would squash everything
+// else, so they are clipped at the plot edge instead (their exact ends are in the tooltip).
+function focusRange(values) {
+  const xs = values.filter((v) => typeof v === "number" && Number.isFinite(v));
+  if (!xs.length) return { min: undefined, max: undefined };
+  let lo = Math.min(0, ...xs);
+  let hi = Math.max(0, ...xs);
+  const pad = Math.max((hi - lo) * 0.15, 1);
+  lo = Math.min(lo - pad, -5);
+  hi = Math.max(hi + pad, 5);
+  // Round outwards to a 1-2-5 step so the end ticks are round numbers.
+  const raw = (hi - lo) / 6;
+  const mag = 10 ** Math.floor(Math.log10(raw));
+  const step = [1, 2, 5, 10].find((m) => m * mag >= raw) * mag;
+  return { min: Math.floor(lo / step) * step, max: Math.ceil(hi / step) * step };
+}
 const zeroGrid = (ctx) => (ctx.tick && ctx.tick.value === 0 ? "#57606a" : "rgba(0,0,0,0.07)");
 
 function baseOptions() {
@@ -45,7 +63,6 @@ export class ForestChart {
           x: {
             title: { display: true, text: "relative lift vs control (%)" },
             grid: { color: zeroGrid },
-            grace: "5%",
           },
           y: {
             type: "category",
@@ -118,6 +135,15 @@ export class ForestChart {
         order: 0,
       },
     ];
+    const range = focusRange(
+      rows.flatMap((r) => [
+        r.result.lift_relative == null ? null : r.result.lift_relative * 100,
+        ...(pcts(r.result.ci_relative) || []),
+        r.metric.guardrail && r.metric.margin != null ? marginX(r.metric) : null,
+      ]),
+    );
+    c.options.scales.x.min = range.min;
+    c.options.scales.x.max = range.max;
     c.canvas.parentNode.style.height = `${Math.max(160, rows.length * 21 + 80)}px`;
     c.update("none");
   }
@@ -208,6 +234,9 @@ export class LiftOverTimeChart {
     ds[2].data = at((pt) => pt.ci_relative && pt.ci_relative.upper);
     ds[3].data = at((pt) => pt.ci_relative && pt.ci_relative.lower);
     ds[4].data = at((pt) => pt.lift_relative);
+    const range = focusRange([...ds[2].data, ...ds[3].data, ...ds[4].data].map((d) => d.y));
+    this.chart.options.scales.y.min = range.min;
+    this.chart.options.scales.y.max = range.max;
     this.chart.update("none");
   }
 }
