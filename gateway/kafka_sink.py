@@ -79,6 +79,7 @@ class SinkConfig:
     # Create missing topics on connect (brokers here disable auto-creation); None: never.
     create_topics_partitions: int | None = 6
     segment_bytes: int = 64 << 20
+    max_spool_bytes: int = 8 << 30  # beyond this (a very long outage) events are dropped, counted
 
 
 def ensure_topics(
@@ -135,6 +136,8 @@ class KafkaSink:
         )
         self._dropped = 0
         self._oversized = 0
+        self._spool_full = False
+        self._spool_dropped = 0  # written by the background thread only (emit owns _dropped)
 
     # --- the request path -------------------------------------------------------------------
 
@@ -171,7 +174,7 @@ class KafkaSink:
         spool = self._spool
         return {
             "queued": len(self._queue),
-            "dropped": self._dropped + self._oversized,
+            "dropped": self._dropped + self._oversized + self._spool_dropped,
             "oversized": self._oversized,
             "spool_pending": spool.pending_records if spool else 0,
             "spool_bytes": spool.pending_bytes if spool else 0,
@@ -184,7 +187,7 @@ class KafkaSink:
 
     def _run(self) -> None:
         try:
-            self._spool = claim_spool_dir(self.spool_root)
+            self._spool = claim_spool_dir(self.spool_root, segment_bytes=self.config.segment_bytes)
         except Exception:
             log.exception("kafka sink: cannot open a spool under %s; events stay in memory", self.spool_root)
             return
@@ -252,6 +255,16 @@ class KafkaSink:
 
     def _spool_records(self, records: list[Record]) -> None:
         assert self._spool is not None
+        if self._spool.pending_bytes >= self.config.max_spool_bytes:
+            # A long outage must not fill the disk the gateway runs on: count and drop.
+            if not self._spool_full:
+                log.error(
+                    "kafka sink: spool holds %s bytes (the limit); dropping events", self._spool.pending_bytes
+                )
+            self._spool_full = True
+            self._spool_dropped += len(records)
+            return
+        self._spool_full = False
         self._spool.append(records)
         self._counters["spooled"] += len(records)
 

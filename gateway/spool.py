@@ -258,7 +258,7 @@ class Spool:
         self._lock.close()
 
 
-def claim_spool_dir(root: Path, slots: int = MAX_SLOTS) -> Spool:
+def claim_spool_dir(root: Path, slots: int = MAX_SLOTS, *, segment_bytes: int = 64 << 20) -> Spool:
     """Open the first free spool slot under ``root`` (``root/0``, ``root/1``, ...).
 
     Each gateway worker needs its own spool; numbered slots let a restarted worker pick up
@@ -266,7 +266,7 @@ def claim_spool_dir(root: Path, slots: int = MAX_SLOTS) -> Spool:
     """
     for slot in range(slots):
         try:
-            return Spool(root / str(slot))
+            return Spool(root / str(slot), segment_bytes=segment_bytes)
         except SpoolLockedError:
             continue
     raise SpoolLockedError(f"all {slots} spool slots under {root} are in use")

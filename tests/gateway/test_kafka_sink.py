@@ -149,6 +149,19 @@ async def test_a_corrupt_spool_tail_is_skipped_and_the_rest_delivered(
     check_complete_and_ordered(consume(kafka_bootstrap, [topics.interactions], 100), sent, 0)
 
 
+async def test_a_full_spool_drops_and_counts_instead_of_filling_the_disk(tmp_path: Path) -> None:
+    config = dataclasses.replace(FAST, max_spool_bytes=50_000, segment_bytes=10_000, batch_max=50)
+    sink = KafkaSink(dead_bootstrap(), tmp_path, config=config)
+    await sink.start()
+    for i in range(1_000):
+        sink.emit(event(i))
+    await sink.close()
+    stats = sink.stats()
+    assert 50_000 <= stats["spool_bytes"] < 50_000 + 50 * 1_000  # at most one batch over
+    assert stats["dropped"] > 0 and stats["dropped"] + stats["spool_pending"] == 1_000
+    assert len(list(tmp_path.glob("*/*.seg"))) > 1  # the configured segment size is used
+
+
 async def test_emit_drops_and_counts_only_beyond_the_hard_limit(tmp_path: Path) -> None:
     sink = KafkaSink(dead_bootstrap(), tmp_path, config=SinkConfig(hard_max_queue=10))
     for i in range(15):
