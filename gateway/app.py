@@ -93,10 +93,10 @@ def create_app(
 
     source = config_source if config_source is not None else DatabaseConfigSource(settings.database_url)
     gm = metrics if metrics is not None else GatewayMetrics()
-    runtime = Runtime(settings=settings, sink=sink, metrics=gm, source=source, holder=SnapshotHolder(source))
+    pool = UpstreamPool()
 
     def on_change(snap: Snapshot) -> None:
-        runtime.pool.sync(snap.upstreams)
+        pool.sync(snap.upstreams)
         gm.variant_weight.clear()
         for route in snap.routes.values():
             exp = route.experiment
@@ -109,11 +109,12 @@ def create_app(
 
     def on_tick(ok: bool) -> None:
         gm.config_reloads.labels("ok" if ok else "error").inc()
-        gm.config_age.set(time.monotonic() - runtime.holder.loaded_at if runtime.holder.loaded_at else -1)
+        gm.config_age.set(time.monotonic() - holder.loaded_at if holder.loaded_at else -1)
         with contextlib.suppress(Exception):
             gm.update_sink(sink.stats())
 
-    runtime.holder = SnapshotHolder(source, settings.refresh_interval_s, on_change=on_change, on_tick=on_tick)
+    holder = SnapshotHolder(source, settings.refresh_interval_s, on_change=on_change, on_tick=on_tick)
+    runtime = Runtime(settings=settings, sink=sink, metrics=gm, source=source, holder=holder, pool=pool)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
