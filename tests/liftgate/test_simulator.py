@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 
 import aiohttp
@@ -204,3 +205,15 @@ def test_same_prompt_and_seed_give_the_same_text_across_processes() -> None:
             return text or ""
 
     assert answer(3) == answer(3) != answer(4)
+
+
+def test_a_simulator_that_cannot_start_raises_instead_of_hanging() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        sim = SimulatorProcess([SimulatorModel(name="m")], port=port, start_timeout_s=20)
+        started = time.perf_counter()
+        with pytest.raises(RuntimeError, match="did not start"):
+            sim.start()
+        assert time.perf_counter() - started < 20
