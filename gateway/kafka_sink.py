@@ -161,6 +161,10 @@ class KafkaSink:
         """Deliver what can be delivered within ``close_timeout_s``; spool the rest; stop."""
         self._closed = True
         self._stop.set()
+        if self._thread is None and self._queue:
+            # Never started: the thread still claims a spool and persists what was emitted.
+            self._thread = threading.Thread(target=self._run, name="liftgate-kafka-sink", daemon=True)
+            self._thread.start()
         if self._thread is not None:
             self._thread.join(self.config.close_timeout_s + self.config.flush_timeout_s + 5.0)
             if self._thread.is_alive():

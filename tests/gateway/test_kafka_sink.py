@@ -167,7 +167,8 @@ async def test_emit_drops_and_counts_only_beyond_the_hard_limit(tmp_path: Path) 
     for i in range(15):
         sink.emit(event(i))
     assert sink.stats()["queued"] == 10 and sink.stats()["dropped"] == 5
-    await sink.close()
+    await sink.close()  # never started: what was queued is still persisted
+    assert sink.stats()["spool_pending"] == 10 and sink.stats()["queued"] == 0
 
 
 async def test_spool_replay_after_the_broker_is_stopped_and_restarted(tmp_path: Path) -> None:
