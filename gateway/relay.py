@@ -18,6 +18,7 @@ from gateway.http_client import StreamResponse, UpstreamError
 from gateway.upstreams import UpstreamClient
 
 _SEP = b"\n\n"
+_MAX_PENDING = 1 << 20
 
 
 @dataclass(slots=True)
@@ -130,28 +131,38 @@ class SseFilter:
     keep_text: bool
     t0: float
     buf: bytes = b""
+    sep: bytes = _SEP  # switched to CRLF framing if the upstream uses it
     _parts: list[bytes] = field(default_factory=list)
 
     def feed(self, chunk: bytes) -> bytes:
         """Bytes to relay now: every complete event in ``buf + chunk`` (possibly edited)."""
         data = self.buf + chunk if self.buf else chunk
-        cut = data.rfind(_SEP)
+        cut = data.rfind(self.sep)
         if cut < 0:
+            if self.sep == _SEP and b"\r\n\r\n" in data:
+                self.sep = b"\r\n\r\n"
+                self.buf = b""
+                return self.feed(data)
+            if len(data) > _MAX_PENDING:  # no event boundary at all: relay as is, never buffer unboundedly
+                self.buf = b""
+                return data
             self.buf = data
             return b""
-        block, self.buf = data[: cut + 2], data[cut + 2 :]
+        end = cut + len(self.sep)
+        block, self.buf = data[:end], data[end:]
         return self._events(block)
 
     def flush(self) -> bytes:
         rest, self.buf = self.buf, b""
-        return self._events(rest + _SEP) if rest.strip() else b""
+        return self._events(rest + self.sep) if rest.strip() else b""
 
     def _events(self, block: bytes) -> bytes:
         res = self.res
         dropped = False
         kept: list[bytes] = self._parts
         kept.clear()
-        for ev in block.split(_SEP):
+        sep = self.sep
+        for ev in block.split(sep):
             if not ev:
                 continue
             if ev.startswith(b"data:"):
@@ -164,7 +175,7 @@ class SseFilter:
             kept.append(ev)
         if not dropped:
             return block
-        return b"".join(ev + _SEP for ev in kept)
+        return b"".join(ev + sep for ev in kept)
 
     def _record(self, payload: bytes) -> bool:
         """Record one data event; False when it is a usage-only chunk to drop."""
