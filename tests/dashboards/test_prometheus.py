@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import runpy
 import subprocess
 import time
 from pathlib import Path
@@ -114,3 +115,12 @@ def test_rollout_stage_gauge_reports_the_candidates_percent(stack: Stack) -> Non
     assert result, "the rollout controller exported no stage gauge"
     assert float(result[0]["value"][1]) == 5.0
     assert re.fullmatch(r"prom-rollout-\w+", result[0]["metric"]["experiment"])
+
+
+def test_committed_dashboards_match_their_generator() -> None:
+    generated = runpy.run_path(str(ROOT / "dashboards" / "generate.py"))["DASHBOARDS"]
+    assert sorted(generated) == [p.name for p in DASHBOARDS]
+    for path in DASHBOARDS:
+        assert json.loads(path.read_text()) == generated[path.name], (
+            f"rerun dashboards/generate.py ({path.name})"
+        )
