@@ -9,7 +9,6 @@ import re
 import runpy
 import subprocess
 import time
-from pathlib import Path
 from typing import Any
 
 from tests.analytics.web.services import ROOT, http
@@ -50,7 +49,7 @@ def wait_for(stack: Stack, expr: str, deadline_s: float) -> list[Any]:
     return result
 
 
-def test_prometheus_config_is_valid(tmp_path: Path) -> None:
+def test_prometheus_config_is_valid() -> None:
     res = subprocess.run(
         ["promtool", "check", "config", str(ROOT / "dashboards" / "prometheus.yml")],
         capture_output=True,
