@@ -170,9 +170,26 @@ class KafkaSink:
             if self._thread.is_alive():
                 log.error("kafka sink thread did not stop in time; %s events still queued", len(self._queue))
 
-    def healthy(self) -> bool:
-        """True while events go straight to Kafka (False while spooling or stopped)."""
+    @property
+    def live(self) -> bool:
+        """True while events go straight to Kafka (False while spooling, or stopped)."""
         return self._live and self._thread is not None and self._thread.is_alive()
+
+    def healthy(self) -> bool:
+        """True while no event is lost: delivered to Kafka, or durably spooled during an outage.
+
+        Deliberately not ``live``: /readyz uses this, and a Kafka outage that the spool
+        absorbs must not take every gateway out of its load balancer. ``stats()["live"]``
+        tells whether Kafka is currently reached.
+        """
+        thread = self._thread
+        return (
+            thread is not None
+            and thread.is_alive()
+            and self._spool is not None
+            and not self._spool_full
+            and len(self._queue) < self._hard_max
+        )
 
     def stats(self) -> dict[str, int]:
         spool = self._spool

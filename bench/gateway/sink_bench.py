@@ -119,7 +119,7 @@ async def bench_background(
         sink = KafkaSink(bootstrap, Path(tmp), topics=topics, config=config, producer_options=options)
         await sink.start()
         for _ in range(200):  # connected and live, before measuring
-            if sink.healthy():
+            if sink.live:
                 break
             await asyncio.sleep(0.05)
         cpu0 = background_cpu()
@@ -157,7 +157,7 @@ async def loop_lag(bootstrap: str | None, events: list[InteractionEvent], rate: 
         sink = KafkaSink(bootstrap, Path(tmp.name), topics=topics)
         await sink.start()
         for _ in range(200):
-            if sink.healthy():
+            if sink.live:
                 break
             await asyncio.sleep(0.05)
     lags: list[float] = []

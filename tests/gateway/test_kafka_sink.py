@@ -48,7 +48,7 @@ async def test_events_reach_kafka_keyed_by_unit_and_in_order(
     for ev in sent:
         sink.emit(ev)
     await wait_until(lambda: sink.stats()["delivered"] == len(sent), 30, "delivery")
-    assert sink.healthy()
+    assert sink.healthy() and sink.live
     await sink.close()
     received = consume(kafka_bootstrap, [topics.interactions, topics.feedback], len(sent))
     check_complete_and_ordered(received, sent, max_duplicates=0)
@@ -80,7 +80,7 @@ async def test_emit_never_blocks_while_the_broker_is_unreachable(tmp_path: Path)
         sink.emit(ev)
     elapsed = time.perf_counter() - started
     assert elapsed < 2.0, f"100k emits took {elapsed:.2f}s"
-    assert not sink.healthy()
+    assert not sink.live and sink.healthy()  # spooling: nothing is lost
     await sink.close()
     stats = sink.stats()
     assert stats["spool_pending"] == 100_000 and stats["dropped"] == 0 and stats["delivered"] == 0
@@ -106,7 +106,7 @@ async def test_a_sink_restart_while_kafka_is_down_loses_nothing(
     assert second.stats()["spool_pending"] == 3_000
     third = KafkaSink(kafka_bootstrap, tmp_path, topics=topics, config=FAST)  # Kafka is back
     await third.start()
-    await wait_until(lambda: third.healthy() and third.stats()["spool_pending"] == 0, 30, "replay")
+    await wait_until(lambda: third.live and third.stats()["spool_pending"] == 0, 30, "replay")
     await third.close()
     assert third.stats()["replayed"] == 3_000
     check_complete_and_ordered(consume(kafka_bootstrap, [topics.interactions], 3_000), sent, 0)
@@ -122,7 +122,7 @@ async def test_a_queue_over_its_limit_spills_to_the_spool_and_still_arrives_in_o
     for ev in sent:  # queued before the background thread runs: far over max_queue
         sink.emit(ev)
     await sink.start()
-    await wait_until(lambda: sink.stats()["delivered"] == 5_000 and sink.healthy(), 30, "delivery")
+    await wait_until(lambda: sink.stats()["delivered"] == 5_000 and sink.live, 30, "delivery")
     await sink.close()
     assert sink.stats()["spooled"] > 0 and sink.stats()["dropped"] == 0
     check_complete_and_ordered(consume(kafka_bootstrap, [topics.interactions], 5_000), sent, 0)
@@ -143,7 +143,7 @@ async def test_a_corrupt_spool_tail_is_skipped_and_the_rest_delivered(
     segment.write_bytes(segment.read_bytes() + b"\x40\x00\x00\x00garbage-from-a-crash")
     sink = KafkaSink(kafka_bootstrap, tmp_path, topics=topics, config=FAST)
     await sink.start()
-    await wait_until(lambda: sink.healthy() and sink.stats()["replayed"] == 100, 30, "replay")
+    await wait_until(lambda: sink.live and sink.stats()["replayed"] == 100, 30, "replay")
     await sink.close()
     assert sink.stats()["spool_corrupt"] == 1
     check_complete_and_ordered(consume(kafka_bootstrap, [topics.interactions], 100), sent, 0)
@@ -155,6 +155,8 @@ async def test_a_full_spool_drops_and_counts_instead_of_filling_the_disk(tmp_pat
     await sink.start()
     for i in range(1_000):
         sink.emit(event(i))
+    await wait_until(lambda: sink.stats()["queued"] == 0, 30, "spilling")
+    assert not sink.healthy()  # now events are being lost: /readyz must say so
     await sink.close()
     stats = sink.stats()
     assert 50_000 <= stats["spool_bytes"] < 50_000 + 50 * 1_000  # at most one batch over
@@ -186,7 +188,7 @@ async def test_spool_replay_after_the_broker_is_stopped_and_restarted(tmp_path: 
         broker.down()
         for ev in sent[500:2_000]:  # while down: some hit in-flight sends, the rest the spool
             sink.emit(ev)
-        await wait_until(lambda: not sink.healthy() and sink.stats()["queued"] == 0, 30, "spooling")
+        await wait_until(lambda: not sink.live and sink.stats()["queued"] == 0, 30, "spooling")
         await sink.close()
         assert sink.stats()["send_failures"] >= 1  # the live path noticed the outage itself
         restarted = KafkaSink(broker.bootstrap, tmp_path / "spool", topics=topics, config=FAST)
@@ -196,7 +198,7 @@ async def test_spool_replay_after_the_broker_is_stopped_and_restarted(tmp_path: 
         await wait_until(lambda: restarted.stats()["spool_pending"] >= 1_500, 30, "spooling after restart")
         broker.up()
         await wait_until(
-            lambda: restarted.healthy() and restarted.stats()["spool_pending"] == 0,
+            lambda: restarted.live and restarted.stats()["spool_pending"] == 0,
             60,
             "replay after restart",
         )
