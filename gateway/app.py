@@ -128,7 +128,9 @@ def create_app(
         try:
             await runtime.holder.refresh()
         except Exception as exc:  # start anyway; /readyz says not ready until a snapshot loads
-            log.warning("initial config load failed: %s", exc)
+            log.warning(
+                "initial config load failed: %s: %s", type(exc).__name__, (str(exc) or "").split("\n")[0]
+            )
         refresher = asyncio.get_running_loop().create_task(runtime.holder.run())
         runtime.proxy = CompletionProxy(runtime.snapshot, runtime.pool, recorder, runtime.shadow)
         try:

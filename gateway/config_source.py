@@ -141,6 +141,8 @@ class SnapshotHolder:
         self.loaded_at = 0.0
         self._on_change = on_change
         self._on_tick = on_tick
+        self._last_error = ""
+        self._last_logged = 0.0
 
     async def refresh(self) -> bool:
         """One refresh; True when a new snapshot was installed."""
@@ -165,7 +167,16 @@ class SnapshotHolder:
                 raise
             except Exception as exc:  # keep serving the last good snapshot
                 ok = False
-                log.warning("config refresh failed, keeping the last snapshot: %s", exc)
+                reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                now = time.monotonic()
+                # Every 0.5 s would flood the log during an outage: log changes, else every 30 s.
+                if reason != self._last_error or now - self._last_logged > 30:
+                    log.warning("config refresh failed, keeping the last snapshot: %s", reason)
+                    self._last_error, self._last_logged = reason, now
+            else:
+                if self._last_error:
+                    log.info("config refresh recovered")
+                self._last_error = ""
             if self._on_tick is not None:
                 self._on_tick(ok)
             await asyncio.sleep(self.interval)
