@@ -124,11 +124,45 @@ def render(report: Report, console: Console) -> None:
         )  # fmt: skip
     console.print(table)
     console.print("[dim]◆ guardrail · lift relative to control · verdicts use Holm-corrected sequential p[/]")
+    _render_paired(report, console)
+    _render_segments(report, console)
     for v in report.verdicts:
         style = _VERDICT_STYLE.get(v.verdict, "")
         console.print(f"verdict [bold]{v.variant}[/]: [{style}]{v.verdict}[/] — {v.reason}")
     for e in report.errors:
         console.print(f"[yellow]note[/] {e.code}: {e.message}")
+
+
+def _render_paired(report: Report, console: Console) -> None:
+    for pc in report.paired:
+        table = Table(
+            title=f"shadow pairs: {pc.variant} vs {pc.baseline} ({pc.pairs:,} pairs)", header_style="bold"
+        )
+        for col in ("measure", "baseline", "candidate", "difference", "95% CI", "p"):
+            table.add_column(col, justify="left" if col == "measure" else "right")
+        for m in pc.metrics:
+            table.add_row(m.name, _num(m.baseline_mean), _num(m.candidate_mean), _num(m.mean_difference),
+                          _ci(m.ci, False), _p(m.p_value))  # fmt: skip
+        console.print(table)
+        if pc.agreement is not None:
+            console.print(f"agreement {pc.agreement:.1%} ({pc.agreement_basis})")
+
+
+def _render_segments(report: Report, console: Console) -> None:
+    """Only what stands out: segment rows that are significant (corrected across segments)."""
+    notable = [(s, r) for s in report.segments for r in s.results if not r.is_control and r.significant]
+    if not report.segments:
+        return
+    if not notable:
+        console.print(
+            f"segments ({', '.join(s.segment for s in report.segments)}): no significant differences"
+        )
+        return
+    console.print("segments with significant differences (Holm across metrics × variants × segments):")
+    for seg, r in notable:
+        word = "[green]better[/]" if r.better else "[red]worse[/]"
+        console.print(f"  {seg.segment} ({seg.units:,} units): {r.metric} {r.variant} {word} {_pct(r.lift_relative)}"
+                      f" {_ci(r.sequential_ci_relative, True)}")  # fmt: skip
 
 
 def report(
