@@ -10,6 +10,7 @@ through untouched. No pydantic, no database, no blocking I/O.
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import Awaitable, Callable, MutableMapping
 from time import perf_counter
@@ -184,7 +185,7 @@ class CompletionProxy:
         )
         prompt = prompt_text(req, endpoint) if info.content_logging != "none" else None
         if stream:
-            await self._stream(send, info, route, d, req, keep_usage, t0, prompt)
+            await self._stream(send, receive, info, route, d, req, keep_usage, t0, prompt)
         else:
             await self._json(send, info, route, d, req, t0, prompt)
         if route.shadows and d.attributed and self.shadow is not None:
@@ -294,6 +295,7 @@ class CompletionProxy:
     async def _stream(
         self,
         send: Send,
+        receive: Receive,
         info: CallInfo,
         route: RouteConfig,
         d: Decision,
@@ -331,16 +333,23 @@ class CompletionProxy:
             return
         await send({"type": "http.response.start", "status": 200, "headers": [_SSE, _NO_CACHE, *headers]})
         flt = SseFilter(res, info.endpoint == "chat", keep_usage, info.content_logging != "none", t0)
+        # Resolves when the client goes away: then stop relaying and drop the upstream
+        # connection, so vLLM aborts the generation instead of finishing it for nobody.
+        gone = asyncio.ensure_future(receive())
         tail = b""
         try:
             async for chunk in resp.chunks():
+                if gone.done():
+                    res.finish_reason = "client_closed"
+                    break
                 out = flt.feed(chunk)
                 if out:
                     await send({"type": "http.response.body", "body": out, "more_body": True})
-            tail = flt.flush()
-            if not res.done:
-                res.error_type = "stream"
-                tail += _mid_stream_error(res)
+            else:
+                tail = flt.flush()
+                if not res.done:
+                    res.error_type = "stream"
+                    tail += _mid_stream_error(res)
         except Exception as exc:  # upstream broke mid-stream: one error frame, then [DONE]
             kind = classify(exc)
             res.error_type = "timeout" if kind == "timeout" else "stream"
@@ -348,6 +357,7 @@ class CompletionProxy:
         finally:
             resp.release()
         await send({"type": "http.response.body", "body": tail, "more_body": False})
+        gone.cancel()
         self.recorder.record(
             info,
             variant.name,

@@ -134,6 +134,16 @@ def simulator() -> Iterator[str]:
         SimulatorModel("hanger", hang=True, hang_s=60.0),
         SimulatorModel("broken", error_rate=1.0, midstream_error_share=0.0, **fast),
         SimulatorModel("midbreak", error_rate=1.0, midstream_error_share=1.0, **fast),
+        SimulatorModel(
+            "slowstream",
+            latency_ms=4000,
+            latency_sd=1,
+            ttft_ms=10,
+            ttft_sd=1,
+            tokens=80,
+            tokens_sd=1,
+            chunk_tokens=1,
+        ),
     ]
     with SimulatorProcess(models) as sim:
         yield sim.url + "/v1"

@@ -49,6 +49,11 @@ def gw(simulator: str) -> Iterator[tuple[str, MemorySink]]:
             [VariantConfig("control", "sim", "midbreak", 1, True), VariantConfig("c", "sim", "cand", 0)],
             exp_id=4,
         ),
+        experiment(
+            "slow-stream",
+            [VariantConfig("control", "sim", "slowstream", 1, True), VariantConfig("c", "sim", "cand", 0)],
+            exp_id=7,
+        ),
         experiment("paused", ab, status="paused", exp_id=5),
         experiment("gone", ab, status="stopped", exp_id=6),
     ]
@@ -295,3 +300,28 @@ def test_targeting_on_headers_and_metadata_through_the_gateway(simulator: str) -
             False,
         )
         assert variant({}, {"x-tier": "pro", "x-liftgate-unit": "qa-user"}) == ("control", False)
+
+
+def test_a_client_that_hangs_up_mid_stream_stops_the_upstream_call(gw: tuple[str, MemorySink]) -> None:
+    import http.client
+    import json
+    import time
+
+    url, sink = gw
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    t0 = time.monotonic()
+    body = {"model": "slow-stream", "messages": MSG, "stream": True}
+    conn.request(
+        "POST", "/v1/chat/completions", body=json.dumps(body), headers={"content-type": "application/json"}
+    )
+    resp = conn.getresponse()
+    rid = resp.getheader("x-request-id")
+    assert resp.status == 200
+    assert resp.read(5) == b"data:"  # the stream has started
+    assert conn.sock is not None
+    conn.sock.close()
+    conn.close()
+    (event,) = sink.wait_for(lambda e: e.request_id == rid, timeout=8)
+    assert event.finish_reason == "client_closed"
+    assert event.latency_ms < 3000 and time.monotonic() - t0 < 3.5  # the full answer takes ~4 s
