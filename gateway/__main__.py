@@ -63,7 +63,9 @@ def main(argv: list[str] | None = None) -> None:
     try:
         settings = GatewaySettings()
     except ValidationError as exc:  # e.g. no LIFTGATE_ADMIN_TOKEN: refuse to start, say why
-        reasons = "; ".join(f"LIFTGATE_{'.'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in exc.errors())
+        reasons = "; ".join(
+            f"LIFTGATE_{'.'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in exc.errors()
+        )
         raise SystemExit(f"gateway: invalid settings: {reasons}") from None
     if settings.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="liftgate-prom-")
