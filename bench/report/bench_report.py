@@ -23,6 +23,7 @@ import statistics
 import sys
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 
 import psycopg
 from sqlalchemy import create_engine, text
@@ -158,6 +159,12 @@ def prepare(admin_url: str, interactions: int, units: int, reuse: bool) -> str:
     return url
 
 
+def _proc_cpu(pid: int) -> float:
+    """user + system CPU seconds of a local process (a PostgreSQL backend)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def measure(url: str, repeats: int, snapshots: int) -> dict[str, object]:
     engine = create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
     results: dict[str, object] = {}
@@ -196,6 +203,23 @@ def measure(url: str, repeats: int, snapshots: int) -> dict[str, object]:
                           "segments": len(report.segments), "verdict": report.headline(),
                           "loadavg_1m": [load_before, os.getloadavg()[0]]}  # fmt: skip
         _log(f"{label}: median {statistics.median(times):.3f} s over {len(times)} runs")
+    # Load-independent figure: CPU seconds spent, serially (no parallel workers), by the
+    # database backend (from /proc, so the DB must be on this machine) and by this process.
+    for label, opts in variants.items():
+        cpu: list[tuple[float, float]] = []
+        for _ in range(repeats):
+            with engine.connect() as conn:
+                conn.execute(text("SET max_parallel_workers_per_gather = 0"))
+                pid = int(conn.execute(text("SELECT pg_backend_pid()")).scalar_one())
+                b0, p0 = _proc_cpu(pid), time.process_time()
+                build_report(conn, eid, options=opts)
+                cpu.append((_proc_cpu(pid) - b0, time.process_time() - p0))
+        entry = results[label]
+        assert isinstance(entry, dict)
+        entry["serial_cpu_s"] = {"database": statistics.median(c[0] for c in cpu),
+                                 "python": statistics.median(c[1] for c in cpu)}  # fmt: skip
+        _log(f"{label}: CPU database {entry['serial_cpu_s']['database']:.2f} s, python "
+             f"{entry['serial_cpu_s']['python']:.2f} s (serial)")  # fmt: skip
     # What GET /report does while the latest snapshot is fresh: read it + the time series.
     times = []
     for _ in range(repeats):
