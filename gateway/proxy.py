@@ -6,6 +6,14 @@ the in-memory snapshot, assign the variant (pure hash), rewrite ``model`` (and, 
 ``stream_options.include_usage``), ``orjson.dumps``, call the upstream, relay the answer,
 then hand one event to the sink and enqueue shadow mirrors. Unknown request fields pass
 through untouched. No pydantic, no database, no blocking I/O.
+
+Fallback (experiment ``fallback_to_control``, A/B and rollout): a candidate call that fails
+before anything reached the client (connect error, timeout, 5xx) is retried once on the
+control. Two primary events share the request id: the failed attempt (variant = the
+candidate, status ``error``) and the served call, which keeps ``variant`` = the candidate —
+the unit's assigned arm, so per-unit analysis stays intention-to-treat and a unit never
+appears in two arms — while ``model``/``upstream`` name the control that answered, with
+``fallback=True, fallback_from=<candidate>``. ``X-Liftgate-Variant`` names the assigned arm.
 """
 
 from __future__ import annotations
@@ -259,12 +267,12 @@ class CompletionProxy:
             status, body = res.status, res.body
         else:
             status, body = error_for(res, variant.upstream)
-        await send_json(send, status, body, self._headers(info, variant))
+        await send_json(send, status, body, self._headers(info, d.variant))
         if res.error_type is None:
             summarize_json(res, info.endpoint, info.content_logging != "none")
         self.recorder.record(
             info,
-            variant.name,
+            d.variant.name,  # the assigned arm (intention to treat), also after a fallback
             variant.model,
             variant.upstream,
             res,
@@ -315,13 +323,13 @@ class CompletionProxy:
             req["model"] = variant.model
             res = CallResult()
             resp = await self._open(variant, info.endpoint, orjson.dumps(req), res)
-        headers = self._headers(info, variant)
+        headers = self._headers(info, d.variant)
         if resp is None:
             status, body = error_for(res, variant.upstream)
             await send_json(send, status, body, headers)
             self.recorder.record(
                 info,
-                variant.name,
+                d.variant.name,
                 variant.model,
                 variant.upstream,
                 res,
@@ -360,7 +368,7 @@ class CompletionProxy:
         gone.cancel()
         self.recorder.record(
             info,
-            variant.name,
+            d.variant.name,  # the assigned arm (intention to treat), also after a fallback
             variant.model,
             variant.upstream,
             res,

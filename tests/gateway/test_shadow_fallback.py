@@ -97,14 +97,20 @@ def test_shadow_overflow_is_dropped_and_counted(gw: tuple[str, MemorySink, objec
 
 def test_failing_candidate_falls_back_to_the_control(gw: tuple[str, MemorySink, object]) -> None:
     url, sink, _ = gw
-    for route, kind in (("fb", "http_5xx"), ("fb-down", "connect")):
+    for route, candidate, kind in (("fb", "bad", "http_5xx"), ("fb-down", "gone", "connect")):
         r = post(url + "/v1/chat/completions", {"model": route, "messages": MSG, "user": "frank"})
-        assert r.status_code == 200 and r.headers["x-liftgate-variant"] == "control"
+        assert r.status_code == 200 and r.json()["model"] == "base"  # the control answered
+        assert r.headers["x-liftgate-variant"] == candidate  # the unit's assigned arm
         rid = r.headers["x-request-id"]
-        events = sink.wait_for(lambda e, rid=rid: e.request_id == rid and e.fallback)
-        failed = [e for e in sink.interactions() if e.request_id == rid and e.status == "error"]
-        assert events and events[0].fallback_from in ("bad", "gone") and events[0].status == "ok"
-        assert failed and failed[0].error_type == kind and failed[0].variant == events[0].fallback_from
+        (served,) = sink.wait_for(lambda e, rid=rid: e.request_id == rid and e.fallback)
+        (failed,) = [e for e in sink.interactions() if e.request_id == rid and e.status == "error"]
+        assert (served.variant, served.fallback_from, served.model, served.status) == (
+            candidate,
+            candidate,
+            "base",
+            "ok",
+        )
+        assert (failed.variant, failed.error_type, failed.fallback) == (candidate, kind, False)
 
 
 def test_streaming_fallback_and_no_fallback_when_disabled(gw: tuple[str, MemorySink, object]) -> None:
