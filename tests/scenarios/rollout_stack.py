@@ -170,7 +170,7 @@ def start_stack(
 
 @dataclass
 class Sent:
-    at: datetime
+    at: datetime  # when the request was sent (its variant was assigned after this)
     unit: str
     variant: str | None
     status: int
@@ -208,12 +208,13 @@ class Traffic:
             unit = f"user-{rng.randrange(self.units)}"
             body = {"model": self.route, "messages": [{"role": "user", "content": f"hello from {unit}"}],
                     "max_tokens": 16}  # fmt: skip
+            sent_at = datetime.now(UTC)
             try:
                 async with session.post(self.gateway + "/v1/chat/completions", json=body,
                                         headers={"X-Liftgate-Unit": unit}) as resp:  # fmt: skip
                     await resp.read()
                     variant = resp.headers.get("X-Liftgate-Variant")
-                    self.sent.append(Sent(datetime.now(UTC), unit, variant, resp.status))
+                    self.sent.append(Sent(sent_at, unit, variant, resp.status))
             except (aiohttp.ClientError, TimeoutError):
                 continue
 

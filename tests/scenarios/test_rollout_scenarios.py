@@ -38,6 +38,15 @@ PLAN: dict[str, Any] = {
     "interval_s": 0.5,
     "planned_units": 500,
     "min_test_units": 20,
+    # Mean latency here is mostly queueing on a shared, loaded 2-core machine and drifts with
+    # the load of other processes; the candidate's data is later in time than the control's
+    # (docs/rollouts.md, "known limitation"), so its margin is wide in these scenarios.
+    "guardrails": [
+        {"metric": "error_rate", "margin": 0.25},
+        {"metric": "latency_mean", "margin": 0.5},
+        "thumbs_down_rate",
+        "completion_tokens_per_response",
+    ],
 }
 
 
@@ -194,7 +203,8 @@ def test_pause_holds_everything_and_a_killed_controller_resumes_mid_stage(
         assert held["status"] == "paused" and held["stage"] == 2
         assert held["decisions"][-1]["decision"] == "pause"
         sent_in_pause = [s for s in traffic.sent if s.at > pause_at + timedelta(seconds=1)]
-        assert sent_in_pause and all(s.variant != "candidate" for s in sent_in_pause)
+        late = [(s.at - pause_at).total_seconds() for s in sent_in_pause if s.variant == "candidate"]
+        assert sent_in_pause and not late, f"candidate served {late} s after the pause"
 
         resumed = stack.rollout(name, "resume")
         assert resumed["status"] == "running" and resumed["stage"] == 2
