@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
+from fastapi import APIRouter, Body, Depends, HTTPException, Query, Request, Response
 from sqlalchemy import Connection, text
 
 from analytics.app import ServiceContext
@@ -183,9 +183,14 @@ def list_metrics(ctx: Ctx) -> list[dict[str, Any]]:
     return out
 
 
+# Handlers are sync (FastAPI runs them in its thread pool) because they talk to the DB;
+# the JSON body arrives parsed.
+MetricBody = Annotated[Any, Body()]
+
+
 @router.post("/api/metrics", status_code=201)
-async def create_metric(ctx: Ctx, actor: Admin, request: Request) -> dict[str, Any]:
-    spec = _validated(await _json(request))
+def create_metric(ctx: Ctx, actor: Admin, body: MetricBody) -> dict[str, Any]:
+    spec = _validated(body)
     with ctx.engine.begin() as conn:
         if _metric_row(conn, spec["name"]) is not None:
             raise HTTPException(409, f"metric {spec['name']!r} already exists")
@@ -206,10 +211,10 @@ async def create_metric(ctx: Ctx, actor: Admin, request: Request) -> dict[str, A
 
 
 @router.put("/api/metrics/{name}")
-async def update_metric(ctx: Ctx, actor: Admin, name: str, request: Request) -> dict[str, Any]:
+def update_metric(ctx: Ctx, actor: Admin, name: str, body: MetricBody) -> dict[str, Any]:
     if name in BUILTINS:
         raise HTTPException(422, f"{name!r} is a built-in metric and cannot be changed")
-    spec = _validated(await _json(request), name)
+    spec = _validated(body, name)
     with ctx.engine.begin() as conn:
         before = _metric_row(conn, name)
         if before is None:
@@ -239,10 +244,3 @@ def delete_metric(ctx: Ctx, actor: Admin, name: str) -> Response:
             conn, actor=actor, action="delete", entity="metric", entity_id=name, before=before, after=None
         )
     return Response(status_code=204)
-
-
-async def _json(request: Request) -> Any:
-    try:
-        return orjson.loads(await request.body())
-    except orjson.JSONDecodeError:
-        raise HTTPException(400, "request body is not valid JSON") from None

@@ -196,6 +196,8 @@ def test_metric_definitions_are_validated_and_audited(service: Service, engine: 
     spec = {"name": name, "kind": "ratio", "numerator": "edits", "denominator": "requests",
             "direction": "lower_is_better"}  # fmt: skip
     assert service.call("POST", "/api/metrics", spec)[0] == 401
+    status, err = service.call("POST", "/api/metrics", [spec], token=TOKEN)
+    assert status == 422 and err["detail"] == "a metric definition must be a JSON object"
     status, err = service.call("POST", "/api/metrics", spec | {"numerator": "drop_table"}, token=TOKEN)
     assert status == 422 and "unknown column" in err["detail"]
     status, err = service.call("POST", "/api/metrics", spec | {"name": "error_rate"}, token=TOKEN)
