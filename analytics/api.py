@@ -19,7 +19,7 @@ from sqlalchemy import Connection, text
 from analytics.app import ServiceContext
 from analytics.audit import write_audit
 from analytics.metrics import BUILTINS, MetricError, parse_spec, spec_dict
-from analytics.report_schema import ExperimentSummary, Report, Verdict
+from analytics.report_schema import ExperimentSummary, Report, Verdict, headline
 from analytics.snapshot import latest_snapshot, load_timeseries, save_snapshot, with_current_point
 
 router = APIRouter()
@@ -97,20 +97,14 @@ def list_experiments(ctx: Ctx) -> list[ExperimentSummary]:
                     {"e": eid},
                 ).scalar_one()
             raw = verdicts if isinstance(verdicts, list) else orjson.loads(verdicts) if verdicts else []
-            headline = _headline([Verdict.model_validate(v) for v in raw])
+            verdict = headline([Verdict.model_validate(v) for v in raw])
             out.append(
                 ExperimentSummary(
                     id=eid, name=name, route=route, mode=mode, status=status, stage=stage,
-                    units=int(units or 0), verdict=headline, started_at=started, report_at=at,
+                    units=int(units or 0), verdict=verdict, started_at=started, report_at=at,
                 )
             )  # fmt: skip
     return out
-
-
-def _headline(verdicts: list[Verdict]) -> Any:
-    order = ["srm", "harm", "insufficient_data", "no_difference_yet", "ship"]
-    found = {v.verdict for v in verdicts}
-    return next((name for name in order if name in found), None)
 
 
 def _compute(ctx: ServiceContext, conn: Connection, eid: int, source: str) -> Report:

@@ -264,10 +264,16 @@ class Report(_Model):
         return None
 
     def headline(self) -> VerdictName | None:
-        """The worst verdict over candidates (srm > harm > insufficient > none > ship)."""
-        order: list[VerdictName] = ["srm", "harm", "insufficient_data", "no_difference_yet", "ship"]
-        found = {v.verdict for v in self.verdicts}
-        return next((name for name in order if name in found), None)
+        return headline(self.verdicts)
+
+
+_SEVERITY: tuple[VerdictName, ...] = ("srm", "harm", "insufficient_data", "no_difference_yet", "ship")
+
+
+def headline(verdicts: list[Verdict]) -> VerdictName | None:
+    """The worst verdict over candidates (srm > harm > insufficient_data > no_difference_yet > ship)."""
+    found = {v.verdict for v in verdicts}
+    return next((name for name in _SEVERITY if name in found), None)
 
 
 class ExperimentSummary(_Model):
