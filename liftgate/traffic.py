@@ -14,7 +14,7 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -137,16 +137,22 @@ class TrafficRun:
         connector = aiohttp.TCPConnector(limit=cfg.concurrency * 2)
         async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
             workers = [asyncio.create_task(self._worker(session, i)) for i in range(max(1, cfg.concurrency))]
-            stopper = asyncio.create_task(self._stop.wait())
+            all_done = asyncio.create_task(_join(workers))
+            stopper = asyncio.create_task(_join([self._stop.wait()]))
             remaining = max(0.0, self._deadline - time.monotonic())
-            await asyncio.wait([stopper, *workers], timeout=remaining + cfg.request_timeout_s)
+            await asyncio.wait(
+                [stopper, all_done],
+                timeout=remaining + cfg.request_timeout_s,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
             stopper.cancel()
             self._stop.set()
-            # Workers check the stop flag between requests; give in-flight calls a moment.
-            _, pending = await asyncio.wait(workers, timeout=cfg.request_timeout_s)
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*workers, return_exceptions=True)
+            if not all_done.done():
+                # Stopped early: workers notice between requests; in-flight calls get a moment.
+                _, pending = await asyncio.wait(workers, timeout=min(5.0, cfg.request_timeout_s))
+                for task in pending:
+                    task.cancel()
+            await all_done
         return self.stats
 
     def _headers(self, user: u.SimUser, task: str | None, conversation: str | None) -> dict[str, str]:
@@ -285,6 +291,11 @@ class TrafficRun:
             vs.feedback[signal.kind] = vs.feedback.get(signal.kind, 0) + 1
         else:
             self.stats.feedback_failed += 1
+
+
+async def _join(aws: Sequence[Awaitable[object]]) -> None:
+    """Wait for all of ``aws``; a cancelled or failed one does not stop the others."""
+    await asyncio.gather(*aws, return_exceptions=True)
 
 
 async def _read_stream(resp: aiohttp.ClientResponse) -> tuple[str, float | None, str | None]:
