@@ -37,6 +37,10 @@ _MESSAGES = {
 }
 
 
+# Fewest units per arm for which two constant, equal arms count as a passed guardrail.
+MIN_UNITS_CONSTANT_PASS = 100
+
+
 def error(code: str, message: str | None = None) -> ErrorInfo:
     return ErrorInfo(code=code, message=message or _MESSAGES.get(code, code))
 
@@ -87,6 +91,11 @@ def _progress(units: int, control: VariantEstimate, kind: str, opts: CompareOpti
 def _guardrail(metric: Metric, c: VariantEstimate, t: VariantEstimate, opts: CompareOptions) -> Guardrail:
     direction = direction_of(metric)
     res = sequential_noninferiority(c, t, metric.margin, direction, opts.alpha, opts.planned_units)
+    if res.error == "zero_variance" and c.mean == t.mean and min(c.n, t.n) >= MIN_UNITS_CONSTANT_PASS:
+        # Both arms constant and equal (e.g. not one error anywhere): no test is possible,
+        # but the candidate is plainly not worse; without this it could never ship.
+        return Guardrail(outcome="pass", margin=metric.margin, bound=0.0,
+                         error=error("zero_variance", "both variants are constant and equal"))  # fmt: skip
     if res.error is not None or res.harm_upper is None:
         return Guardrail(outcome="inconclusive", margin=metric.margin, bound=None,
                          error=error(str(res.error or "no_data"), res.message))  # fmt: skip
@@ -148,7 +157,10 @@ def _candidate_row(
     seq = sequential_lift(c, t, opts.alpha, opts.planned_units)
     progress = _progress(min(c.n, t.n), c, metric.kind, opts)
     if fixed.error is not None or fixed.absolute is None:
-        return VariantResult(**base, progress=progress, error=error(str(fixed.error), fixed.message))
+        guard = _guardrail(metric, c, t, opts) if metric.guardrail else None
+        return VariantResult(
+            **base, progress=progress, guardrail=guard, error=error(str(fixed.error), fixed.message)
+        )
     chance, loss = _bayes(c, t, direction, relative=fixed.relative is not None)
     p_seq = seq.absolute.p_value if seq.absolute is not None else None
     if p_seq is not None and previous_p:

@@ -319,3 +319,18 @@ def test_rollout_srm_counts_only_units_that_arrived_in_the_current_stage(db: Ses
     assert report.units == 1800
     assert report.srm.p_value is not None and report.srm.p_value > 0.5 and not report.srm.flagged
     assert report.verdicts[0].verdict != "srm"
+
+
+def test_a_guardrail_with_no_events_in_either_arm_passes_and_does_not_block_shipping(db: Session) -> None:
+    rng = np.random.default_rng(19)
+    conn = db.connection()
+    eid, _ = create_experiment(
+        conn, [("control", 1), ("candidate", 1)], metrics=["thumbs_up_rate", "error_rate"]
+    )
+    insert_units(conn, eid, "control", simulate_units(rng, 3000, thumbs_p=0.20, tokens=100, error_p=0.0))
+    insert_units(conn, eid, "candidate", simulate_units(rng, 3000, thumbs_p=0.30, tokens=100, error_p=0.0))
+    report = build_report(conn, eid, options=OPTS)
+    row = report.result("error_rate", "candidate")
+    assert row is not None and row.error is not None and row.error.code == "zero_variance"
+    assert row.guardrail is not None and row.guardrail.outcome == "pass"
+    assert report.verdicts[0].verdict == "ship"
