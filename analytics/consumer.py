@@ -240,7 +240,9 @@ class Consumer:
                         self.kafka.poll(timeout_ms=0)
         finally:
             if paused:
-                self.kafka.resume(*paused)
+                # A rebalance while paused may have moved some of them away.
+                owned = self.kafka.assignment()
+                self.kafka.resume(*(tp for tp in paused if tp in owned))
 
     # -- kafka ------------------------------------------------------------------------------
 
@@ -262,15 +264,15 @@ class Consumer:
         if not parts:
             return
         self._next_lag = now + 5.0
+        lag: dict[str, int] = {}
         try:
             ends = self.kafka.end_offsets(parts)
+            for tp in parts:
+                pos = self.kafka.position(tp)
+                lag[tp.topic] = lag.get(tp.topic, 0) + max(0, int(ends.get(tp, pos)) - int(pos))
         except KafkaError as exc:
             log.debug("lag unavailable: %s", exc)
             return
-        lag: dict[str, int] = {}
-        for tp in parts:
-            pos = self.kafka.position(tp)
-            lag[tp.topic] = lag.get(tp.topic, 0) + max(0, int(ends.get(tp, pos)) - int(pos))
         for topic, value in lag.items():
             self.metrics.lag.labels(topic).set(value)
 

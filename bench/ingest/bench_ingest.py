@@ -21,6 +21,7 @@ import io
 import random
 import secrets
 import statistics
+import sys
 import threading
 import time
 
@@ -184,7 +185,10 @@ def main() -> None:
     ap.add_argument("--units", type=int, default=50_000)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument("--switch-interval", type=float, default=None, help="sys.setswitchinterval (GIL handoff)")
     args = ap.parse_args()
+    if args.switch_interval:
+        sys.setswitchinterval(args.switch_interval)
     name = f"lg_bench_ingest_{secrets.token_hex(3)}"
     topic = f"bench-ingest-{secrets.token_hex(3)}"
     with psycopg.connect(args.admin_url, autocommit=True) as c:
