@@ -59,7 +59,7 @@ def test_emit_never_blocks_and_memory_stays_bounded_while_the_database_is_unreac
         sink.emit(e)
     per_emit_us = (time.perf_counter() - t0) / len(events) * 1e6
     wait_for(lambda: sink.stats()["retries"] >= 2, 30, "retries against the dead database")
-    assert per_emit_us < 20, per_emit_us
+    assert per_emit_us < 50, per_emit_us  # typically < 1 µs; generous for a loaded CI box
     assert not sink.healthy()
     stats = sink.stats()
     assert stats["delivered"] == 0
