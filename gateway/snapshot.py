@@ -7,9 +7,12 @@ database.
 What a route serves, by the status of its experiments (``contracts.tables.Experiment``):
 
 * ``running`` — the experiment decides (A/B/n, shadow or rollout); events are attributed.
-* ``paused``, ``completed`` (e.g. after a rollout promoted the candidate, which then is the
-  control), ``rolled_back`` — everyone gets the **control**; events have mode ``"none"`` and
+* ``paused``, ``rolled_back`` — everyone gets the **control**; events have mode ``"none"`` and
   no experiment attribution. This keeps a route alive between experiments.
+* ``completed`` — everyone gets the **baseline**: the variant with the largest weight (the
+  control on ties). A promoted rollout leaves its candidate at weight 100 and the old
+  control at 0, so the candidate serves the route while the experiment keeps its original
+  control flag — its report still reads "candidate vs control", not inverted.
 * ``draft``, ``stopped`` — never serve. A route whose only experiments are draft/stopped
   answers 404 ``model_not_found``.
 
@@ -70,6 +73,13 @@ class ExperimentConfig:
         return next(v for v in self.variants if v.is_control)
 
     @property
+    def baseline(self) -> VariantConfig:
+        """What a non-running experiment serves to everyone (see the module docstring)."""
+        if self.status != "completed":
+            return self.control
+        return max(self.variants, key=lambda v: (v.weight, v.is_control))
+
+    @property
     def candidates(self) -> tuple[VariantConfig, ...]:
         return tuple(v for v in self.variants if not v.is_control)
 
@@ -94,7 +104,7 @@ def build_route(exp: ExperimentConfig) -> RouteConfig:
         experiment=exp,
         active=exp.status == "running",
         layout=layout,
-        control=exp.control,
+        control=exp.control if exp.status == "running" else exp.baseline,
         by_name={v.name: v for v in exp.variants},
         shadows=exp.candidates if exp.mode == "shadow" else (),
     )

@@ -169,19 +169,13 @@ def rollback(conn: Connection, row: RolloutRow, reason: str, now: datetime) -> N
 
 
 def promote(conn: Connection, row: RolloutRow, reason: str, now: datetime) -> None:
-    """The candidate becomes the route's control at 100%; the old control keeps weight 0.
+    """The candidate becomes the route's baseline: candidate 100%, old control 0%, status ``completed``.
 
-    Status ``completed``: the gateway serves a completed experiment's control to everyone,
-    so the route keeps working on the new baseline.
+    The control flag stays where it was, so the experiment's report keeps reading
+    "candidate vs control"; the gateway serves a completed experiment's highest-weight
+    variant to everyone, which is now the candidate.
     """
-    control, candidate = row.control, row.candidate
-    assert control is not None and candidate is not None
-    conn.execute(
-        text("UPDATE variants SET is_control = false, weight = 0 WHERE id = :id"), {"id": control.id}
-    )
-    conn.execute(
-        text("UPDATE variants SET is_control = true, weight = 100 WHERE id = :id"), {"id": candidate.id}
-    )
+    _weights(conn, row, 100.0)
     set_status(conn, row, "completed", reason, now)
 
 
