@@ -96,12 +96,14 @@ def _guardrail(metric: Metric, c: VariantEstimate, t: VariantEstimate, opts: Com
         # but the candidate is plainly not worse; without this it could never ship.
         return Guardrail(outcome="pass", margin=metric.margin, bound=0.0,
                          error=error("zero_variance", "both variants are constant and equal"))  # fmt: skip
-    if res.error is not None or res.harm_upper is None:
+    if res.error is not None:
         return Guardrail(outcome="inconclusive", margin=metric.margin, bound=None,
-                         error=error(str(res.error or "no_data"), res.message))  # fmt: skip
+                         error=error(str(res.error), res.message))  # fmt: skip
     outcome = "fail" if res.reject_harm else "pass" if res.noninferior else "inconclusive"
-    # harm is the lift in the bad direction; report the bound as a relative lift.
-    bound = -res.harm_upper if direction == "increase" else res.harm_upper
+    # harm is the lift in the bad direction; report the bound as a relative lift. The bound
+    # can be missing (control mean too uncertain to bound a relative harm) while the harm
+    # test itself still rejects: the verdict must not hide that.
+    bound = None if res.harm_upper is None else -res.harm_upper if direction == "increase" else res.harm_upper
     return Guardrail(outcome=outcome, margin=metric.margin, bound=bound, p_value=res.p_value_harm)
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 from sqlalchemy import Connection, Engine, text
 
+from analytics.preperiod import ensure_preperiod
 from analytics.report_schema import Interval, Report, TimePoint, TimeSeries
 
 log = logging.getLogger(__name__)
@@ -141,6 +142,9 @@ class Snapshotter:
         for eid in ids:
             started = time.perf_counter()
             try:
+                with self.engine.begin() as conn:
+                    # CUPED covariates: computed once per experiment, then one indexed lookup.
+                    ensure_preperiod(conn, eid)
                 with self.engine.begin() as conn:
                     save_snapshot(conn, self.build(conn, eid, None))
                 written += 1

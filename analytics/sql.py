@@ -18,9 +18,15 @@ AnyConn = Engine | Connection | Session | psycopg.Connection[Any]
 Params = Sequence[Any] | Mapping[str, Any] | None
 
 
+def _sa(params: Params) -> Any:
+    """SQLAlchemy reads a list of parameters as executemany; positional params must be a tuple."""
+    return tuple(params) if isinstance(params, list) else params
+
+
 def fetch_all(conn: AnyConn, sql: str, params: Params = None) -> list[tuple[Any, ...]]:
     if isinstance(conn, psycopg.Connection):
         return list(conn.execute(sql.encode(), params).fetchall())
+    params = _sa(params)
     if isinstance(conn, Engine):
         with conn.connect() as c:
             return [tuple(r) for r in c.exec_driver_sql(sql, params).fetchall()]
@@ -33,7 +39,9 @@ def execute(conn: AnyConn, sql: str, params: Params = None) -> None:
     """Execute in the caller's transaction (an Engine gets its own, committed)."""
     if isinstance(conn, psycopg.Connection):
         conn.execute(sql.encode(), params)
-    elif isinstance(conn, Engine):
+        return
+    params = _sa(params)
+    if isinstance(conn, Engine):
         with conn.begin() as c:
             c.exec_driver_sql(sql, params)
     elif isinstance(conn, Session):

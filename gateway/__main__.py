@@ -33,7 +33,8 @@ def make_sink(settings: GatewaySettings) -> EventSink:
                 "LIFTGATE_KAFKA_BOOTSTRAP is set but gateway.kafka_sink is not available; events are dropped"
             )
             return NullSink()
-        module.ensure_topics(settings.kafka_bootstrap)
+        # No ensure_topics here: the sink creates missing topics when it connects, and a
+        # gateway must be able to start (and spool) while Kafka is down.
         sink: EventSink = module.KafkaSink(settings.kafka_bootstrap, Path(settings.spool_dir))
         return sink
     log.warning("no LIFTGATE_KAFKA_BOOTSTRAP: events go nowhere (inject a sink, e.g. via `liftgate up`)")

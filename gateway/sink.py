@@ -26,7 +26,11 @@ class EventSink(Protocol):
         """Flush what can be flushed within a bounded time, persist the rest, stop."""
 
     def healthy(self) -> bool:
-        """True when events are being delivered (used by /readyz)."""
+        """True while no event is being lost: delivered, or spooled safely to disk (used by /readyz).
+
+        Whether the downstream is reachable right now is reported separately in ``stats()``
+        (``live``), so a Kafka outage does not take every gateway out of its load balancer.
+        """
 
     def stats(self) -> dict[str, int]:
         """Counters for /readyz and metrics: e.g. queued, spooled, delivered, dropped."""
