@@ -313,10 +313,12 @@ _BUILTIN_LIST: tuple[Metric, ...] = (
     ),
     _ratio(
         "error_rate",
-        "errors",
+        # Intention to treat: a candidate failure rescued by the control fallback is still
+        # the assigned variant failing (the user saw no error, but the candidate is broken).
+        "errors + fallbacks",
         "requests",
         "lower_is_better",
-        "Failed requests per request",
+        "Requests whose assigned variant failed (errors seen by the user + failures rescued by fallback)",
         unit="per request",
         guardrail=True,
         margin=0.25,

@@ -25,7 +25,10 @@ SCHEMA_VERSION: Final = 1
 INTERACTIONS_TOPIC: Final = "liftgate.interactions"
 FEEDBACK_TOPIC: Final = "liftgate.feedback"
 
-Role = Literal["primary", "shadow"]
+#: primary: the call whose answer the user got; shadow: a mirrored call (never returned);
+#: attempt: a candidate call that failed and was retried on the control (fallback) — kept
+#: for the record, while the served primary event carries ``fallback=True``.
+Role = Literal["primary", "shadow", "attempt"]
 Mode = Literal["ab", "shadow", "rollout", "none"]
 Endpoint = Literal["chat", "completions", "embeddings"]
 Status = Literal["ok", "error"]
@@ -137,7 +140,7 @@ _PY_TYPES: dict[str, tuple[type, ...]] = {
     _DICT: (dict,),
 }
 _LITERALS: dict[str, frozenset[str]] = {
-    "role": frozenset({"primary", "shadow"}),
+    "role": frozenset({"primary", "shadow", "attempt"}),
     "mode": frozenset({"ab", "shadow", "rollout", "none"}),
     "endpoint": frozenset({"chat", "completions", "embeddings"}),
     "status": frozenset({"ok", "error"}),

@@ -9,8 +9,9 @@ through untouched. No pydantic, no database, no blocking I/O.
 
 Fallback (experiment ``fallback_to_control``, A/B and rollout): a candidate call that fails
 before anything reached the client (connect error, timeout, 5xx) is retried once on the
-control. Two primary events share the request id: the failed attempt (variant = the
-candidate, status ``error``) and the served call, which keeps ``variant`` = the candidate —
+control. Two events share the request id: the failed attempt (``role="attempt"``, variant =
+the candidate, status ``error``; not counted as a request by analytics) and the served
+primary call, which keeps ``variant`` = the candidate —
 the unit's assigned arm, so per-unit analysis stays intention-to-treat and a unit never
 appears in two arms — while ``model``/``upstream`` name the control that answered, with
 ``fallback=True, fallback_from=<candidate>``. ``X-Liftgate-Variant`` names the assigned arm.
@@ -239,6 +240,7 @@ class CompletionProxy:
             res,
             status,
             perf_counter() - t0,
+            role="attempt",
             prompt=prompt,
         )
         self.metrics.fallbacks.labels(info.route, info.experiment or "", variant.name).inc()

@@ -110,7 +110,13 @@ def test_failing_candidate_falls_back_to_the_control(gw: tuple[str, MemorySink, 
             "base",
             "ok",
         )
-        assert (failed.variant, failed.error_type, failed.fallback) == (candidate, kind, False)
+        assert (failed.variant, failed.error_type, failed.fallback, failed.role) == (
+            candidate,
+            kind,
+            False,
+            "attempt",  # one user request = one primary event
+        )
+        assert served.role == "primary"
 
 
 def test_streaming_fallback_and_no_fallback_when_disabled(gw: tuple[str, MemorySink, object]) -> None:
