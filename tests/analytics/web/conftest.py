@@ -150,7 +150,7 @@ def add_batch(engine: Engine, analytics_url: str, admin_token: str) -> Callable[
     return add
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     with sync_playwright() as pw:
         b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
