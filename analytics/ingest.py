@@ -32,7 +32,7 @@ from psycopg import pq
 from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session
 
-from analytics import rollup
+from analytics import bulk, rollup
 from analytics.deadletter import DeadLetterRow, write_dead_letters
 from contracts.events import Event, InteractionEvent, decode
 
@@ -48,7 +48,7 @@ class Raw:
     partition: int | None = None
     offset: int | None = None
     key: bytes | None = None
-    event: Event | None = None  # the decoded event, when the caller has it already
+    event: Event | None = None  # the decoding of ``payload``, when the caller has it already
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +137,18 @@ WITH upd AS (
 INSERT INTO lg_new_f SELECT * FROM upd
 """
 
+# The fast path's late attribution: feedback stored earlier for the requests just inserted.
+_LATE_ATTRIBUTION_BY_REQUEST: Final = b"""
+WITH upd AS (
+    UPDATE feedback f SET experiment_id = i.experiment_id, variant = i.variant
+    FROM unnest(%s::text[]) r(request_id), interactions i
+    WHERE f.request_id = r.request_id AND f.experiment_id IS NULL AND i.request_id = f.request_id
+        AND i.role = 'primary' AND i.experiment_id IS NOT NULL AND i.variant IS NOT NULL
+    RETURNING f.request_id, f.kind, f.value, f.ts, i.experiment_id, i.variant, i.unit_id, i.tags
+)
+INSERT INTO lg_new_f SELECT * FROM upd
+"""
+
 # Safety net for a race between two consumers (feedback and its interaction committed by
 # different transactions that could not see each other): attribute what is now joinable.
 _SWEEP: Final = """
@@ -160,14 +172,15 @@ def _copy_escape(payload: bytes) -> bytes:
 
 
 def _prepare(pg: psycopg.Connection[Any], nested: bool) -> None:
-    row = pg.execute(b"SELECT to_regclass('pg_temp.lg_new_f') IS NOT NULL").fetchone()
+    row = pg.execute(b"SELECT to_regclass('pg_temp.lg_dh') IS NOT NULL").fetchone()
     if not (row and row[0]):
-        pg.execute(rollup.TEMP_TABLES.encode())
+        pg.execute((rollup.TEMP_TABLES + bulk.TEMP_TABLES).encode())
     elif nested:
         # Inside a caller's transaction earlier batches' rows are still there (ON COMMIT
         # DELETE ROWS empties them only at commit).
         pg.execute(
-            b"DELETE FROM lg_stage_i; DELETE FROM lg_stage_f; DELETE FROM lg_new_i; DELETE FROM lg_new_f"
+            b"DELETE FROM lg_stage_i; DELETE FROM lg_stage_f; DELETE FROM lg_new_i; DELETE FROM lg_new_f;"
+            b" DELETE FROM lg_du; DELETE FROM lg_dh"
         )
 
 
@@ -237,22 +250,51 @@ def _count(pg: psycopg.Connection[Any], sql: bytes) -> int:
 
 
 def _batch(
-    pg: psycopg.Connection[Any], interactions: Sequence[Raw], feedback: Sequence[Raw], nested: bool = True
+    pg: psycopg.Connection[Any],
+    interactions: Sequence[Raw],
+    feedback: Sequence[Raw],
+    nested: bool = True,
+    fast: bool = False,
 ) -> IngestResult:
     _prepare(pg, nested)
-    _copy_interactions(pg, interactions)
-    _copy(pg, "lg_stage_f", feedback)
     n_i = n_f = 0
-    if interactions:
+    if interactions and fast:
+        events: list[InteractionEvent] = []
+        for r in interactions:
+            e = r.event if r.event is not None else decode(r.payload)
+            assert isinstance(e, InteractionEvent)
+            events.append(e)
+        ins = bulk.insert_interactions(pg, events)
+        n_i = ins.rows
+        if ins.attributable:
+            pg.execute(_LATE_ATTRIBUTION_BY_REQUEST, (bulk.text_array(ins.attributable),))
+    elif interactions:
+        _copy_interactions(pg, interactions)
         n_i = pg.execute(_INTERACTION_INSERT.encode()).rowcount
         pg.execute(_LATE_ATTRIBUTION.encode())
+    _copy(pg, "lg_stage_f", feedback)
     if feedback:
         n_f = _count(pg, _FEEDBACK_INSERT.encode())
     attributed = _count(pg, b"SELECT count(*) FROM lg_new_f")
-    if n_i or attributed:
+    # The fast path has folded its interactions already; lg_new_i is then empty.
+    if (n_i and not fast) or attributed:
         rollup.apply(pg, feedback=attributed > 0)
     dupes = len(interactions) + len(feedback) - n_i - n_f
     return IngestResult(n_i, n_f, dupes, attributed)
+
+
+def _fast_or_safe(
+    pg: psycopg.Connection[Any], interactions: Sequence[Raw], feedback: Sequence[Raw], nested: bool
+) -> IngestResult:
+    """COPY fast path in a savepoint; on a concurrent duplicate, the ON CONFLICT path."""
+    if not interactions:
+        return _batch(pg, interactions, feedback, nested)
+    try:
+        with pg.transaction():
+            return _batch(pg, interactions, feedback, nested, fast=True)
+    except (psycopg.errors.UniqueViolation, bulk.Unsupported) as exc:
+        log.info("COPY fast path not applicable (%s); batch redone with ON CONFLICT", exc)
+    return _batch(pg, interactions, feedback, nested=True)
 
 
 def ingest_raw(
@@ -269,7 +311,7 @@ def ingest_raw(
     nested = pg.info.transaction_status != pq.TransactionStatus.IDLE
     try:
         with pg.transaction():
-            res = _batch(pg, interactions, feedback, nested)
+            res = _fast_or_safe(pg, interactions, feedback, nested)
             write_dead_letters(pg, dead_letters)
             return IngestResult(
                 res.interactions, res.feedback, res.duplicates, res.attributed, len(dead_letters)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+import threading
+import time
 from typing import Any
 
 import psycopg
@@ -171,3 +173,61 @@ def test_rollups_do_not_depend_on_batching(database_url: str, batches: int) -> N
             ingest(conn, events[i : i + step])
         got = stored_rollups(conn, exp)
     assert_rollups_equal(got, expected_rollups(events))
+
+
+def test_keys_with_tabs_newlines_and_backslashes_survive_the_copy_path(database_url: str) -> None:
+    exp = new_experiment_id()
+    evs = [
+        interaction(exp, "con\ttrol", "u\\1\n", tags={"ta\\sk": "co\tde\r"}, conversation_id="c\\1"),
+        interaction(exp, "con\ttrol", "u\\1\n", tags={"ta\\sk": "co\tde\r"}, prompt="line1\nline2\\"),
+    ]
+    with connect(database_url) as conn:
+        assert ingest(conn, evs).interactions == 2
+        got = stored_rollups(conn, exp)
+        prompt = conn.execute(
+            b"SELECT prompt FROM interactions WHERE event_id = %s", (evs[1].event_id,)
+        ).fetchone()
+    assert prompt == ("line1\nline2\\",)
+    assert_rollups_equal(got, expected_rollups(evs))
+
+
+def test_a_batch_overlapping_stored_events_is_counted_once(database_url: str) -> None:
+    exp = new_experiment_id()
+    events = random_events(exp, 300, random.Random(5))
+    with connect(database_url) as conn:
+        ingest(conn, events[:200])
+        res = ingest(conn, events[100:])  # the COPY hits stored ids: redone with ON CONFLICT
+        got = stored_rollups(conn, exp)
+    assert res.duplicates == 100
+    assert_rollups_equal(got, expected_rollups(events))
+
+
+def test_a_concurrent_duplicate_waits_and_is_counted_once(database_url: str) -> None:
+    """Two consumers racing on the same events (a rebalance): the second one's COPY waits on
+    the first's uncommitted rows, fails on the primary key, and is redone with ON CONFLICT."""
+    exp = new_experiment_id()
+    events = random_events(exp, 200, random.Random(6))
+    first, second = events[:150], events[50:]
+    with connect(database_url) as a, connect(database_url) as b:
+        a.execute(b"BEGIN")
+        ingest(a, first)  # nested in a's open transaction: not committed yet
+        result: list[IngestResult] = []
+        t = threading.Thread(target=lambda: result.append(ingest(b, second)))
+        t.start()
+        # b blocks on a's uncommitted keys until a commits.
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not _waiting_on_a_lock(a):
+            time.sleep(0.01)
+        a.commit()
+        t.join(timeout=30)
+        got = stored_rollups(a, exp)
+    assert not t.is_alive() and len(result) == 1
+    assert result[0].duplicates >= 100
+    assert_rollups_equal(got, expected_rollups(events))
+
+
+def _waiting_on_a_lock(conn: psycopg.Connection[tuple[Any, ...]]) -> bool:
+    row = conn.execute(
+        b"SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+    ).fetchone()
+    return bool(row and row[0])
