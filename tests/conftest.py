@@ -8,6 +8,7 @@ runs never see each other's rows; each test gets a transaction that is rolled ba
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import subprocess
@@ -59,19 +60,40 @@ def pg_admin_url() -> str:
     return _admin_url()
 
 
-@pytest.fixture(scope="session")
-def database_url(pg_admin_url: str) -> Iterator[str]:
-    """A new, migrated database for this test session (SQLAlchemy URL, psycopg 3 driver)."""
+@contextlib.contextmanager
+def fresh_database(pg_admin_url: str) -> Iterator[str]:
+    """A new, migrated database (SQLAlchemy URL, psycopg 3 driver), dropped afterwards.
+
+    Its name carries this process's pid, so one left by a killed run is dropped by the next.
+    """
     name = f"{TEST_DB_PREFIX}{os.getpid()}_{secrets.token_hex(4)}"
     with psycopg.connect(pg_admin_url, autocommit=True) as conn:
         _drop_stale_databases(conn)
         conn.execute(f'CREATE DATABASE "{name}"')
     base = pg_admin_url.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1)
     url = f"{base}/{name}"
-    dbmod.upgrade(url)
-    yield url
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    try:
+        dbmod.upgrade(url)
+        yield url
+    finally:
+        with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def database_url(pg_admin_url: str) -> Iterator[str]:
+    """A new, migrated database for this test session (SQLAlchemy URL, psycopg 3 driver)."""
+    with fresh_database(pg_admin_url) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def module_database_url(pg_admin_url: str) -> Iterator[str]:
+    """A migrated database of this test module's own: for services that act on every
+    experiment they find (snapshotter, rollout controller), so other tests' rows can't
+    slow them down or change what they do."""
+    with fresh_database(pg_admin_url) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

@@ -207,8 +207,9 @@ def send_traffic(gateway: str, routes: tuple[str, ...], rounds: int, offset: int
 
 @pytest.fixture(scope="module")
 def stack(
-    database_url: str, kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
+    module_database_url: str, kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Stack]:
+    database_url = module_database_url
     token = "prom-" + secrets.token_hex(16)
     suffix = secrets.token_hex(3)
     workdir = tmp_path_factory.mktemp("prometheus")
