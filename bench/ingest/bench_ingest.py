@@ -18,12 +18,16 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
 import random
 import secrets
+import signal
 import statistics
+import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import psycopg
 from kafka import KafkaProducer
@@ -127,6 +131,58 @@ def consumer_run(db_url: str, bootstrap: str, topic: str, n: int, timeout: float
     return (n - first_n) / (end - first_t)
 
 
+def committed(admin: KafkaAdminClient, group: str) -> int:
+    try:
+        offsets = admin.list_group_offsets(group).get(group, {})
+    except Exception:  # the group does not exist before its first commit
+        return 0
+    return sum(max(0, int(m.offset)) for m in offsets.values())
+
+
+def consumer_processes_run(
+    db_url: str, bootstrap: str, topic: str, n: int, timeout: float, procs: int
+) -> float:
+    """``procs`` consumer processes in one group (each has its own GIL); progress = committed offsets."""
+    group = f"bench-{secrets.token_hex(4)}"
+    env = {
+        **os.environ,
+        "LIFTGATE_DATABASE_URL": db_url.replace("postgresql://", "postgresql+psycopg://", 1),
+        "LIFTGATE_KAFKA_BOOTSTRAP": bootstrap,
+        "LIFTGATE_CONSUMER_GROUP": group,
+        "LIFTGATE_INTERACTIONS_TOPIC": topic,
+        "LIFTGATE_FEEDBACK_TOPIC": topic + "-fb",
+    }
+    root = Path(__file__).resolve().parents[2]
+    ps = [
+        subprocess.Popen(
+            [sys.executable, "-m", "analytics.consumer"], cwd=root, env=env, stderr=subprocess.DEVNULL
+        )
+        for _ in range(procs)
+    ]
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        deadline = time.monotonic() + timeout
+        first_n, first_t, c = 0, 0.0, 0
+        while time.monotonic() < deadline:
+            c = committed(admin, group)
+            if c and not first_t:
+                first_n, first_t = c, time.perf_counter()
+            if c >= n:
+                break
+            time.sleep(0.02)
+        end = time.perf_counter()
+        if c < n:
+            raise RuntimeError(f"consumers did not finish: {c} of {n}")
+        print(f"  {procs} consumer processes: {end - first_t:.1f}s elapsed")
+        return (n - first_n) / (end - first_t)
+    finally:
+        for p in ps:
+            p.send_signal(signal.SIGTERM)
+        for p in ps:
+            p.wait(timeout=60)
+        admin.close()
+
+
 def copy_rows(events: list[InteractionEvent]) -> bytes:
     """The same rows as COPY text for the interactions table."""
     buf = io.StringIO()
@@ -184,6 +240,7 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=300_000)
     ap.add_argument("--units", type=int, default=50_000)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--consumers", type=int, default=1, help="> 1: that many consumer processes in one group")
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("--switch-interval", type=float, default=None, help="sys.setswitchinterval (GIL handoff)")
     args = ap.parse_args()
@@ -204,7 +261,13 @@ def main() -> None:
         kafka_rates, copy_rates = [], []
         for run in range(args.runs):
             truncate(db_url)
-            kafka_rates.append(consumer_run(db_url, args.bootstrap, topic, args.events, args.timeout))
+            if args.consumers > 1:
+                rate = consumer_processes_run(
+                    db_url, args.bootstrap, topic, args.events, args.timeout, args.consumers
+                )
+            else:
+                rate = consumer_run(db_url, args.bootstrap, topic, args.events, args.timeout)
+            kafka_rates.append(rate)
             truncate(db_url)
             copy_rates.append(copy_run(db_url, data, args.events))
             print(
