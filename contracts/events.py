@@ -23,6 +23,12 @@ import uuid6
 SCHEMA_VERSION: Final = 1
 
 INTERACTIONS_TOPIC: Final = "liftgate.interactions"
+#: Tag the gateway adds to every attributed call of a running rollout: the stage index it was
+#: served under. Analytics rolls tags up per segment, so the rollout controller can compare
+#: control and candidate on the same time window (the current stage), not on cumulative
+#: totals that mix stages (units join the candidate later, and anything that drifts over
+#: time would otherwise look like a difference between the variants).
+ROLLOUT_STAGE_TAG: Final = "rollout_stage"
 FEEDBACK_TOPIC: Final = "liftgate.feedback"
 
 #: primary: the call whose answer the user got; shadow: a mirrored call (never returned);

@@ -27,6 +27,7 @@ from typing import Any
 
 import orjson
 
+from contracts.events import ROLLOUT_STAGE_TAG
 from gateway import errors
 from gateway.http_client import StreamResponse
 from gateway.ids import request_id
@@ -178,6 +179,9 @@ class CompletionProxy:
                     {**opts, "include_usage": True} if isinstance(opts, dict) else {"include_usage": True}
                 )
         rid = request_id()
+        tags = facts.tags
+        if d.attributed and exp.mode == "rollout" and exp.rollout_stage is not None:
+            tags = {**tags, ROLLOUT_STAGE_TAG: str(exp.rollout_stage)}
         info = CallInfo(
             request_id=rid,
             route=route.route,
@@ -188,7 +192,7 @@ class CompletionProxy:
             mode=d.mode,
             endpoint=endpoint,
             stream=stream,
-            tags=facts.tags,
+            tags=tags,
             conversation_id=conversation,
             content_logging=exp.content_logging if d.attributed else "none",
         )

@@ -29,6 +29,7 @@ from analytics.rollout.decisions import Decision, Look, decide
 from analytics.rollout.evidence import check_guardrail, check_success, guardrail_alpha, look_srm
 from analytics.rollout.plan import DEFAULT_MARGIN, PlanError, RolloutPlan, Stage, parse_plan
 from analytics.rollout.telemetry import RolloutMetrics
+from contracts.events import ROLLOUT_STAGE_TAG
 
 log = logging.getLogger(__name__)
 
@@ -84,9 +85,13 @@ def measure(
     # The driver connection (same transaction): aggregate's SQL passes positional lists.
     pg = conn.connection.driver_connection
     assert isinstance(pg, psycopg.Connection)
-    stats = variant_stats(pg, row.id, metrics) if metrics else {}
+    by_stage = plan.guardrail_window == "stage"
+    segment = f"{ROLLOUT_STAGE_TAG}={row.stage}" if by_stage else ""
+    stats = variant_stats(pg, row.id, metrics, segment) if metrics else {}
     counts = unit_counts(pg, row.id)
-    alpha = guardrail_alpha(plan.alpha, guards)
+    # Bonferroni over guardrails, and with per-stage windows also over stages: every stage
+    # is a fresh family of tests, so the whole rollout keeps P(any false rollback) ≤ alpha.
+    alpha = guardrail_alpha(plan.alpha, guards) / (len(plan.stages) if by_stage else 1)
     checks = tuple(
         check_guardrail(
             m,

@@ -77,6 +77,12 @@ class RolloutPlan(_Strict):
     min_test_units: int = Field(default=30, ge=2)
     # Advance only when every guardrail is non-inferior with confidence (not merely unharmed).
     require_noninferiority: bool = False
+    # "stage": guardrails compare the variants on the current stage's traffic only (the
+    # gateway tags each call with its stage), so a drift over time (load, time of day, units
+    # joining the candidate later) cannot pass for a difference between the variants; each
+    # stage's tests then run at alpha / (k · stages) so the whole rollout keeps ≤ alpha.
+    # "cumulative": every unit's totals since the rollout started (more data, confoundable).
+    guardrail_window: Literal["stage", "cumulative"] = "stage"
 
     @field_validator("guardrails", mode="before")
     @classmethod

@@ -20,7 +20,7 @@ import orjson
 from sqlalchemy import Engine, text
 
 from analytics.ingest import ingest
-from contracts.events import Event, FeedbackEvent, InteractionEvent
+from contracts.events import ROLLOUT_STAGE_TAG, Event, FeedbackEvent, InteractionEvent
 from gateway.assignment import choose, layout_from_weights
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -152,6 +152,12 @@ class SyntheticTraffic:
     def step(self, ts: datetime, requests: int) -> int:
         """Send ``requests`` requests at time ``ts``; returns how many were ingested."""
         layout = layout_from_weights(self.weights())
+        with self.engine.connect() as conn:
+            stage = conn.execute(
+                text("SELECT rollout_stage FROM experiments WHERE id = :e"), {"e": self.experiment_id}
+            ).scalar_one()
+        # What the gateway does for a running rollout: tag each call with its stage.
+        tags = {ROLLOUT_STAGE_TAG: str(stage)} if stage is not None else {}
         picks = self.rng.choice(len(self.units), size=requests, p=self.activity)
         events: list[Event] = []
         for i in picks:
@@ -173,6 +179,7 @@ class SyntheticTraffic:
                     http_status=502 if err else 200, latency_ms=float(self.rng.lognormal(np.log(p.latency_ms), 0.4)),
                     experiment_id=self.experiment_id, variant=variant,
                     completion_tokens=None if err else int(self.rng.poisson(p.tokens)), ts=ts.timestamp(),
+                    tags=tags,
                 )
             )  # fmt: skip
             if not err and self.rng.random() < p.thumbs_down_p:
