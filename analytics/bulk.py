@@ -1,18 +1,18 @@
 """The COPY fast path for a batch of interactions (the common case: no redelivery).
 
-``INSERT … SELECT … ON CONFLICT DO NOTHING`` cannot use COPY's multi-insert path and
-upserting rollups per event row makes Postgres aggregate in SQL. Instead:
+``INSERT … SELECT … ON CONFLICT DO NOTHING`` from a staging table cannot use COPY's
+multi-insert path and writes every row twice. Instead:
 
 1. duplicates within the batch are dropped in Python;
-2. the rows are COPYed straight into ``interactions``. An event
-   already stored (a redelivery after a crash or a rebalance, or a concurrent consumer's
+2. the rows are COPYed straight into ``interactions``. An event already stored (a redelivery after a crash or a rebalance, or a concurrent consumer's
    uncommitted insert) raises ``UniqueViolation`` from the primary key: the caller rolls
    back to its savepoint and redoes the batch on the ``ON CONFLICT`` path, so every
    event is still stored and counted exactly once. Redeliveries are rare, so no
    existence probe is paid on every batch (measured: 10–50 ms per 5,000 events);
-3. the rollup and histogram deltas of the new rows are aggregated in Python, COPYed
-   into session temp tables and folded in with one upsert per table, in key order (so
-   concurrent consumers lock rows in the same order).
+3. the rollup and histogram deltas of the new counted rows are aggregated by Postgres
+   (read back by primary key: Python formats no per-event numbers, the consumer's GIL
+   being its bottleneck) into session temp tables, and folded in with one upsert per
+   table, in key order (so concurrent consumers lock rows in the same order).
 
 The result is the same as ``analytics.rollup`` computes from ``lg_new_i``: only primary
 interactions in an experiment count; a conversation is counted on its first primary turn
@@ -21,9 +21,6 @@ interactions in an experiment count; a conversation is counted on its first prim
 
 from __future__ import annotations
 
-import math
-import operator
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -36,7 +33,7 @@ from contracts.events import InteractionEvent
 
 TEMP_TABLES: Final = """
 CREATE TEMP TABLE IF NOT EXISTS lg_du (
-    experiment_id int, segment text, variant text, unit_id text, first_ts float8, last_ts float8,
+    experiment_id int, segment text, variant text, unit_id text, first_ts timestamptz, last_ts timestamptz,
     requests float8, errors float8, fallbacks float8, latency_sum float8, ttft_n float8, ttft_sum float8,
     prompt_tokens float8, completion_tokens float8, response_chars float8, conversations float8, turns float8
 ) ON COMMIT DELETE ROWS;
@@ -66,23 +63,61 @@ _MEASURES: Final = (
     "turns",
 )
 _M: Final = ", ".join(_MEASURES)
-_COPY_DU: Final = (
-    f"COPY lg_du (experiment_id, segment, variant, unit_id, first_ts, last_ts, {_M}) FROM STDIN".encode()
+# The deltas of the batch's counted rows, computed by Postgres from the rows just COPYed
+# (read back by primary key): no per-event number is formatted in Python, where the
+# consumer's GIL is the bottleneck. Same formulas as ``analytics.rollup``.
+DELTAS: Final = f"""
+WITH n AS MATERIALIZED (
+    SELECT i.experiment_id, i.variant, i.unit_id, i.ts, i.status, i.fallback, i.latency_ms, i.ttft_ms,
+        i.prompt_tokens, i.completion_tokens, i.response_chars, i.tags,
+        (i.conversation_id IS NULL OR f.id IS NOT NULL) AS conv
+    FROM unnest(%s::uuid[]) b(id) JOIN interactions i ON i.event_id = b.id
+    LEFT JOIN unnest(%s::uuid[]) f(id) ON f.id = b.id
+    WHERE i.role = 'primary' AND i.experiment_id IS NOT NULL AND i.variant IS NOT NULL
+), s AS (
+    SELECT n.*, NULL::text AS segment FROM n
+    UNION ALL
+    SELECT n.*, t.key || '=' || t.value FROM n, jsonb_each_text(n.tags) t
+), v AS (
+    SELECT experiment_id, variant, tags, 'latency' AS metric,
+        floor(ln(greatest(latency_ms, 0.01)) * 20)::int AS bucket
+    FROM n
+    UNION ALL
+    SELECT experiment_id, variant, tags, 'ttft', floor(ln(greatest(ttft_ms, 0.01)) * 20)::int
+    FROM n WHERE ttft_ms IS NOT NULL
+), g AS (
+    -- Count before expanding tags: far fewer rows reach jsonb_each_text.
+    SELECT experiment_id, variant, tags, metric, bucket, count(*) AS n FROM v GROUP BY 1, 2, 3, 4, 5
+), h AS (
+    INSERT INTO lg_dh (experiment_id, metric, segment, variant, bucket, n)
+    SELECT experiment_id, metric, segment, variant, bucket, sum(n) FROM (
+        SELECT experiment_id, metric, '' AS segment, variant, bucket, n FROM g
+        UNION ALL
+        SELECT experiment_id, metric, t.key || '=' || t.value, variant, bucket, n
+        FROM g, jsonb_each_text(g.tags) t
+    ) x GROUP BY 1, 2, 3, 4, 5
 )
-_COPY_DH: Final = b"COPY lg_dh (experiment_id, metric, segment, variant, bucket, n) FROM STDIN"
+INSERT INTO lg_du (experiment_id, segment, variant, unit_id, first_ts, last_ts, {_M})
+SELECT experiment_id, segment, variant, unit_id, min(ts), max(ts), count(*)::float8,
+    count(*) FILTER (WHERE status = 'error')::float8, count(*) FILTER (WHERE fallback)::float8,
+    sum(latency_ms), count(ttft_ms)::float8, coalesce(sum(ttft_ms), 0),
+    coalesce(sum(prompt_tokens), 0)::float8, coalesce(sum(completion_tokens), 0)::float8,
+    sum(response_chars)::float8, count(*) FILTER (WHERE conv)::float8, count(*)::float8
+FROM s GROUP BY experiment_id, segment, variant, unit_id
+""".encode()
 _SET: Final = ", ".join(f"{m} = t.{m} + EXCLUDED.{m}" for m in _MEASURES)
 _TS_SET: Final = (
     "first_ts = least(t.first_ts, EXCLUDED.first_ts), last_ts = greatest(t.last_ts, EXCLUDED.last_ts)"
 )
-# Rows were COPYed in key order; ORDER BY keeps the lock order explicit.
+# ORDER BY: concurrent consumers lock rows in the same order (no deadlock cycles).
 UPSERTS: Final = f"""
 INSERT INTO unit_rollups AS t (experiment_id, variant, unit_id, first_ts, last_ts, {_M})
-SELECT experiment_id, variant, unit_id, to_timestamp(first_ts), to_timestamp(last_ts), {_M}
+SELECT experiment_id, variant, unit_id, first_ts, last_ts, {_M}
 FROM lg_du WHERE segment IS NULL
 ORDER BY experiment_id, variant, unit_id
 ON CONFLICT (experiment_id, variant, unit_id) DO UPDATE SET {_TS_SET}, {_SET};
 INSERT INTO segment_rollups AS t (experiment_id, segment, variant, unit_id, first_ts, last_ts, {_M})
-SELECT experiment_id, segment, variant, unit_id, to_timestamp(first_ts), to_timestamp(last_ts), {_M}
+SELECT experiment_id, segment, variant, unit_id, first_ts, last_ts, {_M}
 FROM lg_du WHERE segment IS NOT NULL
 ORDER BY experiment_id, segment, variant, unit_id
 ON CONFLICT (experiment_id, segment, variant, unit_id) DO UPDATE SET {_TS_SET}, {_SET};
@@ -97,9 +132,6 @@ _STORED_CONVERSATIONS: Final = (
     b" JOIN interactions x ON x.conversation_id = c.id"
     b" WHERE x.role = 'primary' AND x.experiment_id IS NOT NULL"
 )
-_BUCKETS_PER_E: Final = 20.0  # analytics.aggregate.BUCKETS_PER_E (no import: aggregate is heavier)
-
-UnitKey = tuple[int, str | None, str, str]  # experiment, segment (None: whole experiment), variant, unit
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,15 +142,6 @@ class Inserted:
 
 class Unsupported(Exception):
     """The batch holds a value this path cannot render (e.g. a ts out of datetime's range)."""
-
-
-_N: Final = "\\N"  # COPY text NULL
-_SPECIAL: Final = re.compile(r"[\\\t\n\r]")
-
-
-def _escape(v: str) -> str:
-    """COPY text format: backslash, newline, CR and tab are written as escapes."""
-    return v.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
 
 
 def _ts(t: float) -> datetime:
@@ -192,75 +215,12 @@ def _first_turns(pg: psycopg.Connection[Any], counted: list[InteractionEvent]) -
     return {id(e) for e in first.values()}
 
 
-def _bucket(ms: float) -> int:
-    return math.floor(math.log(max(ms, 0.01)) * _BUCKETS_PER_E)
-
-
 def _fold(pg: psycopg.Connection[Any], counted: list[InteractionEvent], firsts: set[int]) -> None:
-    """Rollup and histogram deltas of the counted events, COPYed and upserted."""
-    acc: dict[UnitKey, list[float]] = {}
-    hist: dict[tuple[int, str, tuple[str, ...], str, int], int] = {}
-    seg_cache: dict[tuple[tuple[str, str], ...], tuple[str, ...]] = {}
-    add = operator.add
-    for e in counted:
-        exp, var, unit, ts, ttft = e.experiment_id, e.variant, e.unit_id, e.ts, e.ttft_ms
-        assert exp is not None and var is not None
-        segs: tuple[str, ...] = ()
-        if e.tags:
-            tk = tuple(e.tags.items())
-            cached = seg_cache.get(tk)
-            if cached is None:
-                cached = seg_cache[tk] = tuple(f"{k}={v}" for k, v in tk)
-            segs = cached
-        vals = (
-            1.0,
-            1.0 if e.status == "error" else 0.0,
-            1.0 if e.fallback else 0.0,
-            e.latency_ms,
-            0.0 if ttft is None else 1.0,
-            0.0 if ttft is None else ttft,
-            e.prompt_tokens or 0,
-            e.completion_tokens or 0,
-            e.response_chars,
-            1.0 if e.conversation_id is None or id(e) in firsts else 0.0,
-            1.0,
-        )
-        for seg in (None, *segs):
-            key = (exp, seg, var, unit)
-            m = acc.get(key)
-            if m is None:
-                acc[key] = [ts, ts, *vals]
-            else:
-                if ts < m[0]:
-                    m[0] = ts
-                elif ts > m[1]:
-                    m[1] = ts
-                m[2:] = map(add, m[2:], vals)
-        hk = (exp, var, segs, "latency", _bucket(e.latency_ms))
-        hist[hk] = hist.get(hk, 0) + 1
-        if ttft is not None:
-            hk = (exp, var, segs, "ttft", _bucket(ttft))
-            hist[hk] = hist.get(hk, 0) + 1
-    # The delta rows are written as COPY text here (psycopg's write_row would cost ~4 us a
-    # row); escaping is needed only when some key holds a backslash, tab or newline.
-    keys = "".join(k[3] + k[2] + (k[1] or "") for k in acc)
-    esc = _escape if _SPECIAL.search(keys) else str
-    du = [
-        f"{k[0]}\t{_N if k[1] is None else esc(k[1])}\t{esc(k[2])}\t{esc(k[3])}\t" + "\t".join(map(str, m))
-        for k, m in acc.items()
-    ]
-    # Counted before expanding tags: far fewer keys reach the segments.
-    per_segment: dict[tuple[int, str, str, str, int], int] = {}
-    for (exp, var, segs, metric, b), n in hist.items():
-        for seg in ("", *segs):
-            sk = (exp, metric, seg, var, b)
-            per_segment[sk] = per_segment.get(sk, 0) + n
-    dh = [f"{k[0]}\t{k[1]}\t{esc(k[2])}\t{esc(k[3])}\t{k[4]}\t{n}" for k, n in per_segment.items()]
+    """Rollup and histogram deltas of the counted rows (computed in SQL), then the upserts."""
+    ids = text_array([e.event_id for e in counted])
+    first_ids = text_array([e.event_id for e in counted if id(e) in firsts])
     with pg.cursor() as cur:
-        with cur.copy(_COPY_DU) as copy:
-            copy.write("\n".join(du) + "\n")
-        with cur.copy(_COPY_DH) as copy:
-            copy.write("\n".join(dh) + "\n")
+        cur.execute(DELTAS, (ids, first_ids))
         cur.execute(UPSERTS)
 
 

@@ -195,7 +195,11 @@ class Consumer:
         if self.pg is None or self.pg.closed or self.pg.broken:
             if self.pg is not None:
                 self.pg.close()
-            self.pg = psycopg.connect(_pg_url(self.s.database_url), connect_timeout=5)
+            # Offsets are committed to Kafka once the batch's commit returned, so that commit
+            # must be durable: the embedded server runs with synchronous_commit=off.
+            self.pg = psycopg.connect(
+                _pg_url(self.s.database_url), connect_timeout=5, options="-c synchronous_commit=on"
+            )
         return self.pg
 
     def _reset_connection(self) -> None:

@@ -231,3 +231,15 @@ def _waiting_on_a_lock(conn: psycopg.Connection[tuple[Any, ...]]) -> bool:
         b"SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
     ).fetchone()
     return bool(row and row[0])
+
+
+def test_a_timestamp_out_of_range_is_dead_lettered_and_the_rest_ingested(database_url: str) -> None:
+    exp = new_experiment_id()
+    good = interaction(exp, "control", "u1")
+    bad = interaction(exp, "control", "u2", ts=1e20)  # no datetime for it: the SQL path rejects it
+    raws = [Raw(encode(good), "t", 0, 1, b"u1", good), Raw(encode(bad), "t", 0, 2, b"u2", bad)]
+    with connect(database_url) as conn:
+        res = ingest_raw(conn, raws, [])
+        got = stored_rollups(conn, exp)
+    assert (res.interactions, res.dead_lettered) == (1, 1)
+    assert_rollups_equal(got, expected_rollups([good]))
