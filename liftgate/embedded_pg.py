@@ -38,12 +38,13 @@ _SERVER_SETTINGS = {
     "maintenance_work_mem": "128MB",
     "max_wal_size": "2GB",
     "checkpoint_timeout": "15min",
-    "synchronous_commit": "off",
     "jit": "off",
     "max_parallel_workers_per_gather": "2",
     "logging_collector": "off",
 }
-_FAST_UNSAFE = {"fsync": "off", "full_page_writes": "off"}
+# Tests only: a crash may lose committed transactions. The durable default keeps
+# synchronous_commit on, because the embedded Direct sink has no upstream to redeliver from.
+_FAST_UNSAFE = {"fsync": "off", "full_page_writes": "off", "synchronous_commit": "off"}
 
 
 def _bin_dir() -> Path:
