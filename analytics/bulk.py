@@ -150,10 +150,11 @@ def _ts(t: float) -> datetime:
         raise Unsupported(f"ts {t!r}: {exc}") from None
 
 
-def _row(e: InteractionEvent) -> tuple[Any, ...]:
+def interaction_row(e: InteractionEvent, ts: Any) -> tuple[Any, ...]:
+    """The columns of ``interactions`` in table order (``ts`` as the caller's COPY wants it)."""
     return (
         e.event_id,
-        _ts(e.ts),
+        ts,
         e.request_id,
         e.route,
         e.experiment_id,
@@ -183,6 +184,10 @@ def _row(e: InteractionEvent) -> tuple[Any, ...]:
         e.prompt,
         e.response,
     )
+
+
+def _row(e: InteractionEvent) -> tuple[Any, ...]:
+    return interaction_row(e, _ts(e.ts))
 
 
 def text_array(values: Sequence[str]) -> str | list[str]:

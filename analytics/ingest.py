@@ -208,40 +208,7 @@ def _copy_interactions(pg: psycopg.Connection[Any], raws: Sequence[Raw]) -> None
         for raw in raws:
             e = raw.event if raw.event is not None else decode(raw.payload)
             assert isinstance(e, InteractionEvent)
-            copy.write_row(
-                (
-                    e.event_id,
-                    e.ts,
-                    e.request_id,
-                    e.route,
-                    e.experiment_id,
-                    e.variant,
-                    e.unit_id,
-                    e.unit_source,
-                    e.role,
-                    e.pair_id,
-                    e.mode,
-                    e.endpoint,
-                    e.model,
-                    e.upstream,
-                    e.status,
-                    e.http_status,
-                    e.error_type,
-                    e.latency_ms,
-                    e.ttft_ms,
-                    e.prompt_tokens,
-                    e.completion_tokens,
-                    e.response_chars,
-                    e.finish_reason,
-                    e.stream,
-                    e.fallback,
-                    e.fallback_from,
-                    e.conversation_id,
-                    orjson.dumps(e.tags).decode(),
-                    e.prompt,
-                    e.response,
-                )
-            )
+            copy.write_row(bulk.interaction_row(e, e.ts))
 
 
 def _count(pg: psycopg.Connection[Any], sql: bytes) -> int:
