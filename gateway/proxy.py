@@ -249,6 +249,31 @@ class CompletionProxy:
         )
         self.metrics.fallbacks.labels(info.route, info.experiment or "", variant.name).inc()
 
+    def _record_served(
+        self,
+        info: CallInfo,
+        d: Decision,
+        variant: VariantConfig,
+        res: CallResult,
+        status: int,
+        latency: float,
+        fallback_from: str | None,
+        prompt: str | None,
+    ) -> None:
+        """The request's one primary event: attributed to the assigned arm (intention to
+        treat), also after a fallback, with the model/upstream that actually answered."""
+        self.recorder.record(
+            info,
+            d.variant.name,
+            variant.model,
+            variant.upstream,
+            res,
+            status,
+            latency,
+            fallback_from=fallback_from,
+            prompt=prompt,
+        )
+
     async def _json(
         self,
         send: Send,
@@ -276,17 +301,7 @@ class CompletionProxy:
         await send_json(send, status, body, self._headers(info, d.variant))
         if res.error_type is None:
             summarize_json(res, info.endpoint, info.content_logging != "none")
-        self.recorder.record(
-            info,
-            d.variant.name,  # the assigned arm (intention to treat), also after a fallback
-            variant.model,
-            variant.upstream,
-            res,
-            status,
-            latency,
-            fallback_from=fallback_from,
-            prompt=prompt,
-        )
+        self._record_served(info, d, variant, res, status, latency, fallback_from, prompt)
 
     async def _call_json(self, variant: VariantConfig, endpoint: str, payload: bytes) -> CallResult:
         res = CallResult()
@@ -333,17 +348,7 @@ class CompletionProxy:
         if resp is None:
             status, body = error_for(res, variant.upstream)
             await send_json(send, status, body, headers)
-            self.recorder.record(
-                info,
-                d.variant.name,
-                variant.model,
-                variant.upstream,
-                res,
-                status,
-                perf_counter() - t0,
-                fallback_from=fallback_from,
-                prompt=prompt,
-            )
+            self._record_served(info, d, variant, res, status, perf_counter() - t0, fallback_from, prompt)
             return
         await send({"type": "http.response.start", "status": 200, "headers": [_SSE, _NO_CACHE, *headers]})
         flt = SseFilter(res, info.endpoint == "chat", keep_usage, info.content_logging != "none", t0)
@@ -372,17 +377,7 @@ class CompletionProxy:
             resp.release()
         await send({"type": "http.response.body", "body": tail, "more_body": False})
         gone.cancel()
-        self.recorder.record(
-            info,
-            d.variant.name,  # the assigned arm (intention to treat), also after a fallback
-            variant.model,
-            variant.upstream,
-            res,
-            200,
-            perf_counter() - t0,
-            fallback_from=fallback_from,
-            prompt=prompt,
-        )
+        self._record_served(info, d, variant, res, 200, perf_counter() - t0, fallback_from, prompt)
 
     def _mirror(self, info: CallInfo, route: RouteConfig, req: dict[str, Any], prompt: str | None) -> None:
         shadow = self.shadow
