@@ -9,10 +9,11 @@ multi-insert path and writes every row twice. Instead:
    back to its savepoint and redoes the batch on the ``ON CONFLICT`` path, so every
    event is still stored and counted exactly once. Redeliveries are rare, so no
    existence probe is paid on every batch (measured: 10–50 ms per 5,000 events);
-3. the rollup and histogram deltas of the new counted rows are aggregated by Postgres
-   (read back by primary key: Python formats no per-event numbers, the consumer's GIL
-   being its bottleneck) into session temp tables, and folded in with one upsert per
-   table, in key order (so concurrent consumers lock rows in the same order).
+3. the counted rows, narrowed to the columns the rollups read, are COPYed into the
+   session temp table ``lg_fold`` (no WAL, no index); one statement aggregates the rollup
+   and histogram deltas from it in SQL (Python formats no sums, the consumer's GIL being
+   its bottleneck) and upserts them, each table in key order (so concurrent consumers
+   lock rows in the same order).
 
 The result is the same as ``analytics.rollup`` computes from ``lg_new_i``: only primary
 interactions in an experiment count; a conversation is counted on its first primary turn
@@ -32,15 +33,16 @@ import psycopg
 from contracts.events import InteractionEvent
 
 TEMP_TABLES: Final = """
-CREATE TEMP TABLE IF NOT EXISTS lg_du (
-    experiment_id int, segment text, variant text, unit_id text, first_ts timestamptz, last_ts timestamptz,
-    requests float8, errors float8, fallbacks float8, latency_sum float8, ttft_n float8, ttft_sum float8,
-    prompt_tokens float8, completion_tokens float8, response_chars float8, conversations float8, turns float8
-) ON COMMIT DELETE ROWS;
-CREATE TEMP TABLE IF NOT EXISTS lg_dh (
-    experiment_id int, metric text, segment text, variant text, bucket int, n bigint
+CREATE TEMP TABLE IF NOT EXISTS lg_fold (
+    experiment_id int, variant text, unit_id text, ts timestamptz, status text, fallback bool,
+    latency_ms float8, ttft_ms float8, prompt_tokens int, completion_tokens int, response_chars int,
+    segments text, conv bool
 ) ON COMMIT DELETE ROWS;
 """
+_COPY_FOLD: Final = (
+    b"COPY lg_fold (experiment_id, variant, unit_id, ts, status, fallback, latency_ms, ttft_ms, prompt_tokens,"
+    b" completion_tokens, response_chars, segments, conv) FROM STDIN"
+)
 
 _COLUMNS: Final = (
     "event_id, ts, request_id, route, experiment_id, variant, unit_id, unit_source, role, pair_id, mode,"
@@ -63,73 +65,81 @@ _MEASURES: Final = (
     "turns",
 )
 _M: Final = ", ".join(_MEASURES)
-# The deltas of the batch's counted rows, computed by Postgres from the rows just COPYed
-# (read back by primary key): no per-event number is formatted in Python, where the
-# consumer's GIL is the bottleneck. Same formulas as ``analytics.rollup``.
-DELTAS: Final = f"""
-WITH n AS MATERIALIZED (
-    SELECT i.experiment_id, i.variant, i.unit_id, i.ts, i.status, i.fallback, i.latency_ms, i.ttft_ms,
-        i.prompt_tokens, i.completion_tokens, i.response_chars, i.tags,
-        (i.conversation_id IS NULL OR b.opens) AS conv
-    FROM unnest(%s::uuid[], %s::bool[]) b(id, opens) JOIN interactions i ON i.event_id = b.id
-    WHERE i.role = 'primary' AND i.experiment_id IS NOT NULL AND i.variant IS NOT NULL
-), s AS (
-    SELECT n.*, NULL::text AS segment FROM n
-    UNION ALL
-    SELECT n.*, t.key || '=' || t.value FROM n, jsonb_each_text(n.tags) t
-), v AS (
-    SELECT experiment_id, variant, tags, 'latency' AS metric,
-        floor(ln(greatest(latency_ms, 0.01)) * 20)::int AS bucket
-    FROM n
-    UNION ALL
-    SELECT experiment_id, variant, tags, 'ttft', floor(ln(greatest(ttft_ms, 0.01)) * 20)::int
-    FROM n WHERE ttft_ms IS NOT NULL
-), g AS (
-    -- Count before expanding tags: far fewer rows reach jsonb_each_text.
-    SELECT experiment_id, variant, tags, metric, bucket, count(*) AS n FROM v GROUP BY 1, 2, 3, 4, 5
-), h AS (
-    INSERT INTO lg_dh (experiment_id, metric, segment, variant, bucket, n)
-    SELECT experiment_id, metric, segment, variant, bucket, sum(n) FROM (
-        SELECT experiment_id, metric, '' AS segment, variant, bucket, n FROM g
-        UNION ALL
-        SELECT experiment_id, metric, t.key || '=' || t.value, variant, bucket, n
-        FROM g, jsonb_each_text(g.tags) t
-    ) x GROUP BY 1, 2, 3, 4, 5
-)
-INSERT INTO lg_du (experiment_id, segment, variant, unit_id, first_ts, last_ts, {_M})
-SELECT experiment_id, segment, variant, unit_id, min(ts), max(ts), count(*)::float8,
-    count(*) FILTER (WHERE status = 'error')::float8, count(*) FILTER (WHERE fallback)::float8,
-    sum(latency_ms), count(ttft_ms)::float8, coalesce(sum(ttft_ms), 0),
-    coalesce(sum(prompt_tokens), 0)::float8, coalesce(sum(completion_tokens), 0)::float8,
-    sum(response_chars)::float8, count(*) FILTER (WHERE conv)::float8, count(*)::float8
-FROM s GROUP BY experiment_id, segment, variant, unit_id
-""".encode()
 _SET: Final = ", ".join(f"{m} = t.{m} + EXCLUDED.{m}" for m in _MEASURES)
 _TS_SET: Final = (
     "first_ts = least(t.first_ts, EXCLUDED.first_ts), last_ts = greatest(t.last_ts, EXCLUDED.last_ts)"
 )
-# ORDER BY: concurrent consumers lock rows in the same order (no deadlock cycles).
-UPSERTS: Final = f"""
-INSERT INTO unit_rollups AS t (experiment_id, variant, unit_id, first_ts, last_ts, {_M})
-SELECT experiment_id, variant, unit_id, first_ts, last_ts, {_M}
-FROM lg_du WHERE segment IS NULL
-ORDER BY experiment_id, variant, unit_id
-ON CONFLICT (experiment_id, variant, unit_id) DO UPDATE SET {_TS_SET}, {_SET};
+# The deltas of the batch's counted rows, computed by Postgres from the rows just COPYed
+# (read back by primary key): no per-event number is formatted in Python, where the
+# consumer's GIL is the bottleneck. Same formulas as ``analytics.rollup``.
+# The segments of an event ("key=value" per tag) arrive as one text joined by _SEP (cheaper
+# for Postgres than expanding jsonb per row); a tag containing _SEP takes the SQL path.
+_SEP: Final = "\x1f"
+FOLD: Final = f"""
+WITH n AS MATERIALIZED (
+    SELECT * FROM lg_fold
+), s AS (
+    SELECT n.*, NULL::text AS segment FROM n
+    UNION ALL
+    SELECT n.*, t.segment FROM n, string_to_table(n.segments, E'\\x1f') t(segment)
+    WHERE n.segments IS NOT NULL
+), du AS MATERIALIZED (
+    SELECT experiment_id, segment, variant, unit_id, min(ts) AS first_ts, max(ts) AS last_ts,
+        count(*)::float8 AS requests, count(*) FILTER (WHERE status = 'error')::float8 AS errors,
+        count(*) FILTER (WHERE fallback)::float8 AS fallbacks, sum(latency_ms) AS latency_sum,
+        count(ttft_ms)::float8 AS ttft_n, coalesce(sum(ttft_ms), 0) AS ttft_sum,
+        coalesce(sum(prompt_tokens), 0)::float8 AS prompt_tokens,
+        coalesce(sum(completion_tokens), 0)::float8 AS completion_tokens,
+        sum(response_chars)::float8 AS response_chars, count(*) FILTER (WHERE conv)::float8 AS conversations,
+        count(*)::float8 AS turns
+    FROM s GROUP BY experiment_id, segment, variant, unit_id
+), u AS (
+    -- ORDER BY: concurrent consumers lock rows in the same order (no deadlock cycles).
+    INSERT INTO unit_rollups AS t (experiment_id, variant, unit_id, first_ts, last_ts, {_M})
+    SELECT experiment_id, variant, unit_id, first_ts, last_ts, {_M}
+    FROM du WHERE segment IS NULL
+    ORDER BY experiment_id, variant, unit_id
+    ON CONFLICT (experiment_id, variant, unit_id) DO UPDATE SET {_TS_SET}, {_SET}
+)
 INSERT INTO segment_rollups AS t (experiment_id, segment, variant, unit_id, first_ts, last_ts, {_M})
 SELECT experiment_id, segment, variant, unit_id, first_ts, last_ts, {_M}
-FROM lg_du WHERE segment IS NOT NULL
+FROM du WHERE segment IS NOT NULL
 ORDER BY experiment_id, segment, variant, unit_id
-ON CONFLICT (experiment_id, segment, variant, unit_id) DO UPDATE SET {_TS_SET}, {_SET};
+ON CONFLICT (experiment_id, segment, variant, unit_id) DO UPDATE SET {_TS_SET}, {_SET}
+""".encode()
+# Last statement of the batch: every consumer updates the same histogram rows, so their
+# locks are taken as late as possible (held until the commit that follows).
+HISTOGRAMS: Final = b"""
+WITH v AS (
+    SELECT experiment_id, variant, segments, 'latency' AS metric,
+        floor(ln(greatest(latency_ms, 0.01)) * 20)::int AS bucket
+    FROM lg_fold
+    UNION ALL
+    SELECT experiment_id, variant, segments, 'ttft', floor(ln(greatest(ttft_ms, 0.01)) * 20)::int
+    FROM lg_fold WHERE ttft_ms IS NOT NULL
+), g AS (
+    -- Count before expanding segments: far fewer rows to split.
+    SELECT experiment_id, variant, segments, metric, bucket, count(*) AS n FROM v GROUP BY 1, 2, 3, 4, 5
+), dh AS (
+    SELECT experiment_id, metric, segment, variant, bucket, sum(n) AS n FROM (
+        SELECT experiment_id, metric, '' AS segment, variant, bucket, n FROM g
+        UNION ALL
+        SELECT experiment_id, metric, t.segment, variant, bucket, n
+        FROM g, string_to_table(g.segments, E'\\x1f') t(segment) WHERE g.segments IS NOT NULL
+    ) x GROUP BY 1, 2, 3, 4, 5
+)
 INSERT INTO latency_histograms AS h (experiment_id, metric, segment, variant, bucket, count)
-SELECT experiment_id, metric, segment, variant, bucket, n FROM lg_dh
+SELECT experiment_id, metric, segment, variant, bucket, n FROM dh
 ORDER BY experiment_id, metric, segment, variant, bucket
 ON CONFLICT (experiment_id, metric, segment, variant, bucket) DO UPDATE SET count = h.count + EXCLUDED.count
-""".encode()
+"""
 
+# One index probe per conversation id (LATERAL + DISTINCT is not flattened into a join):
+# with a plain join the planner may hash all of ``interactions`` for a few thousand ids.
 _STORED_CONVERSATIONS: Final = (
-    b"SELECT DISTINCT x.experiment_id, x.conversation_id FROM unnest(%s::text[]) c(id)"
-    b" JOIN interactions x ON x.conversation_id = c.id"
-    b" WHERE x.role = 'primary' AND x.experiment_id IS NOT NULL"
+    b"SELECT x.experiment_id, c.id FROM unnest(%s::text[]) c(id) CROSS JOIN LATERAL ("
+    b" SELECT DISTINCT i.experiment_id FROM interactions i"
+    b" WHERE i.conversation_id = c.id AND i.role = 'primary' AND i.experiment_id IS NOT NULL) x"
 )
 
 
@@ -186,8 +196,14 @@ def interaction_row(e: InteractionEvent, ts: Any) -> tuple[Any, ...]:
     )
 
 
-def _row(e: InteractionEvent) -> tuple[Any, ...]:
-    return interaction_row(e, _ts(e.ts))
+def _segments(tags: dict[str, str]) -> str | None:
+    """The event's segments ("key=value" per tag) joined by ``_SEP``; None without tags."""
+    if not tags:
+        return None
+    out = _SEP.join([f"{k}={v}" for k, v in tags.items()])
+    if out.count(_SEP) != len(tags) - 1:
+        raise Unsupported("a tag contains the segment separator U+001F")
+    return out
 
 
 def text_array(values: Sequence[str]) -> str | list[str]:
@@ -219,17 +235,6 @@ def _first_turns(pg: psycopg.Connection[Any], counted: list[InteractionEvent]) -
     return {id(e) for e in first.values()}
 
 
-def _fold(pg: psycopg.Connection[Any], counted: list[InteractionEvent], firsts: set[int]) -> None:
-    """Rollup and histogram deltas of the counted rows (computed in SQL), then the upserts."""
-    ids = text_array([e.event_id for e in counted])
-    # One flag per id (a zipped unnest): joining a second id list instead made the planner
-    # compare every pair (measured 265 ms per 5,000-event batch instead of ~60).
-    opens = "{" + ",".join("t" if id(e) in firsts else "f" for e in counted) + "}"
-    with pg.cursor() as cur:
-        cur.execute(DELTAS, (ids, opens))
-        cur.execute(UPSERTS)
-
-
 def insert_interactions(pg: psycopg.Connection[Any], events: Sequence[InteractionEvent]) -> Inserted:
     """COPY the batch's interactions and fold them into the rollups (caller's transaction).
 
@@ -237,6 +242,12 @@ def insert_interactions(pg: psycopg.Connection[Any], events: Sequence[Interactio
     with ``psycopg.errors.UniqueViolation`` (a redelivery, or a concurrent transaction
     stored it meanwhile), and ``Unsupported`` flags values only the SQL path handles. The
     caller must then roll back and use the ``ON CONFLICT`` path.
+
+    The counted rows (primary, in an experiment) are also COPYed, narrowed to what the
+    rollups read, into the session temp table ``lg_fold``, from which one statement
+    computes the rollup and histogram deltas and upserts them: no read-back of the rows
+    just stored (an index probe per event, or a scan of ``interactions`` if the planner
+    prefers a hash join).
     """
     seen: set[str] = set()
     new: list[InteractionEvent] = []
@@ -250,9 +261,34 @@ def insert_interactions(pg: psycopg.Connection[Any], events: Sequence[Interactio
         e for e in new if e.role == "primary" and e.experiment_id is not None and e.variant is not None
     ]
     firsts = _first_turns(pg, counted)
+    fold: list[tuple[Any, ...]] = []
     with pg.cursor() as cur, cur.copy(_COPY_INTERACTIONS) as copy:
         for e in new:
-            copy.write_row(_row(e))
-    if counted:
-        _fold(pg, counted, firsts)
+            ts = _ts(e.ts)
+            copy.write_row(interaction_row(e, ts))
+            if e.role == "primary" and e.experiment_id is not None and e.variant is not None:
+                fold.append(
+                    (
+                        e.experiment_id,
+                        e.variant,
+                        e.unit_id,
+                        ts,
+                        e.status,
+                        e.fallback,
+                        e.latency_ms,
+                        e.ttft_ms,
+                        e.prompt_tokens,
+                        e.completion_tokens,
+                        e.response_chars,
+                        _segments(e.tags),
+                        e.conversation_id is None or id(e) in firsts,
+                    )
+                )
+    if fold:
+        with pg.cursor() as cur:  # lg_fold: created per session by ingest._prepare
+            with cur.copy(_COPY_FOLD) as copy:
+                for row in fold:
+                    copy.write_row(row)
+            cur.execute(FOLD)
+            cur.execute(HISTOGRAMS)
     return Inserted(len(new), [e.request_id for e in counted])

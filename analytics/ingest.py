@@ -172,7 +172,7 @@ def _copy_escape(payload: bytes) -> bytes:
 
 
 def _prepare(pg: psycopg.Connection[Any], nested: bool) -> None:
-    row = pg.execute(b"SELECT to_regclass('pg_temp.lg_dh') IS NOT NULL").fetchone()
+    row = pg.execute(b"SELECT to_regclass('pg_temp.lg_fold') IS NOT NULL").fetchone()
     if not (row and row[0]):
         pg.execute((rollup.TEMP_TABLES + bulk.TEMP_TABLES).encode())
     elif nested:
@@ -180,7 +180,7 @@ def _prepare(pg: psycopg.Connection[Any], nested: bool) -> None:
         # DELETE ROWS empties them only at commit).
         pg.execute(
             b"DELETE FROM lg_stage_i; DELETE FROM lg_stage_f; DELETE FROM lg_new_i; DELETE FROM lg_new_f;"
-            b" DELETE FROM lg_du; DELETE FROM lg_dh"
+            b" DELETE FROM lg_fold"
         )
 
 

@@ -15,8 +15,9 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, get_args, get_origin, get_type_hints
 
+import msgspec
 import orjson
 import uuid6
 
@@ -145,13 +146,20 @@ _PY_TYPES: dict[str, tuple[type, ...]] = {
     _BOOL: (bool,),
     _DICT: (dict,),
 }
-_LITERALS: dict[str, frozenset[str]] = {
-    "role": frozenset({"primary", "shadow", "attempt"}),
-    "mode": frozenset({"ab", "shadow", "rollout", "none"}),
-    "endpoint": frozenset({"chat", "completions", "embeddings"}),
-    "status": frozenset({"ok", "error"}),
-    "unit_source": frozenset({"header", "user", "api_key", "random"}),
-}
+
+
+def _literal_fields(cls: type) -> dict[str, frozenset[str]]:
+    """Fields annotated with a Literal -> their allowed values (``type`` is the tag)."""
+    return {
+        name: frozenset(get_args(t))
+        for name, t in get_type_hints(cls).items()
+        if get_origin(t) is Literal and name != "type"
+    }
+
+
+# role, mode, endpoint, status, unit_source: from the annotations, which msgspec enforces on
+# the fast path of ``decode`` too.
+_LITERALS: dict[str, frozenset[str]] = _literal_fields(InteractionEvent)
 
 
 def _field_kinds(cls: type) -> dict[str, tuple[str, bool, bool]]:
@@ -252,8 +260,57 @@ def _check(data: dict[str, Any], spec: dict[str, tuple[str, bool, bool]], what: 
         raise DecodeError(f"{what}: empty event_id")
 
 
+def _wire_struct(cls: type, tag: str) -> Any:
+    """A msgspec Struct mirroring ``cls``: same fields, order and types, unknown fields refused.
+
+    msgspec parses and type-checks a message into it in one C pass (~2 µs here against
+    ~12 µs for ``orjson.loads`` + the checks below + the dataclass); ``decode`` uses it as a
+    fast *accept* path only: whatever it refuses goes through the full check, which
+    explains the reason (or accepts what msgspec is stricter about).
+    """
+    hints = get_type_hints(cls)
+    fields: list[Any] = []
+    for f in dataclasses.fields(cls):
+        if f.name == "type":
+            continue  # the tag
+        t = Literal[1] if f.name == "schema_version" else hints[f.name]
+        if f.name in ("event_id", "schema_version"):  # a message must carry both
+            fields.append((f.name, t))
+        elif f.default is not dataclasses.MISSING:
+            fields.append((f.name, t, f.default))
+        elif f.default_factory is not dataclasses.MISSING:
+            fields.append((f.name, t, msgspec.field(default_factory=f.default_factory)))
+        else:
+            fields.append((f.name, t))
+    # kw_only: the dataclass's field order is kept (required after optional), so a
+    # decoded struct's astuple() is the dataclass's positional arguments.
+    return msgspec.defstruct(
+        f"Wire{cls.__name__}", fields, tag_field="type", tag=tag, forbid_unknown_fields=True, kw_only=True
+    )
+
+
+_WIRE_INTERACTION: Final = _wire_struct(InteractionEvent, "interaction")
+_WIRE_FEEDBACK: Final = _wire_struct(FeedbackEvent, "feedback")
+_WIRE_DECODER: Final = msgspec.json.Decoder(_WIRE_INTERACTION | _WIRE_FEEDBACK)
+_astuple: Final = msgspec.structs.astuple
+
+
 def decode(raw: bytes | str) -> Event:
     """Parse and validate one message; raise DecodeError with a clear reason otherwise."""
+    try:
+        w = _WIRE_DECODER.decode(raw)
+    except (msgspec.DecodeError, UnicodeEncodeError):
+        return _decode_checked(raw)
+    if type(w) is _WIRE_INTERACTION:
+        if w.event_id:
+            return InteractionEvent(*_astuple(w))
+    elif w.event_id and w.kind and len(w.kind) <= _NAME_MAX:
+        return FeedbackEvent(*_astuple(w))
+    return _decode_checked(raw)
+
+
+def _decode_checked(raw: bytes | str) -> Event:
+    """The full check: accepts exactly what the contract allows, else says why."""
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:

@@ -198,6 +198,20 @@ def create_topics(bootstrap: str, *names: str, partitions: int = 6) -> None:
         admin.create_topics([NewTopic(n, num_partitions=partitions, replication_factor=1) for n in names])
     finally:
         admin.close()
+    # CreateTopics returns once the controller has the topics; the broker serves them in
+    # Metadata a moment later. A consumer group that forms in between is assigned nothing
+    # ("No partition metadata") until its next metadata refresh: wait until they are served.
+    from kafka import KafkaConsumer
+
+    probe = KafkaConsumer(bootstrap_servers=bootstrap, client_id="lg-test-probe")
+    try:
+        wait_for(
+            lambda: all(len(probe.partitions_for_topic(n) or ()) == partitions for n in names),
+            30,
+            f"topics {names} in the broker's metadata",
+        )
+    finally:
+        probe.close()
 
 
 def produce(bootstrap: str, items: Iterable[tuple[str, bytes | None, bytes]]) -> None:
