@@ -53,6 +53,7 @@ def _records_v2(self: Any, tp: Any, batch: Any) -> Iterator[Any]:
     topic, partition, epoch = tp.topic, tp.partition, self.leader_epoch
     dv = decode_varint
     crec = _ConsumerRecord
+    new = tuple.__new__  # ConsumerRecord(...) goes through a Python-level __new__
     try:
         for _ in range(batch._num_records):
             # Record: length varint, attributes int8, timestampDelta varlong, offsetDelta
@@ -156,20 +157,23 @@ def _records_v2(self: Any, tp: Any, batch: Any) -> Iterator[Any]:
             self.records_read += 1
             self.bytes_read += length
             self.next_fetch_offset = offset + 1
-            yield crec(
-                topic,
-                partition,
-                epoch,
-                offset,
-                max_ts if append_time else first_ts + ts_delta,
-                ts_type,
-                key,
-                value,
-                headers,
-                None,
-                -1 if key is None else len(key),
-                -1 if value is None else len(value),
-                header_size,
+            yield new(
+                crec,
+                (
+                    topic,
+                    partition,
+                    epoch,
+                    offset,
+                    max_ts if append_time else first_ts + ts_delta,
+                    ts_type,
+                    key,
+                    value,
+                    headers,
+                    None,
+                    -1 if key is None else len(key),
+                    -1 if value is None else len(value),
+                    header_size,
+                ),
             )
     except (IndexError, ValueError) as exc:
         raise _CorruptRecordError(f"Found invalid record structure: {exc!r}") from None

@@ -29,6 +29,7 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import psycopg
 from kafka import KafkaProducer
 from kafka.admin import KafkaAdminClient, NewTopic
@@ -78,6 +79,39 @@ def make_events(n: int, units: int, seed: int = 1) -> list[InteractionEvent]:
     return out
 
 
+def _component(p: psutil.Process, consumers: set[int]) -> str | None:
+    try:
+        if p.pid in consumers:
+            return "consumer"
+        name = p.name()
+        if name.startswith("postgres"):
+            return "postgres"
+        if name == "java" and any("kafka" in a for a in p.cmdline()):
+            return "broker"
+    except psutil.Error:
+        return None
+    return None
+
+
+def cpu_seconds(consumers: set[int]) -> dict[str, float]:
+    """CPU time (user + system) so far of Postgres, the broker and the consumer processes."""
+    out: dict[str, float] = {}
+    for p in psutil.process_iter():
+        k = _component(p, consumers)
+        if k:
+            try:
+                t = p.cpu_times()
+            except psutil.Error:
+                continue
+            out[k] = out.get(k, 0.0) + t.user + t.system
+    return out
+
+
+def cpu_per_event(before: dict[str, float], after: dict[str, float], events: float) -> dict[str, float]:
+    """µs of CPU per event by component over a measured window."""
+    return {k: (after.get(k, 0.0) - before.get(k, 0.0)) / events * 1e6 for k in sorted(after)}
+
+
 def produce(bootstrap: str, topic: str, events: list[InteractionEvent]) -> float:
     producer = KafkaProducer(
         bootstrap_servers=bootstrap, acks="all", linger_ms=20, batch_size=512 * 1024, max_request_size=8 << 20
@@ -90,7 +124,9 @@ def produce(bootstrap: str, topic: str, events: list[InteractionEvent]) -> float
     return time.perf_counter() - t
 
 
-def consumer_run(db_url: str, bootstrap: str, topic: str, n: int, timeout: float) -> float:
+def consumer_run(
+    db_url: str, bootstrap: str, topic: str, n: int, timeout: float, cpu: list[dict[str, float]]
+) -> float:
     metrics = ConsumerMetrics(CollectorRegistry())
     settings = ConsumerSettings(
         database_url=db_url,
@@ -113,14 +149,18 @@ def consumer_run(db_url: str, bootstrap: str, topic: str, n: int, timeout: float
 
     deadline = time.monotonic() + timeout
     first_n, first_t = 0.0, 0.0
+    me = {os.getpid()}
+    cpu0: dict[str, float] = {}
     while time.monotonic() < deadline:
         c = consumed()
         if c and not first_t:
             first_n, first_t = c, time.perf_counter()
+            cpu0 = cpu_seconds(me)
         if c >= n:
             break
         time.sleep(0.01)
     end = time.perf_counter()
+    cpu.append(cpu_per_event(cpu0, cpu_seconds(me), n - first_n))
     stop.set()
     th.join(timeout=60)
     if consumed() < n:
@@ -140,7 +180,7 @@ def committed(admin: KafkaAdminClient, group: str) -> int:
 
 
 def consumer_processes_run(
-    db_url: str, bootstrap: str, topic: str, n: int, timeout: float, procs: int
+    db_url: str, bootstrap: str, topic: str, n: int, timeout: float, procs: int, cpu: list[dict[str, float]]
 ) -> float:
     """``procs`` consumer processes in one group (each has its own GIL); progress = committed offsets."""
     group = f"bench-{secrets.token_hex(4)}"
@@ -160,19 +200,23 @@ def consumer_processes_run(
         for _ in range(procs)
     ]
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    pids = {p.pid for p in ps}
     try:
         deadline = time.monotonic() + timeout
         first_n, first_t, c = 0, 0.0, 0
+        cpu0: dict[str, float] = {}
         while time.monotonic() < deadline:
             c = committed(admin, group)
             if c and not first_t:
                 first_n, first_t = c, time.perf_counter()
+                cpu0 = cpu_seconds(pids)
             if c >= n:
                 break
             time.sleep(0.1)  # an admin request per look: poll gently (bounds the error to 0.1 s)
         end = time.perf_counter()
         if c < n:
             raise RuntimeError(f"consumers did not finish: {c} of {n}")
+        cpu.append(cpu_per_event(cpu0, cpu_seconds(pids), n - first_n))
         print(f"  {procs} consumer processes: {end - first_t:.1f}s elapsed")
         return (n - first_n) / (end - first_t)
     finally:
@@ -217,14 +261,17 @@ COPY_COLS = (
 )
 
 
-def copy_run(db_url: str, data: bytes, n: int) -> float:
+def copy_run(db_url: str, data: bytes, n: int, cpu: list[dict[str, float]]) -> float:
     with psycopg.connect(db_url) as conn:
+        cpu0 = cpu_seconds(set())
         t = time.perf_counter()
         with conn.cursor() as cur, cur.copy(f"COPY interactions ({COPY_COLS}) FROM STDIN".encode()) as cp:
             for i in range(0, len(data), 1 << 20):
                 cp.write(data[i : i + (1 << 20)])
         conn.commit()
-        return n / (time.perf_counter() - t)
+        rate = n / (time.perf_counter() - t)
+        cpu.append(cpu_per_event(cpu0, cpu_seconds(set()), n))
+        return rate
 
 
 def truncate(db_url: str) -> None:
@@ -259,24 +306,36 @@ def main() -> None:
         print(f"produced {args.events:,} events in {produce(args.bootstrap, topic, events):.1f}s")
         data = copy_rows(events)
         kafka_rates, copy_rates = [], []
+        kafka_cpu: list[dict[str, float]] = []
+        copy_cpu: list[dict[str, float]] = []
         for run in range(args.runs):
             truncate(db_url)
             if args.consumers > 1:
                 rate = consumer_processes_run(
-                    db_url, args.bootstrap, topic, args.events, args.timeout, args.consumers
+                    db_url, args.bootstrap, topic, args.events, args.timeout, args.consumers, kafka_cpu
                 )
             else:
-                rate = consumer_run(db_url, args.bootstrap, topic, args.events, args.timeout)
+                rate = consumer_run(db_url, args.bootstrap, topic, args.events, args.timeout, kafka_cpu)
             kafka_rates.append(rate)
             truncate(db_url)
-            copy_rates.append(copy_run(db_url, data, args.events))
+            copy_rates.append(copy_run(db_url, data, args.events, copy_cpu))
             print(
                 f"run {run + 1}: kafka->postgres {kafka_rates[-1]:,.0f} ev/s, plain COPY {copy_rates[-1]:,.0f} rows/s"
+                f" (load {os.getloadavg()[0]:.1f})"
             )
         k_med, c_med = statistics.median(kafka_rates), statistics.median(copy_rates)
         print(
             f"median: kafka->postgres {k_med:,.0f} ev/s; plain COPY {c_med:,.0f} rows/s; ratio {k_med / c_med:.2f}"
         )
+
+        def cpu_line(runs: list[dict[str, float]]) -> str:
+            keys = sorted({k for r in runs for k in r})
+            med = {k: statistics.median(r.get(k, 0.0) for r in runs) for k in keys}
+            parts = ", ".join(f"{k} {v:.1f}" for k, v in med.items())
+            return f"{parts}; total {sum(med.values()):.1f}"
+
+        print(f"CPU µs per event (medians), kafka->postgres: {cpu_line(kafka_cpu)}")
+        print(f"CPU µs per row (medians), plain COPY: {cpu_line(copy_cpu)}")
     finally:
         try:
             admin.delete_topics([topic, topic + "-fb"])
