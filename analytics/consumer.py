@@ -53,7 +53,10 @@ class ConsumerSettings(BaseSettings):
     consumer_group: str = "liftgate-analytics"
     interactions_topic: str = INTERACTIONS_TOPIC
     feedback_topic: str = FEEDBACK_TOPIC
-    consumer_max_records: int = Field(default=5000, ge=1, le=100_000)
+    # Records per poll = per transaction when lagging (a quiet stream gives small batches
+    # every poll). 20,000 measured best here: the rollup upserts of a batch collapse a
+    # unit's repeated events and the fixed cost per transaction is spread (bench/ingest).
+    consumer_max_records: int = Field(default=20_000, ge=1, le=100_000)
     consumer_poll_ms: int = Field(default=200, ge=1, le=60_000)
     consumer_max_backoff_s: float = Field(default=10.0, gt=0, le=300)
     # How often feedback left unattributed by a cross-transaction race is re-joined.
@@ -75,6 +78,12 @@ class ConsumerSettings(BaseSettings):
     # group that formed before its topics were visible, or topics that gained partitions,
     # are picked up within this time.
     consumer_metadata_max_age_ms: int = Field(default=30_000, ge=1000)
+    # Upper bound for any blocking Kafka call of the loop (offset commit, lag lookup):
+    # kafka-python waits forever without one, e.g. for a coordinator lost mid-rebalance.
+    consumer_kafka_timeout_ms: int = Field(default=10_000, ge=100)
+    # After a stop request, a write still running this long is cancelled (its batch stays
+    # uncommitted and is redelivered): the process exits even if Postgres hangs.
+    consumer_stop_grace_s: float = Field(default=15.0, gt=0)
 
 
 class _HasConnection(Protocol):
@@ -248,6 +257,7 @@ class Consumer:
     def _await(self, fut: Future[IngestResult | None]) -> IngestResult | None:
         """Main thread: wait for the writer; while it fails, pause and keep the membership alive."""
         paused: list[TopicPartition] = []
+        stop_deadline: float | None = None
         try:
             while True:
                 try:
@@ -255,6 +265,12 @@ class Consumer:
                 except FutureTimeout:
                     if self.stop.is_set():
                         self._closing.set()  # a writer still retrying gives up
+                        now = time.monotonic()
+                        if stop_deadline is None:
+                            stop_deadline = now + self.s.consumer_stop_grace_s
+                        elif now > stop_deadline:
+                            self._cancel_write()
+                            stop_deadline = now + self.s.consumer_stop_grace_s
                     if self._failing.is_set():
                         if not paused:
                             paused = list(self.kafka.assignment())
@@ -267,11 +283,26 @@ class Consumer:
                 owned = self.kafka.assignment()
                 self.kafka.resume(*(tp for tp in paused if tp in owned))
 
+    def _cancel_write(self) -> None:
+        """Cancel the writer's statement in flight (from the main thread; psycopg allows it)."""
+        pg = self.pg
+        if pg is not None and not pg.closed:
+            log.warning(
+                "stopping: cancelling a batch write still running after %.0fs", self.s.consumer_stop_grace_s
+            )
+            try:
+                pg.cancel_safe(timeout=5.0)
+            except psycopg.Error as exc:
+                log.warning("cancel failed: %s", exc)
+
     # -- kafka ------------------------------------------------------------------------------
 
     def _commit(self, offsets: dict[TopicPartition, int]) -> None:
         try:
-            self.kafka.commit({tp: OffsetAndMetadata(o, "", -1) for tp, o in offsets.items()})
+            self.kafka.commit(
+                {tp: OffsetAndMetadata(o, "", -1) for tp, o in offsets.items()},
+                timeout_ms=self.s.consumer_kafka_timeout_ms,
+            )
         except (CommitFailedError, KafkaError) as exc:
             # The partitions moved to another member: it re-reads from the last committed
             # offset and ingest ignores what this batch already stored.
@@ -288,10 +319,15 @@ class Consumer:
             return
         self._next_lag = now + 5.0
         lag: dict[str, int] = {}
+        budget = self.s.consumer_kafka_timeout_ms
         try:
-            ends = self.kafka.end_offsets(parts)
+            ends = self.kafka.end_offsets(parts, timeout_ms=budget)
             for tp in parts:
-                pos = self.kafka.position(tp)
+                # Bounded: without a timeout position() can block the loop forever (e.g. a
+                # partition whose offset is being reset while the group rebalances).
+                pos = self.kafka.position(tp, timeout_ms=min(budget, 1000))
+                if pos is None:
+                    continue
                 lag[tp.topic] = lag.get(tp.topic, 0) + max(0, int(ends.get(tp, pos)) - int(pos))
         except KafkaError as exc:
             log.debug("lag unavailable: %s", exc)
@@ -354,7 +390,7 @@ class Consumer:
         finally:
             self._closing.set()  # a writer still retrying gives up; its batch stays uncommitted
             writer.shutdown(wait=True)
-            self.kafka.close(autocommit=False)
+            self.kafka.close(autocommit=False, timeout_ms=self.s.consumer_kafka_timeout_ms)
             if self.pg is not None:
                 self.pg.close()
 

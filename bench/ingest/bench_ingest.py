@@ -134,7 +134,6 @@ def consumer_run(
         consumer_group=f"bench-{secrets.token_hex(4)}",
         interactions_topic=topic,
         feedback_topic=topic + "-fb",
-        consumer_max_records=5000,
         consumer_poll_ms=200,
     )
     stop = threading.Event()

@@ -12,6 +12,7 @@ import threading
 import time
 from pathlib import Path
 
+import psycopg
 from kafka.admin import KafkaAdminClient
 
 from analytics.consumer import ConsumerMetrics, ConsumerSettings, run_consumer
@@ -26,6 +27,7 @@ from tests.analytics.ingest_helpers import (
     event_records,
     expected_rollups,
     new_experiment_id,
+    pg_url,
     produce,
     random_events,
     stored_rollups,
@@ -214,3 +216,80 @@ def test_postgres_stopped_for_30_seconds_mid_run_loses_and_doubles_nothing(
             assert_rollups_equal(stored_rollups(conn, exp), expected_rollups(events))
     finally:
         pg.stop()
+
+
+def test_sigterm_while_postgres_blocks_the_write_exits_within_the_grace_and_commits_nothing(
+    database_url: str, kafka_bootstrap: str, unique_name: str, tmp_path: Path
+) -> None:
+    """A write stuck in Postgres (here: a lock held elsewhere) must not keep the process alive.
+
+    SIGTERM → the writer's statement is cancelled after ``consumer_stop_grace_s``, its
+    transaction rolls back and no offset is committed; a restarted consumer ingests the
+    same events exactly once.
+    """
+    topics = (f"i-{unique_name}", f"f-{unique_name}")
+    create_topics(kafka_bootstrap, *topics)
+    exp = new_experiment_id()
+    events = random_events(exp, 600, random.Random(7), units=50)
+    group = f"g-{unique_name}"
+    env = {
+        **os.environ,
+        "LIFTGATE_DATABASE_URL": database_url,
+        "LIFTGATE_KAFKA_BOOTSTRAP": kafka_bootstrap,
+        "LIFTGATE_CONSUMER_GROUP": group,
+        "LIFTGATE_INTERACTIONS_TOPIC": topics[0],
+        "LIFTGATE_FEEDBACK_TOPIC": topics[1],
+        "LIFTGATE_CONSUMER_STOP_GRACE_S": "2",
+    }
+    log = (tmp_path / "consumer.log").open("ab")
+
+    def start() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "analytics.consumer"],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def lock_waiters() -> int:
+        return count_rows(
+            database_url,
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND wait_event_type = 'Lock' AND query ILIKE %s",
+            "%FROM lg_fold%",  # the fold statement (it upserts unit_rollups)
+        )
+
+    blocker = psycopg.connect(pg_url(database_url))
+    proc = start()
+    try:
+        blocker.execute("LOCK TABLE unit_rollups IN ACCESS EXCLUSIVE MODE")  # held until rollback
+        produce(kafka_bootstrap, event_records(events, *topics))
+        wait_for(lambda: lock_waiters() > 0, 60, "the consumer's write to wait on the lock")
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        stopped_after = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        blocker.rollback()
+        blocker.close()
+    assert stopped_after < 20, stopped_after
+    assert count_rows(database_url, "SELECT count(*) FROM interactions WHERE experiment_id = %s", exp) == 0
+    admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    try:
+        committed = admin.list_group_offsets(group).get(group, {})
+    finally:
+        admin.close()
+    assert all(int(m.offset) <= 0 for m in committed.values()), committed
+    proc = start()
+    try:
+        wait_for(lambda: _all_ingested(database_url, exp, events), 90, "every event after the restart")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        log.close()
+    with connect(database_url) as conn:
+        assert_rollups_equal(stored_rollups(conn, exp), expected_rollups(events))
