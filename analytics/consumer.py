@@ -187,6 +187,11 @@ class Consumer:
         self.pg: psycopg.Connection[Any] | None = None
         if settings.consumer_fast_parse:
             kafka_records.install()
+        # Counters exist from the start (at 0), so rate() and alerts see both topics at once;
+        # the lag gauge appears only once partitions are assigned (an unknown lag is not 0).
+        for topic in (settings.interactions_topic, settings.feedback_topic):
+            self.metrics.consumed.labels(topic)
+            self.metrics.dead_lettered.labels(topic)
         self.kafka = KafkaConsumer(
             settings.interactions_topic,
             settings.feedback_topic,

@@ -109,6 +109,9 @@ def test_malformed_messages_are_dead_lettered_and_the_consumer_keeps_going(
     assert "missing required field" in rows[1][4]
     assert "unsupported schema_version 99" in rows[2][4]
     assert _value(metrics, "liftgate_analytics_events_consumed_total", topic=s.interactions_topic) == 5
+    # The feedback topic saw nothing, yet its series exist (at 0) from the start.
+    for name in ("liftgate_analytics_events_consumed_total", "liftgate_analytics_events_dead_lettered_total"):
+        assert metrics.registry.get_sample_value(name, {"topic": s.feedback_topic}) == 0.0
 
 
 def test_two_consumers_in_one_group_share_the_partitions_and_count_each_event_once(
