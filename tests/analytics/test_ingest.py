@@ -191,6 +191,22 @@ def test_keys_with_tabs_newlines_and_backslashes_survive_the_copy_path(database_
     assert_rollups_equal(got, expected_rollups(evs))
 
 
+def test_a_tag_containing_the_segment_separator_is_one_segment(database_url: str) -> None:
+    # The COPY path joins an event's segments with U+001F; a tag containing it makes the
+    # batch take the SQL path, which must count it as one segment like any other.
+    exp = new_experiment_id()
+    evs = [
+        interaction(exp, "control", "u1", tags={"task": "a\x1fb", "lang": "en"}),
+        interaction(exp, "candidate", "u2", tags={"task": "code"}),
+    ]
+    with connect(database_url) as conn:
+        assert ingest(conn, evs).interactions == 2
+        segs = segments(conn, exp)
+        got = stored_rollups(conn, exp)
+    assert segs == ["", "lang=en", "task=a\x1fb", "task=code"]
+    assert_rollups_equal(got, expected_rollups(evs))
+
+
 def test_a_batch_overlapping_stored_events_is_counted_once(database_url: str) -> None:
     exp = new_experiment_id()
     events = random_events(exp, 300, random.Random(5))
