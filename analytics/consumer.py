@@ -64,6 +64,10 @@ class ConsumerSettings(BaseSettings):
     # Static membership (Kafka's group.instance.id): a restarted process with the same id
     # takes its partitions back at once instead of waiting out the session timeout.
     consumer_instance_id: str | None = None
+    # Group members run by this process, one thread each (own Kafka client and database
+    # connection): their database work overlaps while the interpreter is shared. Separate
+    # processes scale further (one interpreter each); see docs/operations.md.
+    consumer_threads: int = Field(default=1, ge=1, le=16)
     consumer_session_timeout_ms: int = Field(default=10_000, ge=6_000, le=300_000)
     consumer_metrics_port: int = Field(default=0, ge=0, le=65535)  # 0: no own /metrics server
     # Fetch tuning: kafka-python parses records in Python (~7-10 us each here), so fewer,
@@ -121,9 +125,18 @@ class ConsumerMetrics:
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
             registry=r,
         )
+        self._lag_lock = threading.Lock()
+        self._lag_by_member: dict[tuple[int, str], int] = {}
         self.db_retries = Counter(
             "liftgate_analytics_db_retries", "Batch writes retried after a database error", registry=r
         )
+
+    def set_lag(self, member: int, topic: str, value: int) -> None:
+        """One member's lag on a topic; the gauge shows the sum over this process's members."""
+        with self._lag_lock:
+            self._lag_by_member[(member, topic)] = value
+            total = sum(v for (_, t), v in self._lag_by_member.items() if t == topic)
+        self.lag.labels(topic).set(total)
 
 
 _default_metrics: ConsumerMetrics | None = None
@@ -179,9 +192,14 @@ class Consumer:
     """One consumer-group member; ``run`` loops until ``stop`` is set."""
 
     def __init__(
-        self, settings: ConsumerSettings, stop: threading.Event, metrics: ConsumerMetrics | None = None
+        self,
+        settings: ConsumerSettings,
+        stop: threading.Event,
+        metrics: ConsumerMetrics | None = None,
+        member: int = 0,
     ) -> None:
         self.s = settings
+        self.member = member
         self.stop = stop
         self.metrics = metrics or default_metrics()
         self.pg: psycopg.Connection[Any] | None = None
@@ -203,7 +221,11 @@ class Consumer:
             fetch_min_bytes=settings.consumer_fetch_min_bytes,
             fetch_max_wait_ms=settings.consumer_fetch_max_wait_ms,
             max_partition_fetch_bytes=settings.consumer_max_partition_fetch_bytes,
-            group_instance_id=settings.consumer_instance_id,
+            group_instance_id=(
+                settings.consumer_instance_id
+                if settings.consumer_instance_id is None or member == 0
+                else f"{settings.consumer_instance_id}-{member}"
+            ),
             session_timeout_ms=settings.consumer_session_timeout_ms,
             heartbeat_interval_ms=min(3000, settings.consumer_session_timeout_ms // 4),
             client_id="liftgate-analytics",
@@ -338,7 +360,7 @@ class Consumer:
             log.debug("lag unavailable: %s", exc)
             return
         for topic, value in lag.items():
-            self.metrics.lag.labels(topic).set(value)
+            self.metrics.set_lag(self.member, topic, value)
 
     def _maybe_sweep(self) -> None:
         if time.monotonic() < self._next_sweep:
@@ -414,7 +436,39 @@ def run_consumer(
         settings = ConsumerSettings(
             database_url=settings.database_url, kafka_bootstrap=settings.kafka_bootstrap or "127.0.0.1:19092"
         )
-    Consumer(settings, stop_event, metrics).run()
+    if settings.consumer_threads == 1:
+        Consumer(settings, stop_event, metrics).run()
+        return
+    _run_members(settings, stop_event, metrics or default_metrics())
+
+
+def _run_members(settings: ConsumerSettings, stop_event: threading.Event, metrics: ConsumerMetrics) -> None:
+    """``consumer_threads`` group members in threads; one failing stops them all (and re-raises)."""
+    stop_all = threading.Event()
+    errors: list[BaseException] = []
+
+    def member(i: int) -> None:
+        try:
+            Consumer(settings, stop_all, metrics, member=i).run()
+        except BaseException as exc:
+            errors.append(exc)
+            log.exception("consumer member %s failed", i)
+        finally:
+            stop_all.set()  # a member that ends ends the others (they are restarted together)
+
+    threads = [
+        threading.Thread(target=member, args=(i,), name=f"consumer-{i}", daemon=True)
+        for i in range(settings.consumer_threads)
+    ]
+    for t in threads:
+        t.start()
+    while not stop_event.wait(0.5) and not stop_all.is_set():
+        pass
+    stop_all.set()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
 
 
 def main() -> None:

@@ -125,7 +125,13 @@ def produce(bootstrap: str, topic: str, events: list[InteractionEvent]) -> float
 
 
 def consumer_run(
-    db_url: str, bootstrap: str, topic: str, n: int, timeout: float, cpu: list[dict[str, float]]
+    db_url: str,
+    bootstrap: str,
+    topic: str,
+    n: int,
+    timeout: float,
+    cpu: list[dict[str, float]],
+    threads: int = 1,
 ) -> float:
     metrics = ConsumerMetrics(CollectorRegistry())
     settings = ConsumerSettings(
@@ -135,6 +141,7 @@ def consumer_run(
         interactions_topic=topic,
         feedback_topic=topic + "-fb",
         consumer_poll_ms=200,
+        consumer_threads=threads,
     )
     stop = threading.Event()
     th = threading.Thread(target=run_consumer, args=(settings, stop, metrics), daemon=True)
@@ -287,6 +294,7 @@ def main() -> None:
     ap.add_argument("--units", type=int, default=50_000)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--consumers", type=int, default=1, help="> 1: that many consumer processes in one group")
+    ap.add_argument("--threads", type=int, default=1, help="group members in the one in-process consumer")
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("--switch-interval", type=float, default=None, help="sys.setswitchinterval (GIL handoff)")
     args = ap.parse_args()
@@ -314,7 +322,9 @@ def main() -> None:
                     db_url, args.bootstrap, topic, args.events, args.timeout, args.consumers, kafka_cpu
                 )
             else:
-                rate = consumer_run(db_url, args.bootstrap, topic, args.events, args.timeout, kafka_cpu)
+                rate = consumer_run(
+                    db_url, args.bootstrap, topic, args.events, args.timeout, kafka_cpu, args.threads
+                )
             kafka_rates.append(rate)
             truncate(db_url)
             copy_rates.append(copy_run(db_url, data, args.events, copy_cpu))

@@ -156,3 +156,53 @@ def test_two_consumers_in_one_group_share_the_partitions_and_count_each_event_on
     assert c1 > 0 and c2 > 0, (c1, c2)
     with connect(database_url) as conn:
         assert_rollups_equal(stored_rollups(conn, exp), expected_rollups(events))
+
+
+def test_consumer_threads_are_group_members_sharing_partitions_and_lag(
+    database_url: str, kafka_bootstrap: str, unique_name: str
+) -> None:
+    s = _settings(database_url, kafka_bootstrap, unique_name, consumer_threads=2)
+    create_topics(kafka_bootstrap, s.interactions_topic, s.feedback_topic)
+    exp = new_experiment_id()
+    events = random_events(exp, 3000, random.Random(11), units=200)
+    n_interactions = sum(1 for e in events if e.type == "interaction")
+    metrics = ConsumerMetrics(CollectorRegistry())
+
+    def members_with_lag() -> set[int]:
+        return {m for (m, topic) in metrics._lag_by_member if topic == s.interactions_topic}
+
+    with running(s, metrics):
+        wait_for(lambda: members_with_lag() == {0, 1}, 60, "both members to hold partitions")
+        produce(kafka_bootstrap, event_records(events, s.interactions_topic, s.feedback_topic))
+        wait_for(
+            lambda: (
+                count_rows(database_url, "SELECT count(*) FROM interactions WHERE experiment_id = %s", exp)
+                == n_interactions
+                and count_rows(
+                    database_url,
+                    "SELECT count(*) FROM feedback f JOIN interactions i USING (request_id)"
+                    " WHERE i.experiment_id = %s AND f.experiment_id IS NOT NULL",
+                    exp,
+                )
+                == len(events) - n_interactions
+            ),
+            90,
+            "all events ingested",
+        )
+        # The gauge is the sum of the members' lags (each sees only its own partitions).
+        wait_for(
+            lambda: (
+                metrics.registry.get_sample_value(
+                    "liftgate_analytics_consumer_lag", {"topic": s.interactions_topic}
+                )
+                == sum(v for (_, t), v in metrics._lag_by_member.items() if t == s.interactions_topic)
+            ),
+            30,
+            "the lag gauge to be the members' sum",
+        )
+    assert (
+        _value(metrics, "liftgate_analytics_events_consumed_total", topic=s.interactions_topic)
+        == n_interactions
+    )
+    with connect(database_url) as conn:
+        assert_rollups_equal(stored_rollups(conn, exp), expected_rollups(events))
