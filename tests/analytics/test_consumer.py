@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from prometheus_client import CollectorRegistry
 
 from analytics.consumer import ConsumerMetrics, ConsumerSettings, run_consumer
-from contracts.events import SCHEMA_VERSION, encode
+from contracts.events import SCHEMA_VERSION, Event, encode
 from tests.analytics.ingest_helpers import (
     assert_rollups_equal,
     connect,
@@ -57,6 +57,19 @@ def running(settings: ConsumerSettings, metrics: ConsumerMetrics) -> Iterator[th
 def _value(metrics: ConsumerMetrics, name: str, **labels: str) -> float:
     v = metrics.registry.get_sample_value(name, labels)
     return float(v or 0.0)
+
+
+def _all_ingested(database_url: str, exp: int, events: list[Event]) -> bool:
+    """Every interaction stored and every feedback attributed to it."""
+    n_interactions = sum(1 for e in events if e.type == "interaction")
+    stored = count_rows(database_url, "SELECT count(*) FROM interactions WHERE experiment_id = %s", exp)
+    attributed = count_rows(
+        database_url,
+        "SELECT count(*) FROM feedback f JOIN interactions i USING (request_id)"
+        " WHERE i.experiment_id = %s AND f.experiment_id IS NOT NULL",
+        exp,
+    )
+    return stored == n_interactions and attributed == len(events) - n_interactions
 
 
 def test_malformed_messages_are_dead_lettered_and_the_consumer_keeps_going(
@@ -121,7 +134,6 @@ def test_two_consumers_in_one_group_share_the_partitions_and_count_each_event_on
     create_topics(kafka_bootstrap, s.interactions_topic, s.feedback_topic)
     exp = new_experiment_id()
     events = random_events(exp, 3000, random.Random(5), units=200)
-    n_interactions = sum(1 for e in events if e.type == "interaction")
     m1, m2 = ConsumerMetrics(CollectorRegistry()), ConsumerMetrics(CollectorRegistry())
     with running(s, m1), running(s, m2):
         # Both members must hold partitions before the data flows, so both take a share.
@@ -137,20 +149,7 @@ def test_two_consumers_in_one_group_share_the_partitions_and_count_each_event_on
             "both members to hold partitions",
         )
         produce(kafka_bootstrap, event_records(events, s.interactions_topic, s.feedback_topic))
-        wait_for(
-            lambda: (
-                count_rows(database_url, "SELECT count(*) FROM interactions WHERE experiment_id = %s", exp)
-                == n_interactions
-                and count_rows(
-                    database_url,
-                    "SELECT count(*) FROM feedback f JOIN interactions i USING (request_id) WHERE i.experiment_id = %s AND f.experiment_id IS NOT NULL",
-                    exp,
-                )
-                == len(events) - n_interactions
-            ),
-            90,
-            "all events ingested",
-        )
+        wait_for(lambda: _all_ingested(database_url, exp, events), 90, "all events ingested")
     c1 = _value(m1, "liftgate_analytics_events_consumed_total", topic=s.interactions_topic)
     c2 = _value(m2, "liftgate_analytics_events_consumed_total", topic=s.interactions_topic)
     assert c1 > 0 and c2 > 0, (c1, c2)
@@ -174,21 +173,7 @@ def test_consumer_threads_are_group_members_sharing_partitions_and_lag(
     with running(s, metrics):
         wait_for(lambda: members_with_lag() == {0, 1}, 60, "both members to hold partitions")
         produce(kafka_bootstrap, event_records(events, s.interactions_topic, s.feedback_topic))
-        wait_for(
-            lambda: (
-                count_rows(database_url, "SELECT count(*) FROM interactions WHERE experiment_id = %s", exp)
-                == n_interactions
-                and count_rows(
-                    database_url,
-                    "SELECT count(*) FROM feedback f JOIN interactions i USING (request_id)"
-                    " WHERE i.experiment_id = %s AND f.experiment_id IS NOT NULL",
-                    exp,
-                )
-                == len(events) - n_interactions
-            ),
-            90,
-            "all events ingested",
-        )
+        wait_for(lambda: _all_ingested(database_url, exp, events), 90, "all events ingested")
         # The gauge is the sum of the members' lags (each sees only its own partitions).
         wait_for(
             lambda: (

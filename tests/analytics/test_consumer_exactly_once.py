@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import IO
 
 import psycopg
 from kafka.admin import KafkaAdminClient
@@ -54,6 +55,13 @@ def _produce_slowly(
     return t
 
 
+def _start_consumer(env: dict[str, str], log: IO[bytes]) -> subprocess.Popen[bytes]:
+    """``python -m analytics.consumer`` with these settings, output appended to ``log``."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "analytics.consumer"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
+    )
+
+
 def _all_ingested(database_url: str, exp: int, events: list[Event]) -> bool:
     n_i = sum(1 for e in events if isinstance(e, InteractionEvent))
     got_i = count_rows(database_url, "SELECT count(*) FROM interactions WHERE experiment_id = %s", exp)
@@ -91,13 +99,7 @@ def test_consumer_killed_with_sigkill_at_random_moments_ingests_every_event_exac
     log = (tmp_path / "consumer.log").open("ab")
 
     def start() -> subprocess.Popen[bytes]:
-        return subprocess.Popen(
-            [sys.executable, "-m", "analytics.consumer"],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+        return _start_consumer(env, log)
 
     def ingested() -> int:
         return count_rows(database_url, "SELECT count(*) FROM interactions WHERE experiment_id = %s", exp)
@@ -244,13 +246,7 @@ def test_sigterm_while_postgres_blocks_the_write_exits_within_the_grace_and_comm
     log = (tmp_path / "consumer.log").open("ab")
 
     def start() -> subprocess.Popen[bytes]:
-        return subprocess.Popen(
-            [sys.executable, "-m", "analytics.consumer"],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+        return _start_consumer(env, log)
 
     def lock_waiters() -> int:
         return count_rows(
