@@ -232,6 +232,8 @@ class Consumer:
             metadata_max_age_ms=settings.consumer_metadata_max_age_ms,
         )
         self._next_lag = 0.0
+        self._unassigned_since: float | None = None
+        self._rejoin_after = 20.0
         self._failing = threading.Event()
         self._closing = threading.Event()
         self._next_sweep = time.monotonic() + settings.consumer_sweep_interval_s
@@ -362,6 +364,42 @@ class Consumer:
         for topic, value in lag.items():
             self.metrics.set_lag(self.member, topic, value)
 
+    def _check_assignment(self) -> None:
+        """Rejoin the group when this member has owned nothing for a while.
+
+        kafka-python can complete a rebalance with nothing assigned to anyone when the
+        leader assigned from metadata that did not list the (just created) topics yet — its
+        log says "No partition metadata for topic" — and then not rejoin by itself. If this
+        member owns no partition for ``_rejoin_after`` seconds while the topics have
+        partitions, it resubscribes (a rebalance). The wait doubles each time, up to 10 min,
+        so a member that is legitimately idle (more members than partitions) costs the
+        group a few early rebalances, then nearly none.
+        """
+        now = time.monotonic()
+        if self.kafka.assignment():
+            self._unassigned_since = None
+            return
+        if self._unassigned_since is None:
+            self._unassigned_since = now
+            return
+        if now - self._unassigned_since < self._rejoin_after:
+            return
+        topics = [self.s.interactions_topic, self.s.feedback_topic]
+        try:
+            if not any(self.kafka.partitions_for_topic(t) for t in topics):
+                return  # the topics do not exist (yet): nothing to rejoin for
+        except KafkaError as exc:
+            log.debug("metadata unavailable: %s", exc)
+            return
+        log.warning(
+            "no partition assigned for %.0fs although the topics have partitions: rejoining the group",
+            now - self._unassigned_since,
+        )
+        self.kafka.unsubscribe()
+        self.kafka.subscribe(topics)
+        self._unassigned_since = now
+        self._rejoin_after = min(self._rejoin_after * 2, 600.0)
+
     def _maybe_sweep(self) -> None:
         if time.monotonic() < self._next_sweep:
             return
@@ -410,6 +448,7 @@ class Consumer:
                 if batch is not None:
                     inflight = (batch, writer.submit(self._write, batch))
                 self._update_lag()
+                self._check_assignment()
             if inflight is not None:
                 res = self._await(inflight[1])
                 if res is not None:
