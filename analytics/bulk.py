@@ -31,6 +31,7 @@ import orjson
 import psycopg
 
 from contracts.events import InteractionEvent
+from contracts.tables import INTERACTION_MEASURES
 
 TEMP_TABLES: Final = """
 CREATE TEMP TABLE IF NOT EXISTS lg_fold (
@@ -44,28 +45,15 @@ _COPY_FOLD: Final = (
     b" completion_tokens, response_chars, segments, conv) FROM STDIN"
 )
 
-_COLUMNS: Final = (
+INTERACTION_COLUMNS: Final = (
     "event_id, ts, request_id, route, experiment_id, variant, unit_id, unit_source, role, pair_id, mode,"
     " endpoint, model, upstream, status, http_status, error_type, latency_ms, ttft_ms, prompt_tokens,"
     " completion_tokens, response_chars, finish_reason, stream, fallback, fallback_from, conversation_id,"
     " tags, prompt, response"
 )
-_COPY_INTERACTIONS: Final = f"COPY interactions ({_COLUMNS}) FROM STDIN".encode()
-_MEASURES: Final = (
-    "requests",
-    "errors",
-    "fallbacks",
-    "latency_sum",
-    "ttft_n",
-    "ttft_sum",
-    "prompt_tokens",
-    "completion_tokens",
-    "response_chars",
-    "conversations",
-    "turns",
-)
-_M: Final = ", ".join(_MEASURES)
-_SET: Final = ", ".join(f"{m} = t.{m} + EXCLUDED.{m}" for m in _MEASURES)
+_COPY_INTERACTIONS: Final = f"COPY interactions ({INTERACTION_COLUMNS}) FROM STDIN".encode()
+_M: Final = ", ".join(INTERACTION_MEASURES)
+_SET: Final = ", ".join(f"{m} = t.{m} + EXCLUDED.{m}" for m in INTERACTION_MEASURES)
 _TS_SET: Final = (
     "first_ts = least(t.first_ts, EXCLUDED.first_ts), last_ts = greatest(t.last_ts, EXCLUDED.last_ts)"
 )
@@ -235,6 +223,11 @@ def _first_turns(pg: psycopg.Connection[Any], counted: list[InteractionEvent]) -
     return {id(e) for e in first.values()}
 
 
+def _counted(e: InteractionEvent) -> bool:
+    """Whether the event feeds the rollups: a primary call attributed to an experiment arm."""
+    return e.role == "primary" and e.experiment_id is not None and e.variant is not None
+
+
 def insert_interactions(pg: psycopg.Connection[Any], events: Sequence[InteractionEvent]) -> Inserted:
     """COPY the batch's interactions and fold them into the rollups (caller's transaction).
 
@@ -257,16 +250,14 @@ def insert_interactions(pg: psycopg.Connection[Any], events: Sequence[Interactio
             new.append(e)
     if not new:
         return Inserted(0, [])
-    counted = [
-        e for e in new if e.role == "primary" and e.experiment_id is not None and e.variant is not None
-    ]
+    counted = [e for e in new if _counted(e)]
     firsts = _first_turns(pg, counted)
     fold: list[tuple[Any, ...]] = []
     with pg.cursor() as cur, cur.copy(_COPY_INTERACTIONS) as copy:
         for e in new:
             ts = _ts(e.ts)
             copy.write_row(interaction_row(e, ts))
-            if e.role == "primary" and e.experiment_id is not None and e.variant is not None:
+            if _counted(e):
                 fold.append(
                     (
                         e.experiment_id,

@@ -192,12 +192,8 @@ def _copy(pg: psycopg.Connection[Any], table: str, payloads: Sequence[Raw]) -> N
         copy.write(buf)
 
 
-_STAGE_I: Final = (
-    b"COPY lg_stage_i (event_id, ts, request_id, route, experiment_id, variant, unit_id, unit_source, role,"
-    b" pair_id, mode, endpoint, model, upstream, status, http_status, error_type, latency_ms, ttft_ms,"
-    b" prompt_tokens, completion_tokens, response_chars, finish_reason, stream, fallback, fallback_from,"
-    b" conversation_id, tags, prompt, response) FROM STDIN"
-)
+# Same columns, same order as ``bulk.interaction_row`` writes them.
+_STAGE_I: Final = f"COPY lg_stage_i ({bulk.INTERACTION_COLUMNS}) FROM STDIN".encode()
 
 
 def _copy_interactions(pg: psycopg.Connection[Any], raws: Sequence[Raw]) -> None:

@@ -24,6 +24,7 @@ from typing import Any, Final
 import psycopg
 
 from contracts.events import FEEDBACK_KINDS
+from contracts.tables import ROLLUP_MEASURES
 
 _BUILTIN_KINDS: Final = "ARRAY[" + ", ".join(f"'{k}'" for k in sorted(FEEDBACK_KINDS)) + "]"
 
@@ -47,12 +48,8 @@ CREATE TEMP TABLE IF NOT EXISTS lg_new_f (
 ) ON COMMIT DELETE ROWS;
 """
 
-_MEASURES = (
-    "requests, errors, fallbacks, latency_sum, ttft_n, ttft_sum, prompt_tokens, completion_tokens, "
-    "response_chars, conversations, turns, thumbs_up, thumbs_down, ratings_n, ratings_sum, "
-    "regenerates, copies, edits, continued, task_success_n, task_success_sum"
-)
-_ADDITIVE = [m.strip() for m in _MEASURES.split(",")]
+_MEASURES = ", ".join(ROLLUP_MEASURES)
+_ADDITIVE = list(ROLLUP_MEASURES)
 
 # One row per contribution: an interaction (primary, in an experiment) or a feedback.
 _CONTRIB = f"""

@@ -179,59 +179,6 @@ _FEEDBACK_FIELDS = _field_kinds(FeedbackEvent)
 _NAME_MAX = 256
 
 
-# Fast path of ``_check`` for the common message (every field present, as ``encode`` writes
-# them): exact JSON types looked up per field. Anything unusual takes the full check, which
-# accepts or explains; this only ever says "valid" when ``_check`` would.
-_EXACT: dict[str, frozenset[type]] = {
-    _STR: frozenset({str}),
-    _INT: frozenset({int}),
-    _FLOAT: frozenset({int, float}),
-    _BOOL: frozenset({bool}),
-    _DICT: frozenset({dict}),
-}
-_FastSpec = tuple[
-    frozenset[str], tuple[tuple[str, frozenset[type], bool], ...], tuple[str, ...], tuple[str, ...]
-]
-
-
-def _fast_spec(spec: dict[str, tuple[str, bool, bool]]) -> _FastSpec:
-    fields = tuple((name, _EXACT[kind], optional) for name, (kind, optional, _) in spec.items())
-    floats = tuple(name for name, (kind, _, _) in spec.items() if kind == _FLOAT)
-    dicts = tuple(name for name, (kind, _, _) in spec.items() if kind == _DICT)
-    return frozenset(spec), fields, floats, dicts
-
-
-def _fast_valid(data: dict[str, Any], fast: _FastSpec) -> bool:
-    keys, fields, floats, dicts = fast
-    if data.keys() != keys:
-        return False
-    for name, types, optional in fields:
-        v = data[name]
-        if v is None:
-            if not optional:
-                return False
-        elif type(v) not in types:
-            return False
-    for name in floats:
-        v = data[name]
-        if v != v:  # NaN (None == None)
-            return False
-    for name in dicts:
-        v = data[name]
-        if v is not None:
-            for k, x in v.items():
-                if type(k) is not str or type(x) is not str:
-                    return False
-    for name, allowed in _LITERALS.items():
-        if name in keys and data[name] not in allowed:
-            return False
-    return bool(data["event_id"])
-
-
-_INTERACTION_FAST = _fast_spec(_INTERACTION_FIELDS)
-_FEEDBACK_FAST = _fast_spec(_FEEDBACK_FIELDS)
-
-
 def _check(data: dict[str, Any], spec: dict[str, tuple[str, bool, bool]], what: str) -> None:
     unknown = data.keys() - spec.keys()
     if unknown:
@@ -322,12 +269,10 @@ def _decode_checked(raw: bytes | str) -> Event:
         raise DecodeError(f"unsupported schema_version {version!r} (this build reads {SCHEMA_VERSION})")
     kind = data.get("type")
     if kind == "interaction":
-        if not _fast_valid(data, _INTERACTION_FAST):
-            _check(data, _INTERACTION_FIELDS, "interaction")
+        _check(data, _INTERACTION_FIELDS, "interaction")
         return InteractionEvent(**data)
     if kind == "feedback":
-        if not _fast_valid(data, _FEEDBACK_FAST):
-            _check(data, _FEEDBACK_FIELDS, "feedback")
+        _check(data, _FEEDBACK_FIELDS, "feedback")
         if not data["kind"] or len(data["kind"]) > _NAME_MAX:
             raise DecodeError("feedback: 'kind' must be a non-empty name of at most 256 characters")
         return FeedbackEvent(**data)

@@ -199,7 +199,8 @@ class Feedback(Base):
 #: Additive per-unit measures shared by ``unit_rollups`` and ``preperiod_rollups``. All are
 #: double precision: Postgres sums float8 far faster than bigint (numeric accumulator),
 #: and counts stay exact up to 2**53.
-ROLLUP_MEASURES: tuple[str, ...] = (
+#: The measures an interaction contributes (the ingest COPY path folds exactly these) ...
+INTERACTION_MEASURES: tuple[str, ...] = (
     "requests",
     "errors",
     "fallbacks",
@@ -211,6 +212,9 @@ ROLLUP_MEASURES: tuple[str, ...] = (
     "response_chars",
     "conversations",
     "turns",
+)
+#: ... and the ones feedback contributes.
+FEEDBACK_MEASURES: tuple[str, ...] = (
     "thumbs_up",
     "thumbs_down",
     "ratings_n",
@@ -222,6 +226,7 @@ ROLLUP_MEASURES: tuple[str, ...] = (
     "task_success_n",
     "task_success_sum",
 )
+ROLLUP_MEASURES: tuple[str, ...] = INTERACTION_MEASURES + FEEDBACK_MEASURES
 
 
 def _measure() -> Mapped[float]:

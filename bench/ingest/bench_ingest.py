@@ -35,6 +35,7 @@ from kafka import KafkaProducer
 from kafka.admin import KafkaAdminClient, NewTopic
 from prometheus_client import CollectorRegistry
 
+from analytics import bulk
 from analytics.consumer import ConsumerMetrics, ConsumerSettings, run_consumer
 from contracts.events import InteractionEvent, encode
 from liftgate import db as dbmod
@@ -109,6 +110,8 @@ def cpu_seconds(consumers: set[int]) -> dict[str, float]:
 
 def cpu_per_event(before: dict[str, float], after: dict[str, float], events: float) -> dict[str, float]:
     """µs of CPU per event by component over a measured window."""
+    if events <= 0:
+        raise RuntimeError("no event after the first batch: use more --events than one batch (20,000)")
     return {k: (after.get(k, 0.0) - before.get(k, 0.0)) / events * 1e6 for k in sorted(after)}
 
 
@@ -259,12 +262,7 @@ def copy_rows(events: list[InteractionEvent]) -> bytes:
     return buf.getvalue().encode()
 
 
-COPY_COLS = (
-    "event_id, ts, request_id, route, experiment_id, variant, unit_id, unit_source, role, pair_id, mode, "
-    "endpoint, model, upstream, status, http_status, error_type, latency_ms, ttft_ms, prompt_tokens, "
-    "completion_tokens, response_chars, finish_reason, stream, fallback, fallback_from, conversation_id, tags, "
-    "prompt, response"
-)
+COPY_COLS = bulk.INTERACTION_COLUMNS
 
 
 def copy_run(db_url: str, data: bytes, n: int, cpu: list[dict[str, float]]) -> float:
