@@ -87,7 +87,13 @@ def test_a_candidate_with_three_times_the_errors_is_rolled_back_before_25_percen
 ) -> None:
     started = time.monotonic()
     name = f"bad-{unique_name}"[:60]
-    route = _create(stack, name, "bad", {**PLAN, "min_duration_s": 10})
+    # require_noninferiority: a stage advances only once every guardrail is shown
+    # non-inferior, so whether the candidate reaches 25% does not depend on how much traffic
+    # this (shared, loaded) machine pushes through a 10 s stage: with the default policy a
+    # stage that saw too few requests to detect the harm advances (seen once in CI: rolled
+    # back at 25%). The default policy's rollback before 25% is covered deterministically in
+    # tests/analytics/rollout/test_controller.py.
+    route = _create(stack, name, "bad", {**PLAN, "min_duration_s": 10, "require_noninferiority": True})
     wait_for(lambda: _state(stack, name)["stage"] == 0, 20, "the controller to start the rollout")
     with Traffic(stack.gateway, route, units=600, duration_s=100):
         state = wait_for(
