@@ -33,11 +33,13 @@ import psycopg
 from contracts.events import InteractionEvent
 from contracts.tables import INTERACTION_MEASURES
 
+# COLLATE "C": the batch's keys are sorted and grouped byte-wise (the database's default
+# collation may be a libc locale, whose strcoll comparisons cost more than the sort).
 TEMP_TABLES: Final = """
 CREATE TEMP TABLE IF NOT EXISTS lg_fold (
-    experiment_id int, variant text, unit_id text, ts timestamptz, status text, fallback bool,
-    latency_ms float8, ttft_ms float8, prompt_tokens int, completion_tokens int, response_chars int,
-    segments text, conv bool
+    experiment_id int, variant text COLLATE "C", unit_id text COLLATE "C", ts timestamptz, status text,
+    fallback bool, latency_ms float8, ttft_ms float8, prompt_tokens int, completion_tokens int,
+    response_chars int, segments text COLLATE "C", conv bool
 ) ON COMMIT DELETE ROWS;
 """
 _COPY_FOLD: Final = (
@@ -58,40 +60,35 @@ _TS_SET: Final = (
     "first_ts = least(t.first_ts, EXCLUDED.first_ts), last_ts = greatest(t.last_ts, EXCLUDED.last_ts)"
 )
 # The deltas of the batch's counted rows, computed by Postgres from the rows just COPYed
-# (read back by primary key): no per-event number is formatted in Python, where the
-# consumer's GIL is the bottleneck. Same formulas as ``analytics.rollup``.
+# into ``lg_fold``: no per-event number is formatted in Python, where the consumer's GIL is
+# the bottleneck. Same formulas as ``analytics.rollup``.
 # The segments of an event ("key=value" per tag) arrive as one text joined by _SEP (cheaper
 # for Postgres than expanding jsonb per row); a tag containing _SEP takes the SQL path.
+# Unit and segment deltas are aggregated separately, each straight from ``lg_fold``: one
+# grouping of (unit rows + segment rows) sorted twice the rows, and the planner, expecting
+# 1,000 rows per string_to_table call, sorted instead of hashing (EXPLAIN ANALYZE of a
+# 20,000-event batch: 374 → 300 ms). unnest(string_to_array()) is estimated at 10 per row.
 _SEP: Final = "\x1f"
+_DELTAS: Final = """min(ts), max(ts), count(*)::float8, count(*) FILTER (WHERE status = 'error')::float8,
+    count(*) FILTER (WHERE fallback)::float8, sum(latency_ms), count(ttft_ms)::float8,
+    coalesce(sum(ttft_ms), 0), coalesce(sum(prompt_tokens), 0)::float8,
+    coalesce(sum(completion_tokens), 0)::float8, sum(response_chars)::float8,
+    count(*) FILTER (WHERE conv)::float8, count(*)::float8"""
 FOLD: Final = f"""
-WITH n AS MATERIALIZED (
-    SELECT * FROM lg_fold
-), s AS (
-    SELECT n.*, NULL::text AS segment FROM n
-    UNION ALL
-    SELECT n.*, t.segment FROM n, string_to_table(n.segments, E'\\x1f') t(segment)
-    WHERE n.segments IS NOT NULL
-), du AS MATERIALIZED (
-    SELECT experiment_id, segment, variant, unit_id, min(ts) AS first_ts, max(ts) AS last_ts,
-        count(*)::float8 AS requests, count(*) FILTER (WHERE status = 'error')::float8 AS errors,
-        count(*) FILTER (WHERE fallback)::float8 AS fallbacks, sum(latency_ms) AS latency_sum,
-        count(ttft_ms)::float8 AS ttft_n, coalesce(sum(ttft_ms), 0) AS ttft_sum,
-        coalesce(sum(prompt_tokens), 0)::float8 AS prompt_tokens,
-        coalesce(sum(completion_tokens), 0)::float8 AS completion_tokens,
-        sum(response_chars)::float8 AS response_chars, count(*) FILTER (WHERE conv)::float8 AS conversations,
-        count(*)::float8 AS turns
-    FROM s GROUP BY experiment_id, segment, variant, unit_id
-), u AS (
-    -- ORDER BY: concurrent consumers lock rows in the same order (no deadlock cycles).
+WITH u AS (
+    -- ORDER BY the key: concurrent consumers lock rows in the same order (no deadlock
+    -- cycles), and index pages are visited in order (unit_id first was 50% slower).
     INSERT INTO unit_rollups AS t (experiment_id, variant, unit_id, first_ts, last_ts, {_M})
-    SELECT experiment_id, variant, unit_id, first_ts, last_ts, {_M}
-    FROM du WHERE segment IS NULL
+    SELECT experiment_id, variant, unit_id, {_DELTAS}
+    FROM lg_fold GROUP BY experiment_id, variant, unit_id
     ORDER BY experiment_id, variant, unit_id
     ON CONFLICT (experiment_id, variant, unit_id) DO UPDATE SET {_TS_SET}, {_SET}
 )
 INSERT INTO segment_rollups AS t (experiment_id, segment, variant, unit_id, first_ts, last_ts, {_M})
-SELECT experiment_id, segment, variant, unit_id, first_ts, last_ts, {_M}
-FROM du WHERE segment IS NOT NULL
+SELECT experiment_id, segment, variant, unit_id, {_DELTAS}
+FROM lg_fold, unnest(string_to_array(segments, E'\\x1f')) segment
+WHERE segments IS NOT NULL
+GROUP BY experiment_id, segment, variant, unit_id
 ORDER BY experiment_id, segment, variant, unit_id
 ON CONFLICT (experiment_id, segment, variant, unit_id) DO UPDATE SET {_TS_SET}, {_SET}
 """.encode()
