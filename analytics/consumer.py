@@ -20,6 +20,7 @@ Run ``python -m analytics.consumer`` (settings from ``LIFTGATE_*``), or call
 
 from __future__ import annotations
 
+import gc
 import logging
 import signal
 import threading
@@ -88,6 +89,12 @@ class ConsumerSettings(BaseSettings):
     # After a stop request, a write still running this long is cancelled (its batch stays
     # uncommitted and is redelivered): the process exits even if Postgres hangs.
     consumer_stop_grace_s: float = Field(default=15.0, gt=0)
+    # The cyclic GC's first-generation threshold while consuming (CPython's default: 700
+    # allocations). A batch allocates ~10 container objects per event, hardly any in cycles,
+    # so the default runs hundreds of young collections per batch that free ~nothing: measured
+    # 20,000 → consumer CPU per event 23.8 → 20.1 and 21.8 → 19.5 µs (bench/ingest). 0 keeps
+    # the interpreter's setting. Process-wide; a lower threshold set elsewhere is raised.
+    consumer_gc_gen0: int = Field(default=20_000, ge=0)
 
 
 class _HasConnection(Protocol):
@@ -475,10 +482,25 @@ def run_consumer(
         settings = ConsumerSettings(
             database_url=settings.database_url, kafka_bootstrap=settings.kafka_bootstrap or "127.0.0.1:19092"
         )
+    tune_gc(settings.consumer_gc_gen0)
     if settings.consumer_threads == 1:
         Consumer(settings, stop_event, metrics).run()
         return
     _run_members(settings, stop_event, metrics or default_metrics())
+
+
+def tune_gc(gen0: int) -> None:
+    """Raise the GC's young-generation threshold to ``gen0`` (never lower it; 0: no change).
+
+    What was allocated so far (modules, settings, clients) is frozen out of the collector's
+    reach, so the rare full collections do not walk it again and again.
+    """
+    if gen0 <= 0:
+        return
+    t0, t1, t2 = gc.get_threshold()
+    if gen0 > t0:
+        gc.freeze()
+        gc.set_threshold(gen0, max(t1, 20), max(t2, 20))
 
 
 def _run_members(settings: ConsumerSettings, stop_event: threading.Event, metrics: ConsumerMetrics) -> None:
