@@ -1,0 +1,118 @@
+"""Where the database time of one ingest batch goes, statement by statement.
+
+No Kafka: N interaction events (the same generator as ``bench_ingest.py``) are written
+in batches through ``analytics.bulk.insert_interactions`` (the COPY fast path the
+consumer uses) on one connection, and the wall time of every statement and COPY is
+summed per event. The client waits on each statement, so a statement's time is the
+server's work (plus, for a COPY, the client's row formatting, which overlaps it). Then a
+plain COPY of the same rows, for scale.
+
+    .venv/bin/python bench/ingest/bench_write_path.py --events 200000 --runs 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import secrets
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from bench_ingest import copy_rows, make_events
+
+from analytics import bulk, ingest
+from liftgate import db as dbmod
+
+TIMES: collections.defaultdict[str, float] = collections.defaultdict(float)
+
+
+def _label(query: Any) -> str:
+    text = query.decode() if isinstance(query, bytes) else str(query)
+    return " ".join(text.split())[:60]
+
+
+def _instrument() -> None:
+    execute, copy = psycopg.Cursor.execute, psycopg.Cursor.copy
+
+    def timed_execute(self: psycopg.Cursor[Any], query: Any, *a: Any, **k: Any) -> Any:
+        t = time.perf_counter()
+        try:
+            return execute(self, query, *a, **k)
+        finally:
+            TIMES[_label(query)] += time.perf_counter() - t
+
+    @contextlib.contextmanager
+    def timed_copy(self: psycopg.Cursor[Any], query: Any, *a: Any, **k: Any) -> Iterator[Any]:
+        t = time.perf_counter()
+        with copy(self, query, *a, **k) as cp:
+            yield cp
+        TIMES[_label(query)] += time.perf_counter() - t
+
+    psycopg.Cursor.execute = timed_execute  # type: ignore[method-assign]
+    psycopg.Cursor.copy = timed_copy  # type: ignore[method-assign,assignment]
+
+
+def run(url: str, events: list[Any], batch: int) -> None:
+    TIMES.clear()
+    n = len(events)
+    with psycopg.connect(url) as pg:
+        pg.execute(b"TRUNCATE interactions, unit_rollups, segment_rollups, latency_histograms")
+        pg.commit()
+        commit = 0.0
+        t0 = time.perf_counter()
+        for i in range(0, n, batch):
+            with pg.transaction():
+                ingest._prepare(pg, True)
+                bulk.insert_interactions(pg, events[i : i + batch])
+                tc = time.perf_counter()
+            commit += time.perf_counter() - tc
+        total = time.perf_counter() - t0
+    print(f"write path: {total / n * 1e6:.1f} µs per event ({n / total:,.0f} ev/s on one connection)")
+    print(f"  {commit / n * 1e6:6.1f} µs  COMMIT")
+    for label, secs in sorted(TIMES.items(), key=lambda kv: -kv[1]):
+        if secs / n * 1e6 >= 0.05:
+            print(f"  {secs / n * 1e6:6.1f} µs  {label}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--admin-url", default="postgresql://postgres@127.0.0.1:15432/postgres")
+    ap.add_argument("--events", type=int, default=200_000)
+    ap.add_argument("--units", type=int, default=50_000)
+    ap.add_argument("--batch", type=int, default=20_000)
+    ap.add_argument("--runs", type=int, default=2)
+    args = ap.parse_args()
+    name = f"lg_bench_write_{secrets.token_hex(3)}"
+    with psycopg.connect(args.admin_url, autocommit=True) as c:
+        c.execute(f'CREATE DATABASE "{name}"'.encode())
+    url = f"{args.admin_url.rsplit('/', 1)[0]}/{name}"
+    try:
+        dbmod.upgrade(url.replace("postgresql://", "postgresql+psycopg://", 1))
+        events = make_events(args.events, args.units)
+        data = copy_rows(events)
+        _instrument()
+        for _ in range(args.runs):
+            run(url, events, args.batch)
+        with psycopg.connect(url) as pg:
+            pg.execute(b"TRUNCATE interactions")
+            pg.commit()
+            t = time.perf_counter()
+            with pg.cursor() as cur, cur.copy(bulk._COPY_INTERACTIONS) as cp:
+                cp.write(data)
+            pg.commit()
+            print(f"plain COPY: {(time.perf_counter() - t) / args.events * 1e6:.1f} µs per row")
+    finally:
+        with psycopg.connect(args.admin_url, autocommit=True) as c:
+            c.execute(f'DROP DATABASE "{name}" WITH (FORCE)'.encode())
+
+
+if __name__ == "__main__":
+    main()
