@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 import orjson
@@ -138,11 +138,34 @@ class Unsupported(Exception):
     """The batch holds a value this path cannot render (e.g. a ts out of datetime's range)."""
 
 
-def _ts(t: float) -> datetime:
+_PG_EPOCH_S: Final = 946_684_800  # 2000-01-01 00:00:00 UTC, PostgreSQL's epoch, in Unix seconds
+_PG_EPOCH: Final = datetime(2000, 1, 1, tzinfo=UTC)
+_SECOND_TEXT: dict[int, str] = {}  # whole seconds since _PG_EPOCH -> "YYYY-MM-DD HH:MM:SS"
+
+
+def ts_text(t: float) -> str:
+    """Unix time ``t`` as timestamptz text, the instant PostgreSQL's ``to_timestamp(t)`` gives.
+
+    Cheaper than a datetime (building one costs ~0.4 µs and psycopg's tz-aware dumper
+    ~1 µs, twice per event); a batch's events share few distinct seconds, so the
+    "YYYY-MM-DD HH:MM:SS" part is cached per second. Rounding as ``to_timestamp``:
+    rint((t - 946684800) · 10⁶) microseconds since 2000-01-01, the same double arithmetic
+    (Python's round() of a float is round-half-even, like rint), so both ingest paths store
+    the same instant (the SQL path stores ``to_timestamp(ts)``). Outside datetime's years
+    1–9999 (or NaN/inf) raises ``Unsupported``: the SQL path then decides.
+    """
     try:
-        return datetime.fromtimestamp(t, UTC)
-    except (ValueError, OverflowError, OSError) as exc:
+        sec, micro = divmod(round((t - _PG_EPOCH_S) * 1e6), 1_000_000)
+        head = _SECOND_TEXT.get(sec)
+        if head is None:
+            d = _PG_EPOCH + timedelta(seconds=sec)
+            head = f"{d.year:04d}-{d.month:02d}-{d.day:02d} {d.hour:02d}:{d.minute:02d}:{d.second:02d}"
+            if len(_SECOND_TEXT) >= 100_000:
+                _SECOND_TEXT.clear()
+            _SECOND_TEXT[sec] = head
+    except (ValueError, OverflowError) as exc:
         raise Unsupported(f"ts {t!r}: {exc}") from None
+    return f"{head}.{micro:06d}+00"
 
 
 def interaction_row(e: InteractionEvent, ts: Any) -> tuple[Any, ...]:
@@ -252,7 +275,7 @@ def insert_interactions(pg: psycopg.Connection[Any], events: Sequence[Interactio
     fold: list[tuple[Any, ...]] = []
     with pg.cursor() as cur, cur.copy(_COPY_INTERACTIONS) as copy:
         for e in new:
-            ts = _ts(e.ts)
+            ts = ts_text(e.ts)
             copy.write_row(interaction_row(e, ts))
             if _counted(e):
                 fold.append(

@@ -189,9 +189,20 @@ def committed(admin: KafkaAdminClient, group: str) -> int:
 
 
 def consumer_processes_run(
-    db_url: str, bootstrap: str, topic: str, n: int, timeout: float, procs: int, cpu: list[dict[str, float]]
+    db_url: str,
+    bootstrap: str,
+    topic: str,
+    n: int,
+    timeout: float,
+    procs: int,
+    cpu: list[dict[str, float]],
+    naive: bool = False,
 ) -> float:
-    """``procs`` consumer processes in one group (each has its own GIL); progress = committed offsets."""
+    """``procs`` consumer processes in one group (each has its own GIL); progress = committed offsets.
+
+    ``naive``: ``naive_consumer.py`` (Kafka → COPY, no guarantees, no rollups) instead of the
+    real consumer.
+    """
     group = f"bench-{secrets.token_hex(4)}"
     env = {
         **os.environ,
@@ -202,12 +213,10 @@ def consumer_processes_run(
         "LIFTGATE_FEEDBACK_TOPIC": topic + "-fb",
     }
     root = Path(__file__).resolve().parents[2]
-    ps = [
-        subprocess.Popen(
-            [sys.executable, "-m", "analytics.consumer"], cwd=root, env=env, stderr=subprocess.DEVNULL
-        )
-        for _ in range(procs)
-    ]
+    cmd = [sys.executable, str(Path(__file__).with_name("naive_consumer.py"))] if naive else [
+        sys.executable, "-m", "analytics.consumer"
+    ]  # fmt: skip
+    ps = [subprocess.Popen(cmd, cwd=root, env=env, stderr=subprocess.DEVNULL) for _ in range(procs)]
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     pids = {p.pid for p in ps}
     try:
@@ -226,7 +235,7 @@ def consumer_processes_run(
         if c < n:
             raise RuntimeError(f"consumers did not finish: {c} of {n}")
         cpu.append(cpu_per_event(cpu0, cpu_seconds(pids), n - first_n))
-        print(f"  {procs} consumer processes: {end - first_t:.1f}s elapsed")
+        print(f"  {procs} {'naive ' if naive else ''}consumer processes: {end - first_t:.1f}s elapsed")
         return (n - first_n) / (end - first_t)
     finally:
         for p in ps:
@@ -294,6 +303,9 @@ def main() -> None:
     ap.add_argument("--consumers", type=int, default=1, help="> 1: that many consumer processes in one group")
     ap.add_argument("--threads", type=int, default=1, help="group members in the one in-process consumer")
     ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument(
+        "--naive", action="store_true", help="also time naive Kafka -> COPY consumers (naive_consumer.py)"
+    )
     ap.add_argument("--switch-interval", type=float, default=None, help="sys.setswitchinterval (GIL handoff)")
     args = ap.parse_args()
     if args.switch_interval:
@@ -313,6 +325,8 @@ def main() -> None:
         kafka_rates, copy_rates = [], []
         kafka_cpu: list[dict[str, float]] = []
         copy_cpu: list[dict[str, float]] = []
+        naive_rates: list[float] = []
+        naive_cpu: list[dict[str, float]] = []
         for run in range(args.runs):
             truncate(db_url)
             if args.consumers > 1:
@@ -326,9 +340,19 @@ def main() -> None:
             kafka_rates.append(rate)
             truncate(db_url)
             copy_rates.append(copy_run(db_url, data, args.events, copy_cpu))
+            naive = ""
+            if args.naive:
+                truncate(db_url)
+                naive_rates.append(
+                    consumer_processes_run(
+                        db_url, args.bootstrap, topic, args.events, args.timeout, max(1, args.consumers),
+                        naive_cpu, naive=True,
+                    )
+                )  # fmt: skip
+                naive = f", naive kafka->COPY {naive_rates[-1]:,.0f} ev/s"
             print(
                 f"run {run + 1}: kafka->postgres {kafka_rates[-1]:,.0f} ev/s, plain COPY {copy_rates[-1]:,.0f} rows/s"
-                f" (load {os.getloadavg()[0]:.1f})"
+                f"{naive} (load {os.getloadavg()[0]:.1f})"
             )
         k_med, c_med = statistics.median(kafka_rates), statistics.median(copy_rates)
         print(
@@ -343,6 +367,10 @@ def main() -> None:
 
         print(f"CPU µs per event (medians), kafka->postgres: {cpu_line(kafka_cpu)}")
         print(f"CPU µs per row (medians), plain COPY: {cpu_line(copy_cpu)}")
+        if naive_rates:
+            n_med = statistics.median(naive_rates)
+            print(f"naive kafka->COPY median {n_med:,.0f} ev/s; kafka->postgres / naive {k_med / n_med:.2f}")
+            print(f"CPU µs per event (medians), naive kafka->COPY: {cpu_line(naive_cpu)}")
     finally:
         try:
             admin.delete_topics([topic, topic + "-fb"])

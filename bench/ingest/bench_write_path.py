@@ -1,8 +1,9 @@
 """Where the database time of one ingest batch goes, statement by statement.
 
-No Kafka: N interaction events (the same generator as ``bench_ingest.py``) are written
-in batches through ``analytics.bulk.insert_interactions`` (the COPY fast path the
-consumer uses) on one connection, and the wall time of every statement and COPY is
+No Kafka: N interaction events (the same generator as ``bench_ingest.py``), decoded
+already, are written in batches through ``analytics.ingest.ingest_raw`` (what the
+consumer calls: the COPY fast path, late feedback attribution, one transaction each) on
+one connection, and the wall time of every statement and COPY is
 summed per event. The client waits on each statement, so a statement's time is the
 server's work (plus, for a COPY, the client's row formatting, which overlaps it). Then a
 plain COPY of the same rows, for scale.
@@ -29,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_ingest import copy_rows, make_events
 
 from analytics import bulk, ingest
+from contracts.events import encode
 from liftgate import db as dbmod
 
 TIMES: collections.defaultdict[str, float] = collections.defaultdict(float)
@@ -66,17 +68,12 @@ def run(url: str, events: list[Any], batch: int) -> None:
     with psycopg.connect(url) as pg:
         pg.execute(b"TRUNCATE interactions, unit_rollups, segment_rollups, latency_histograms")
         pg.commit()
-        commit = 0.0
+        raws = [ingest.Raw(encode(e), "bench", 0, i, e.key, e) for i, e in enumerate(events)]
         t0 = time.perf_counter()
         for i in range(0, n, batch):
-            with pg.transaction():
-                ingest._prepare(pg, True)
-                bulk.insert_interactions(pg, events[i : i + batch])
-                tc = time.perf_counter()
-            commit += time.perf_counter() - tc
+            ingest.ingest_raw(pg, raws[i : i + batch], ())
         total = time.perf_counter() - t0
     print(f"write path: {total / n * 1e6:.1f} µs per event ({n / total:,.0f} ev/s on one connection)")
-    print(f"  {commit / n * 1e6:6.1f} µs  COMMIT")
     for label, secs in sorted(TIMES.items(), key=lambda kv: -kv[1]):
         if secs / n * 1e6 >= 0.05:
             print(f"  {secs / n * 1e6:6.1f} µs  {label}")

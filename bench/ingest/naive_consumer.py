@@ -1,0 +1,87 @@
+"""A naive Kafka → COPY consumer: the reference pipeline for ``bench_ingest.py --naive``.
+
+What a team would write without liftgate's guarantees: poll, decode (the same
+``contracts.events.decode``), COPY the interaction rows straight into ``interactions``
+(psycopg's ``write_row``, same columns), commit, commit the offsets. No de-duplication
+(a redelivered event fails the batch), no rollups, no dead letters, no conversation or
+feedback handling. Same Kafka settings, record parser and GC tuning as the real consumer,
+and the same overlap (the next poll runs while the previous batch is written).
+
+Reads the real consumer's environment (LIFTGATE_DATABASE_URL, LIFTGATE_KAFKA_BOOTSTRAP,
+LIFTGATE_CONSUMER_GROUP, LIFTGATE_INTERACTIONS_TOPIC); stops on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import psycopg
+from kafka import KafkaConsumer
+from kafka.structs import OffsetAndMetadata
+
+from analytics import bulk, kafka_records
+from analytics.consumer import ConsumerSettings, tune_gc
+from contracts.events import InteractionEvent, decode
+
+COPY = f"COPY interactions ({bulk.INTERACTION_COLUMNS}) FROM STDIN".encode()
+
+
+def write(pg: psycopg.Connection[Any], values: list[bytes]) -> None:
+    with pg.transaction(), pg.cursor() as cur, cur.copy(COPY) as copy:
+        for v in values:
+            e = decode(v)
+            assert isinstance(e, InteractionEvent)
+            copy.write_row(bulk.interaction_row(e, bulk.ts_text(e.ts)))
+
+
+def main() -> None:
+    s = ConsumerSettings()
+    tune_gc(s.consumer_gc_gen0)
+    kafka_records.install()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    kafka = KafkaConsumer(
+        s.interactions_topic,
+        bootstrap_servers=s.kafka_bootstrap,
+        group_id=s.consumer_group,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        max_poll_records=s.consumer_max_records,
+        fetch_min_bytes=s.consumer_fetch_min_bytes,
+        fetch_max_wait_ms=s.consumer_fetch_max_wait_ms,
+        max_partition_fetch_bytes=s.consumer_max_partition_fetch_bytes,
+    )
+    pg = psycopg.connect(s.database_url.replace("+psycopg", ""), options="-c synchronous_commit=on")
+    pool = ThreadPoolExecutor(1)
+    pending: tuple[Any, dict[Any, OffsetAndMetadata]] | None = None
+
+    def finish() -> None:
+        assert pending is not None
+        pending[0].result()
+        kafka.commit(pending[1])  # the written batch's offsets (not the newer positions)
+
+    try:
+        while not stop.is_set():
+            records = kafka.poll(timeout_ms=200)
+            if pending is not None:
+                finish()
+                pending = None
+            values = [r.value for recs in records.values() for r in recs]
+            if values:
+                offsets = {
+                    tp: OffsetAndMetadata(recs[-1].offset + 1, "", -1) for tp, recs in records.items() if recs
+                }
+                pending = (pool.submit(write, pg, values), offsets)
+        if pending is not None:
+            finish()
+    finally:
+        pool.shutdown()
+        kafka.close(autocommit=False)
+        pg.close()
+
+
+if __name__ == "__main__":
+    main()
