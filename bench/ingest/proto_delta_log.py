@@ -1,0 +1,106 @@
+"""Prototype measurement (not product code): rollups from a delta log compacted later.
+
+The design question behind issue 4's "≥ 0.5 × plain COPY": would moving the rollup upserts
+out of the ingest transaction pay? Here each batch COPYs its interactions as the consumer
+does but appends the rollup input rows to a logged, index-free ``fold_log`` table instead
+of folding them; every C batches one transaction moves the log (DELETE … RETURNING) into
+the temp table and runs the product's own FOLD and HISTOGRAMS statements. Rollups end up
+identical (checked: units, requests and latency sums printed per run). One connection, no
+Kafka; wall time per event of the statements (server work plus overlapping client
+formatting), like ``bench_write_path.py``. Not counted: vacuuming the deleted log rows.
+
+    .venv/bin/python bench/ingest/proto_delta_log.py --runs 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import secrets
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from bench_ingest import make_events
+
+from analytics import bulk, ingest
+from liftgate import db as dbmod
+
+FOLD_LOG = b"""CREATE TABLE fold_log (
+    experiment_id int, variant text, unit_id text, ts timestamptz, status text, fallback bool,
+    latency_ms float8, ttft_ms float8, prompt_tokens int, completion_tokens int, response_chars int,
+    segments text, conv bool)"""
+
+
+def run(url: str, events: list[Any], batch: int, every: int | None) -> None:
+    """``every`` None: the product's inline fold; else compact the log every that many batches."""
+    fold, hist, copy = bulk.FOLD, bulk.HISTOGRAMS, bulk._COPY_FOLD
+    n = len(events)
+    with psycopg.connect(url) as pg:
+        pg.execute(b"TRUNCATE interactions, unit_rollups, segment_rollups, latency_histograms, fold_log")
+        pg.commit()
+        t_ingest = t_compact = 0.0
+        for k, i in enumerate(range(0, n, batch), 1):
+            try:
+                if every is not None:
+                    bulk.FOLD = bulk.HISTOGRAMS = b"SELECT 1"
+                    bulk._COPY_FOLD = copy.replace(b"COPY lg_fold", b"COPY fold_log")  # type: ignore[misc]
+                t = time.perf_counter()
+                with pg.transaction():
+                    ingest._prepare(pg, True)
+                    bulk.insert_interactions(pg, events[i : i + batch])
+                t_ingest += time.perf_counter() - t
+            finally:
+                bulk.FOLD, bulk.HISTOGRAMS, bulk._COPY_FOLD = fold, hist, copy  # type: ignore[misc]
+            if every is not None and (k % every == 0 or i + batch >= n):
+                t = time.perf_counter()
+                with pg.transaction():
+                    ingest._prepare(pg, True)
+                    pg.execute(
+                        b"WITH d AS (DELETE FROM fold_log RETURNING *) INSERT INTO lg_fold SELECT * FROM d"
+                    )
+                    pg.execute(fold)
+                    pg.execute(hist)
+                t_compact += time.perf_counter() - t
+        check = pg.execute(
+            b"SELECT count(*), sum(requests), round(sum(latency_sum)) FROM unit_rollups"
+        ).fetchone()
+    label = "inline fold (product)" if every is None else f"delta log, compacted every {every} batches"
+    print(
+        f"{label:42s} ingest {t_ingest / n * 1e6:5.1f} + compaction {t_compact / n * 1e6:5.1f}"
+        f" = {(t_ingest + t_compact) / n * 1e6:5.1f} µs/event   (rollups {check})"
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--admin-url", default="postgresql://postgres@127.0.0.1:15432/postgres")
+    ap.add_argument("--events", type=int, default=200_000)
+    ap.add_argument("--units", type=int, default=50_000)
+    ap.add_argument("--batch", type=int, default=20_000)
+    ap.add_argument("--runs", type=int, default=2)
+    args = ap.parse_args()
+    name = f"lg_proto_delta_{secrets.token_hex(3)}"
+    with psycopg.connect(args.admin_url, autocommit=True) as c:
+        c.execute(f'CREATE DATABASE "{name}"'.encode())
+    url = f"{args.admin_url.rsplit('/', 1)[0]}/{name}"
+    try:
+        dbmod.upgrade(url.replace("postgresql://", "postgresql+psycopg://", 1))
+        with psycopg.connect(url, autocommit=True) as c:
+            c.execute(FOLD_LOG)
+        events = make_events(args.events, args.units)
+        batches = -(-args.events // args.batch)
+        for _ in range(args.runs):
+            for every in (None, 1, max(1, batches // 2), batches):
+                run(url, events, args.batch, every)
+    finally:
+        with psycopg.connect(args.admin_url, autocommit=True) as c:
+            c.execute(f'DROP DATABASE "{name}" WITH (FORCE)'.encode())
+
+
+if __name__ == "__main__":
+    main()
