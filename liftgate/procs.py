@@ -109,10 +109,16 @@ class Child:
         if self.proc is None:
             return
         self.signal_group(signal.SIGTERM)
+        self.finish_stop(time.monotonic() + timeout)
+
+    def finish_stop(self, deadline: float) -> None:
+        """After a SIGTERM: wait until ``deadline``, then SIGKILL the group, reap the child."""
+        if self.proc is None:
+            return
         try:
-            self.proc.wait(timeout=timeout)
+            self.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            log.warning("%s did not stop within %.0f s; killing it", self.name, timeout)
+            log.warning("%s did not stop in time; killing it", self.name)
         # The leader may be gone while a worker of its group lingers: kill the group anyway.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
@@ -138,7 +144,21 @@ class Supervisor:
     def first_dead(self) -> Child | None:
         return next((c for c in self.children if not c.alive()), None)
 
-    def stop_all(self) -> None:
-        for child in reversed(self.children):
-            child.stop()
+    def stop_all(self, timeout: float = 10.0) -> None:
+        """SIGTERM every child at once, SIGKILL what still runs after ``timeout`` (in total).
+
+        One shared deadline, not one per child in turn: a stack of five children stops
+        within ``timeout`` + a few seconds however many of them are slow. Each child's stop
+        time (or the kill) is logged, so a slow one can be named.
+        """
+        t0 = time.monotonic()
+        children = list(reversed(self.children))
+        for child in children:
+            child.signal_group(signal.SIGTERM)
+        for child in children:
+            child.finish_stop(t0 + timeout)
+            code = child.proc.returncode if child.proc else None
+            log.info(
+                "stopped %s (code %s) %.1f s after the stop request", child.name, code, time.monotonic() - t0
+            )
         self.children.clear()

@@ -76,6 +76,16 @@ class Up:
         self.proc.send_signal(sig)
         try:
             return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            # Say which service held the shutdown up: `up`'s own log names each child's stop
+            # time; the services' logs end with what they were doing.
+            logs = "".join(
+                f"\n--- {p.name} (tail)\n" + "\n".join(p.read_text(errors="replace").splitlines()[-15:])
+                for p in sorted((self.state / "logs").glob("*.log"))
+            )
+            raise AssertionError(
+                f"liftgate up still running {timeout:.0f} s after signal {sig}:\n{self.output()}{logs}"
+            ) from None
         finally:
             self.log.close()
 

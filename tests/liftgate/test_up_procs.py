@@ -87,6 +87,37 @@ def test_a_child_that_never_gets_ready_times_out(tmp_path: Path) -> None:
     assert child.pid is not None and _gone([child.pid])
 
 
+_STUBBORN = """
+import signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+
+def test_children_that_ignore_sigterm_are_killed_at_one_shared_deadline(tmp_path: Path) -> None:
+    sup = Supervisor()
+    children = [
+        Child(f"stubborn{i}", [sys.executable, "-c", _STUBBORN], dict(os.environ), tmp_path / f"s{i}.log")
+        for i in range(3)
+    ]
+    try:
+        for child in children:
+            sup.start(child)
+        deadline = time.monotonic() + 30
+        while not all("ready" in c.log_tail() for c in children):  # SIGTERM is ignored from here on
+            assert time.monotonic() < deadline, [c.log_tail() for c in children]
+            time.sleep(0.05)
+        t0 = time.monotonic()
+        sup.stop_all(timeout=2.0)
+        elapsed = time.monotonic() - t0
+    finally:
+        sup.stop_all()
+    assert all(c.proc is not None and c.proc.returncode == -9 for c in children), "killed, not stopped"
+    # One deadline for all: one child after another would take 3 x 2 s.
+    assert 2.0 <= elapsed < 5.0, elapsed
+
+
 def test_admin_token_is_generated_once_private_and_reused(tmp_path: Path) -> None:
     first = admin_token(tmp_path)
     path = tmp_path / "admin_token"
