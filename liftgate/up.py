@@ -126,7 +126,11 @@ def up(
         upstreams=specs, reset=reset, ready_timeout_s=ready_timeout, log_level=log_level,
     )  # fmt: skip
     # SIGTERM (service managers) and SIGHUP (closed terminal) stop the stack like Ctrl-C.
-    for sig in (signal.SIGTERM, signal.SIGHUP):
+    # SIGINT too, explicitly: a process started in the background by a non-interactive shell
+    # inherits SIGINT *ignored*, and Python then installs no KeyboardInterrupt handler, so
+    # `kill -INT` did nothing (seen: a test run launched from a background script waited
+    # 60 s for a stack that never began to stop). Servers such as uvicorn do the same.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _raise_interrupt)
     stack: RunningStack | None = None
     code = 0

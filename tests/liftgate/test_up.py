@@ -38,9 +38,12 @@ class Up:
             argv += [f"--{opt}-port", str(ports[opt])]
         env = {k: v for k, v in os.environ.items() if not k.startswith("LIFTGATE_")}
         self.log = (state.parent / f"up-{time.monotonic_ns()}.log").open("w")
+        # Started with SIGINT ignored, as a background job of a non-interactive shell is: the
+        # Ctrl-C below must stop the stack however the test run itself was launched.
         self.proc = subprocess.Popen(
-            [*argv, *extra], env=env, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT
-        )
+            [*argv, *extra], env=env, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+        )  # fmt: skip
         self.analytics = f"http://127.0.0.1:{ports['analytics']}"
         self.gateway = f"http://127.0.0.1:{ports['gateway']}"
 
