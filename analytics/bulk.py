@@ -69,11 +69,22 @@ _TS_SET: Final = (
 # 1,000 rows per string_to_table call, sorted instead of hashing (EXPLAIN ANALYZE of a
 # 20,000-event batch: 374 → 300 ms). unnest(string_to_array()) is estimated at 10 per row.
 _SEP: Final = "\x1f"
-_DELTAS: Final = """min(ts), max(ts), count(*)::float8, count(*) FILTER (WHERE status = 'error')::float8,
-    count(*) FILTER (WHERE fallback)::float8, sum(latency_ms), count(ttft_ms)::float8,
-    coalesce(sum(ttft_ms), 0), coalesce(sum(prompt_tokens), 0)::float8,
-    coalesce(sum(completion_tokens), 0)::float8, sum(response_chars)::float8,
-    count(*) FILTER (WHERE conv)::float8, count(*)::float8"""
+# Each interaction measure's delta over a group of lg_fold rows (a measure added to
+# INTERACTION_MEASURES without one here fails at import, not silently out of order).
+_DELTA_OF: Final = {
+    "requests": "count(*)::float8",
+    "errors": "count(*) FILTER (WHERE status = 'error')::float8",
+    "fallbacks": "count(*) FILTER (WHERE fallback)::float8",
+    "latency_sum": "sum(latency_ms)",
+    "ttft_n": "count(ttft_ms)::float8",
+    "ttft_sum": "coalesce(sum(ttft_ms), 0)",
+    "prompt_tokens": "coalesce(sum(prompt_tokens), 0)::float8",
+    "completion_tokens": "coalesce(sum(completion_tokens), 0)::float8",
+    "response_chars": "sum(response_chars)::float8",
+    "conversations": "count(*) FILTER (WHERE conv)::float8",
+    "turns": "count(*)::float8",
+}
+_DELTAS: Final = "min(ts), max(ts), " + ", ".join(_DELTA_OF[m] for m in INTERACTION_MEASURES)
 FOLD: Final = f"""
 WITH u AS (
     -- ORDER BY the key: concurrent consumers lock rows in the same order (no deadlock
@@ -138,8 +149,8 @@ class Unsupported(Exception):
     """The batch holds a value this path cannot render (e.g. a ts out of datetime's range)."""
 
 
-_PG_EPOCH_S: Final = 946_684_800  # 2000-01-01 00:00:00 UTC, PostgreSQL's epoch, in Unix seconds
-_PG_EPOCH: Final = datetime(2000, 1, 1, tzinfo=UTC)
+_PG_EPOCH: Final = datetime(2000, 1, 1, tzinfo=UTC)  # PostgreSQL's epoch
+_PG_EPOCH_S: Final = int(_PG_EPOCH.timestamp())  # 946,684,800
 _SECOND_TEXT: dict[int, str] = {}  # whole seconds since _PG_EPOCH -> "YYYY-MM-DD HH:MM:SS"
 
 

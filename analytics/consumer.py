@@ -159,6 +159,18 @@ def default_metrics() -> ConsumerMetrics:
         return _default_metrics
 
 
+def fetch_options(s: ConsumerSettings) -> dict[str, Any]:
+    """How the consumer reads Kafka: manual commits from the earliest offset, batch sizes."""
+    return {
+        "enable_auto_commit": False,
+        "auto_offset_reset": "earliest",
+        "max_poll_records": s.consumer_max_records,
+        "fetch_min_bytes": s.consumer_fetch_min_bytes,
+        "fetch_max_wait_ms": s.consumer_fetch_max_wait_ms,
+        "max_partition_fetch_bytes": s.consumer_max_partition_fetch_bytes,
+    }
+
+
 def _pg_url(url: str) -> str:
     return url.replace("postgresql+psycopg://", "postgresql://", 1)
 
@@ -222,12 +234,7 @@ class Consumer:
             settings.feedback_topic,
             bootstrap_servers=settings.kafka_bootstrap,
             group_id=settings.consumer_group,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            max_poll_records=settings.consumer_max_records,
-            fetch_min_bytes=settings.consumer_fetch_min_bytes,
-            fetch_max_wait_ms=settings.consumer_fetch_max_wait_ms,
-            max_partition_fetch_bytes=settings.consumer_max_partition_fetch_bytes,
+            **fetch_options(settings),
             group_instance_id=(
                 settings.consumer_instance_id
                 if settings.consumer_instance_id is None or member == 0

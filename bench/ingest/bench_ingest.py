@@ -27,6 +27,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -39,6 +41,22 @@ from analytics import bulk
 from analytics.consumer import ConsumerMetrics, ConsumerSettings, run_consumer
 from contracts.events import InteractionEvent, encode
 from liftgate import db as dbmod
+
+
+@contextmanager
+def scratch_database(admin_url: str, prefix: str) -> Iterator[str]:
+    """A freshly migrated database on the server of ``admin_url`` (its URL), dropped on exit."""
+    name = f"{prefix}_{secrets.token_hex(3)}"
+    with psycopg.connect(admin_url, autocommit=True) as c:
+        c.execute(f'CREATE DATABASE "{name}"'.encode())
+    try:
+        url = f"{admin_url.rsplit('/', 1)[0]}/{name}"
+        dbmod.upgrade(url.replace("postgresql://", "postgresql+psycopg://", 1))
+        yield url
+    finally:
+        with psycopg.connect(admin_url, autocommit=True) as c:
+            c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'.encode())
+
 
 TABLES = "interactions, feedback, unit_rollups, segment_rollups, latency_histograms, dead_letters"
 
@@ -271,14 +289,14 @@ def copy_rows(events: list[InteractionEvent]) -> bytes:
     return buf.getvalue().encode()
 
 
-COPY_COLS = bulk.INTERACTION_COLUMNS
-
-
 def copy_run(db_url: str, data: bytes, n: int, cpu: list[dict[str, float]]) -> float:
     with psycopg.connect(db_url) as conn:
         cpu0 = cpu_seconds(set())
         t = time.perf_counter()
-        with conn.cursor() as cur, cur.copy(f"COPY interactions ({COPY_COLS}) FROM STDIN".encode()) as cp:
+        with (
+            conn.cursor() as cur,
+            cur.copy(f"COPY interactions ({bulk.INTERACTION_COLUMNS}) FROM STDIN".encode()) as cp,
+        ):
             for i in range(0, len(data), 1 << 20):
                 cp.write(data[i : i + (1 << 20)])
         conn.commit()
@@ -310,74 +328,70 @@ def main() -> None:
     args = ap.parse_args()
     if args.switch_interval:
         sys.setswitchinterval(args.switch_interval)
-    name = f"lg_bench_ingest_{secrets.token_hex(3)}"
     topic = f"bench-ingest-{secrets.token_hex(3)}"
-    with psycopg.connect(args.admin_url, autocommit=True) as c:
-        c.execute(f'CREATE DATABASE "{name}"'.encode())
-    db_url = f"{args.admin_url.rsplit('/', 1)[0]}/{name}"
-    admin = KafkaAdminClient(bootstrap_servers=args.bootstrap)
-    try:
-        dbmod.upgrade(db_url.replace("postgresql://", "postgresql+psycopg://", 1))
-        admin.create_topics([NewTopic(t, 6, 1) for t in (topic, topic + "-fb")])
-        events = make_events(args.events, args.units)
-        print(f"produced {args.events:,} events in {produce(args.bootstrap, topic, events):.1f}s")
-        data = copy_rows(events)
-        kafka_rates, copy_rates = [], []
-        kafka_cpu: list[dict[str, float]] = []
-        copy_cpu: list[dict[str, float]] = []
-        naive_rates: list[float] = []
-        naive_cpu: list[dict[str, float]] = []
-        for run in range(args.runs):
-            truncate(db_url)
-            if args.consumers > 1:
-                rate = consumer_processes_run(
-                    db_url, args.bootstrap, topic, args.events, args.timeout, args.consumers, kafka_cpu
-                )
-            else:
-                rate = consumer_run(
-                    db_url, args.bootstrap, topic, args.events, args.timeout, kafka_cpu, args.threads
-                )
-            kafka_rates.append(rate)
-            truncate(db_url)
-            copy_rates.append(copy_run(db_url, data, args.events, copy_cpu))
-            naive = ""
-            if args.naive:
-                truncate(db_url)
-                naive_rates.append(
-                    consumer_processes_run(
-                        db_url, args.bootstrap, topic, args.events, args.timeout, max(1, args.consumers),
-                        naive_cpu, naive=True,
-                    )
-                )  # fmt: skip
-                naive = f", naive kafka->COPY {naive_rates[-1]:,.0f} ev/s"
-            print(
-                f"run {run + 1}: kafka->postgres {kafka_rates[-1]:,.0f} ev/s, plain COPY {copy_rates[-1]:,.0f} rows/s"
-                f"{naive} (load {os.getloadavg()[0]:.1f})"
-            )
-        k_med, c_med = statistics.median(kafka_rates), statistics.median(copy_rates)
-        print(
-            f"median: kafka->postgres {k_med:,.0f} ev/s; plain COPY {c_med:,.0f} rows/s; ratio {k_med / c_med:.2f}"
-        )
-
-        def cpu_line(runs: list[dict[str, float]]) -> str:
-            keys = sorted({k for r in runs for k in r})
-            med = {k: statistics.median(r.get(k, 0.0) for r in runs) for k in keys}
-            parts = ", ".join(f"{k} {v:.1f}" for k, v in med.items())
-            return f"{parts}; total {sum(med.values()):.1f}"
-
-        print(f"CPU µs per event (medians), kafka->postgres: {cpu_line(kafka_cpu)}")
-        print(f"CPU µs per row (medians), plain COPY: {cpu_line(copy_cpu)}")
-        if naive_rates:
-            n_med = statistics.median(naive_rates)
-            print(f"naive kafka->COPY median {n_med:,.0f} ev/s; kafka->postgres / naive {k_med / n_med:.2f}")
-            print(f"CPU µs per event (medians), naive kafka->COPY: {cpu_line(naive_cpu)}")
-    finally:
+    with scratch_database(args.admin_url, "lg_bench_ingest") as db_url:
+        admin = KafkaAdminClient(bootstrap_servers=args.bootstrap)
         try:
-            admin.delete_topics([topic, topic + "-fb"])
+            admin.create_topics([NewTopic(t, 6, 1) for t in (topic, topic + "-fb")])
+            events = make_events(args.events, args.units)
+            print(f"produced {args.events:,} events in {produce(args.bootstrap, topic, events):.1f}s")
+            data = copy_rows(events)
+            kafka_rates, copy_rates = [], []
+            kafka_cpu: list[dict[str, float]] = []
+            copy_cpu: list[dict[str, float]] = []
+            naive_rates: list[float] = []
+            naive_cpu: list[dict[str, float]] = []
+            for run in range(args.runs):
+                truncate(db_url)
+                if args.consumers > 1:
+                    rate = consumer_processes_run(
+                        db_url, args.bootstrap, topic, args.events, args.timeout, args.consumers, kafka_cpu
+                    )
+                else:
+                    rate = consumer_run(
+                        db_url, args.bootstrap, topic, args.events, args.timeout, kafka_cpu, args.threads
+                    )
+                kafka_rates.append(rate)
+                truncate(db_url)
+                copy_rates.append(copy_run(db_url, data, args.events, copy_cpu))
+                naive = ""
+                if args.naive:
+                    truncate(db_url)
+                    naive_rates.append(
+                        consumer_processes_run(
+                            db_url, args.bootstrap, topic, args.events, args.timeout, max(1, args.consumers),
+                            naive_cpu, naive=True,
+                        )
+                    )  # fmt: skip
+                    naive = f", naive kafka->COPY {naive_rates[-1]:,.0f} ev/s"
+                print(
+                    f"run {run + 1}: kafka->postgres {kafka_rates[-1]:,.0f} ev/s, plain COPY {copy_rates[-1]:,.0f} rows/s"
+                    f"{naive} (load {os.getloadavg()[0]:.1f})"
+                )
+            k_med, c_med = statistics.median(kafka_rates), statistics.median(copy_rates)
+            print(
+                f"median: kafka->postgres {k_med:,.0f} ev/s; plain COPY {c_med:,.0f} rows/s; ratio {k_med / c_med:.2f}"
+            )
+
+            def cpu_line(runs: list[dict[str, float]]) -> str:
+                keys = sorted({k for r in runs for k in r})
+                med = {k: statistics.median(r.get(k, 0.0) for r in runs) for k in keys}
+                parts = ", ".join(f"{k} {v:.1f}" for k, v in med.items())
+                return f"{parts}; total {sum(med.values()):.1f}"
+
+            print(f"CPU µs per event (medians), kafka->postgres: {cpu_line(kafka_cpu)}")
+            print(f"CPU µs per row (medians), plain COPY: {cpu_line(copy_cpu)}")
+            if naive_rates:
+                n_med = statistics.median(naive_rates)
+                print(
+                    f"naive kafka->COPY median {n_med:,.0f} ev/s; kafka->postgres / naive {k_med / n_med:.2f}"
+                )
+                print(f"CPU µs per event (medians), naive kafka->COPY: {cpu_line(naive_cpu)}")
         finally:
-            admin.close()
-        with psycopg.connect(args.admin_url, autocommit=True) as c:
-            c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'.encode())
+            try:
+                admin.delete_topics([topic, topic + "-fb"])
+            finally:
+                admin.close()
 
 
 if __name__ == "__main__":

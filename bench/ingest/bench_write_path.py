@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
-import secrets
 import sys
 import time
 from collections.abc import Iterator
@@ -27,11 +26,10 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from bench_ingest import copy_rows, make_events
+from bench_ingest import copy_rows, copy_run, make_events, scratch_database, truncate
 
-from analytics import bulk, ingest
+from analytics import ingest
 from contracts.events import encode
-from liftgate import db as dbmod
 
 TIMES: collections.defaultdict[str, float] = collections.defaultdict(float)
 
@@ -87,28 +85,15 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=20_000)
     ap.add_argument("--runs", type=int, default=2)
     args = ap.parse_args()
-    name = f"lg_bench_write_{secrets.token_hex(3)}"
-    with psycopg.connect(args.admin_url, autocommit=True) as c:
-        c.execute(f'CREATE DATABASE "{name}"'.encode())
-    url = f"{args.admin_url.rsplit('/', 1)[0]}/{name}"
-    try:
-        dbmod.upgrade(url.replace("postgresql://", "postgresql+psycopg://", 1))
+    with scratch_database(args.admin_url, "lg_bench_write") as url:
         events = make_events(args.events, args.units)
         data = copy_rows(events)
         _instrument()
         for _ in range(args.runs):
             run(url, events, args.batch)
-        with psycopg.connect(url) as pg:
-            pg.execute(b"TRUNCATE interactions")
-            pg.commit()
-            t = time.perf_counter()
-            with pg.cursor() as cur, cur.copy(bulk._COPY_INTERACTIONS) as cp:
-                cp.write(data)
-            pg.commit()
-            print(f"plain COPY: {(time.perf_counter() - t) / args.events * 1e6:.1f} µs per row")
-    finally:
-        with psycopg.connect(args.admin_url, autocommit=True) as c:
-            c.execute(f'DROP DATABASE "{name}" WITH (FORCE)'.encode())
+        truncate(url)
+        rate = copy_run(url, data, args.events, [])
+        print(f"plain COPY: {1e6 / rate:.1f} µs per row")
 
 
 if __name__ == "__main__":

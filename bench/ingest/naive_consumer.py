@@ -23,7 +23,7 @@ from kafka import KafkaConsumer
 from kafka.structs import OffsetAndMetadata
 
 from analytics import bulk, kafka_records
-from analytics.consumer import ConsumerSettings, tune_gc
+from analytics.consumer import ConsumerSettings, _pg_url, fetch_options, tune_gc
 from contracts.events import InteractionEvent, decode
 
 COPY = f"COPY interactions ({bulk.INTERACTION_COLUMNS}) FROM STDIN".encode()
@@ -47,14 +47,9 @@ def main() -> None:
         s.interactions_topic,
         bootstrap_servers=s.kafka_bootstrap,
         group_id=s.consumer_group,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        max_poll_records=s.consumer_max_records,
-        fetch_min_bytes=s.consumer_fetch_min_bytes,
-        fetch_max_wait_ms=s.consumer_fetch_max_wait_ms,
-        max_partition_fetch_bytes=s.consumer_max_partition_fetch_bytes,
+        **fetch_options(s),
     )
-    pg = psycopg.connect(s.database_url.replace("+psycopg", ""), options="-c synchronous_commit=on")
+    pg = psycopg.connect(_pg_url(s.database_url), options="-c synchronous_commit=on")
     pool = ThreadPoolExecutor(1)
     pending: tuple[Any, dict[Any, OffsetAndMetadata]] | None = None
 

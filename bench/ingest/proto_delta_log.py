@@ -15,7 +15,6 @@ formatting), like ``bench_write_path.py``. Not counted: vacuuming the deleted lo
 from __future__ import annotations
 
 import argparse
-import secrets
 import sys
 import time
 from pathlib import Path
@@ -25,10 +24,9 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from bench_ingest import make_events
+from bench_ingest import make_events, scratch_database
 
 from analytics import bulk, ingest
-from liftgate import db as dbmod
 
 FOLD_LOG = b"""CREATE TABLE fold_log (
     experiment_id int, variant text, unit_id text, ts timestamptz, status text, fallback bool,
@@ -84,12 +82,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=20_000)
     ap.add_argument("--runs", type=int, default=2)
     args = ap.parse_args()
-    name = f"lg_proto_delta_{secrets.token_hex(3)}"
-    with psycopg.connect(args.admin_url, autocommit=True) as c:
-        c.execute(f'CREATE DATABASE "{name}"'.encode())
-    url = f"{args.admin_url.rsplit('/', 1)[0]}/{name}"
-    try:
-        dbmod.upgrade(url.replace("postgresql://", "postgresql+psycopg://", 1))
+    with scratch_database(args.admin_url, "lg_proto_delta") as url:
         with psycopg.connect(url, autocommit=True) as c:
             c.execute(FOLD_LOG)
         events = make_events(args.events, args.units)
@@ -97,9 +90,6 @@ def main() -> None:
         for _ in range(args.runs):
             for every in (None, 1, max(1, batches // 2), batches):
                 run(url, events, args.batch, every)
-    finally:
-        with psycopg.connect(args.admin_url, autocommit=True) as c:
-            c.execute(f'DROP DATABASE "{name}" WITH (FORCE)'.encode())
 
 
 if __name__ == "__main__":

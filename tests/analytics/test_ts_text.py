@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import random
 
-import psycopg
 import pytest
 
 from analytics import bulk
+from tests.analytics.ingest_helpers import connect
 
 
 def _values() -> list[float]:
@@ -27,7 +27,7 @@ def _values() -> list[float]:
 def test_the_text_parses_to_the_same_instant_as_to_timestamp(database_url: str) -> None:
     values = _values()
     texts = [bulk.ts_text(v) for v in values]
-    with psycopg.connect(database_url.replace("+psycopg", "")) as conn:
+    with connect(database_url) as conn:
         rows = conn.execute(
             "SELECT i, a, to_timestamp(b)::text FROM unnest(%s::text[], %s::float8[]) WITH ORDINALITY"
             " AS x(a, b, i) WHERE a::timestamptz IS DISTINCT FROM to_timestamp(b)",
