@@ -145,6 +145,15 @@ def produce(bootstrap: str, topic: str, events: list[InteractionEvent]) -> float
     return time.perf_counter() - t
 
 
+def check_rollups(db_url: str, events: list[InteractionEvent]) -> None:
+    """Every counted event is in the rollups exactly once (a wrong figure is no figure)."""
+    want = sum(1 for e in events if e.role == "primary" and e.experiment_id is not None)
+    with psycopg.connect(db_url) as conn:
+        row = conn.execute(b"SELECT coalesce(sum(requests), 0) FROM unit_rollups").fetchone()
+    if row is None or int(row[0]) != want:
+        raise RuntimeError(f"rollups count {row} requests, expected {want}")
+
+
 def consumer_run(
     db_url: str,
     bootstrap: str,
@@ -351,6 +360,7 @@ def main() -> None:
                     rate = consumer_run(
                         db_url, args.bootstrap, topic, args.events, args.timeout, kafka_cpu, args.threads
                     )
+                check_rollups(db_url, events)
                 kafka_rates.append(rate)
                 truncate(db_url)
                 copy_rates.append(copy_run(db_url, data, args.events, copy_cpu))
