@@ -130,12 +130,14 @@ ORDER BY experiment_id, metric, segment, variant, bucket
 ON CONFLICT (experiment_id, metric, segment, variant, bucket) DO UPDATE SET count = h.count + EXCLUDED.count
 """
 
-# One index probe per conversation id (LATERAL + DISTINCT is not flattened into a join):
-# with a plain join the planner may hash all of ``interactions`` for a few thousand ids.
+# Which (experiment, conversation) pairs of the batch have a primary turn stored already:
+# one index probe per pair that stops at the first such row (LIMIT 1 inside LATERAL: not
+# flattened into a join, where the planner may hash all of ``interactions``). Reading every
+# stored turn instead (DISTINCT) made a conversation's n-th turn cost O(n) rows.
 _STORED_CONVERSATIONS: Final = (
-    b"SELECT x.experiment_id, c.id FROM unnest(%s::text[]) c(id) CROSS JOIN LATERAL ("
-    b" SELECT DISTINCT i.experiment_id FROM interactions i"
-    b" WHERE i.conversation_id = c.id AND i.role = 'primary' AND i.experiment_id IS NOT NULL) x"
+    b"SELECT c.exp, c.id FROM unnest(%s::int[], %s::text[]) c(exp, id) CROSS JOIN LATERAL ("
+    b" SELECT 1 FROM interactions i"
+    b" WHERE i.conversation_id = c.id AND i.experiment_id = c.exp AND i.role = 'primary' LIMIT 1) x"
 )
 
 
@@ -248,8 +250,9 @@ def _first_turns(pg: psycopg.Connection[Any], counted: list[InteractionEvent]) -
             first[k] = e
     if not first:
         return set()
-    convs = list({c for _, c in first})
-    for exp, conv in pg.execute(_STORED_CONVERSATIONS, (text_array(convs),)).fetchall():
+    exps = "{" + ",".join([str(x) for x, _ in first]) + "}"
+    convs = text_array([c for _, c in first])
+    for exp, conv in pg.execute(_STORED_CONVERSATIONS, (exps, convs)).fetchall():
         first.pop((exp, conv), None)
     return {id(e) for e in first.values()}
 

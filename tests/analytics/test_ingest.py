@@ -147,6 +147,32 @@ def test_conversations_count_distinct_ids_across_batches(database_url: str) -> N
     assert row == (3.0, 4.0)
 
 
+def test_a_conversation_is_new_per_experiment_and_only_a_stored_primary_turn_continues_it(
+    database_url: str,
+) -> None:
+    """COPY fast path (every event new): the probe asks per (experiment, conversation) pair."""
+    a, b = new_experiment_id(), new_experiment_id()
+    conv = f"conv-{a}-{b}"
+    first = [
+        interaction(a, "control", "u1", conversation_id=conv, ts=1.0),
+        interaction(b, "control", "u2", conversation_id=conv, ts=1.0, role="shadow", mode="shadow"),
+    ]
+    second = [
+        interaction(a, "control", "u1", conversation_id=conv, ts=2.0),  # continues it in a
+        interaction(b, "control", "u2", conversation_id=conv, ts=2.0),  # b stored only a shadow turn
+        interaction(a, "control", "u1", conversation_id=conv + "-d", ts=3.0),
+    ]
+    with connect(database_url) as conn:
+        assert ingest(conn, first).duplicates == 0
+        assert ingest(conn, second).duplicates == 0
+        rows = conn.execute(
+            b"SELECT experiment_id, unit_id, conversations, turns FROM unit_rollups"
+            b" WHERE experiment_id = ANY(%s)",
+            ([a, b],),
+        ).fetchall()
+    assert sorted(rows) == sorted([(a, "u1", 2.0, 3.0), (b, "u2", 1.0, 1.0)])
+
+
 def test_rows_the_database_rejects_are_dead_lettered_and_the_rest_ingested(database_url: str) -> None:
     exp = new_experiment_id()
     good = interaction(exp, "control", "u1")
