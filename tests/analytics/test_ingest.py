@@ -11,6 +11,7 @@ import psycopg
 import pytest
 from sqlalchemy import Engine
 
+from analytics import ingest as ingest_module
 from analytics.aggregate import bucket_of, histograms, segments
 from analytics.ingest import IngestResult, Raw, attribute_pending, ingest, ingest_raw
 from contracts.events import encode
@@ -171,6 +172,31 @@ def test_a_conversation_is_new_per_experiment_and_only_a_stored_primary_turn_con
             ([a, b],),
         ).fetchall()
     assert sorted(rows) == sorted([(a, "u1", 2.0, 3.0), (b, "u2", 1.0, 1.0)])
+
+
+def _plan_nodes(plan: Any) -> list[dict[str, Any]]:
+    out = [plan]
+    for child in plan.get("Plans", []):
+        out += _plan_nodes(child)
+    return out
+
+
+def test_late_attribution_probes_feedback_by_request_id_instead_of_reading_it_all(database_url: str) -> None:
+    """With much unattributed feedback (e.g. on traffic outside experiments) a batch still
+    reads only its own request ids' rows: the planner used to hash the whole table."""
+    ids = "{" + ",".join(f"req-batch-{k}" for k in range(20_000)) + "}"
+    with connect(database_url) as conn:
+        conn.execute(
+            b"INSERT INTO feedback (event_id, ts, request_id, unit_id, kind, value, tags)"
+            b" SELECT gen_random_uuid(), now(), 'req-other-' || g, 'u', 'thumbs_up', 1, '{}'"
+            b" FROM generate_series(1, 100000) g"
+        )
+        conn.execute(b"ANALYZE feedback")
+        row = conn.execute(b"EXPLAIN (FORMAT JSON) " + ingest_module._AWAITING_FEEDBACK, (ids,)).fetchone()
+        conn.rollback()
+    assert row is not None
+    scans = [n for n in _plan_nodes(row[0][0]["Plan"]) if n.get("Relation Name") == "feedback"]
+    assert scans and all(n["Node Type"] == "Index Scan" for n in scans), scans
 
 
 def test_rows_the_database_rejects_are_dead_lettered_and_the_rest_ingested(database_url: str) -> None:
