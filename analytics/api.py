@@ -135,7 +135,7 @@ def post_snapshot(ctx: Ctx, actor: Admin, id_or_name: str) -> Response:
     with ctx.engine.begin() as conn:
         eid = resolve_experiment(conn, id_or_name)
         report = _compute(ctx, conn, eid, "api")
-        snapshot_id = save_snapshot(conn, report)
+        snapshot_id = save_snapshot(conn, report, source="api")
         write_audit(
             conn, actor=actor, action="snapshot", entity="experiment", entity_id=str(eid),
             before=None, after={"snapshot_id": snapshot_id, "generated_at": report.generated_at.isoformat()},

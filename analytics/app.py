@@ -74,7 +74,13 @@ def snapshotter_worker(ctx: ServiceContext) -> BackgroundWorker | None:
         ctx.metrics.build_seconds.labels("snapshotter").observe(seconds)
         ctx.metrics.snapshots.labels("ok" if ok else "error").inc()
 
-    snap = Snapshotter(ctx.engine, ctx.build, ctx.settings.snapshot_interval_s, on_built=observe)
+    snap = Snapshotter(
+        ctx.engine,
+        ctx.build,
+        ctx.settings.snapshot_interval_s,
+        on_built=observe,
+        keep_full_s=ctx.settings.snapshot_keep_full_s,
+    )
     return BackgroundWorker("snapshotter", snap.run)
 
 

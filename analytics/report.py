@@ -326,9 +326,9 @@ def _previous_sequential_p(conn: Connection, eid: int) -> dict[tuple[str, str], 
         text(
             """
             SELECT r->>'metric', r->>'variant', (r->>'p_value_sequential')::float8
-            FROM (SELECT report FROM analysis_snapshots WHERE experiment_id = :e
+            FROM (SELECT points FROM analysis_snapshots WHERE experiment_id = :e
                   ORDER BY created_at DESC, id DESC LIMIT 1) s
-            CROSS JOIN LATERAL jsonb_array_elements(s.report->'results') r
+            CROSS JOIN LATERAL jsonb_array_elements(s.points) r
             WHERE r->>'p_value_sequential' IS NOT NULL
             """
         ),

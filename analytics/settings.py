@@ -27,6 +27,9 @@ class AnalyticsSettings(BaseSettings):
     analytics_port: int = Field(default=8090, ge=0, le=65535)
     # Snapshotter: every running experiment is snapshotted this often (0 disables it).
     snapshot_interval_s: float = Field(default=30.0, ge=0, le=86_400)
+    # Periodic snapshots older than this keep only their time-series points, except the
+    # newest of each hour (0: keep every report body; they are tens of kB with segments).
+    snapshot_keep_full_s: float = Field(default=86_400.0, ge=0)
     # A report request is served from the latest snapshot when it is younger than this.
     report_max_age_s: float = Field(default=60.0, ge=0, le=86_400)
     alpha: float = Field(default=0.05, gt=0, lt=0.5)

@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
@@ -24,15 +24,44 @@ from analytics.report_schema import Interval, Report, TimePoint, TimeSeries
 log = logging.getLogger(__name__)
 
 
-def save_snapshot(conn: Connection, report: Report) -> int:
-    """Insert ``report`` (time series stripped) and return the snapshot id."""
+def series_points(report: Report) -> list[dict[str, Any]]:
+    """What the time series (and the next report's sequential p-value) read of a snapshot:
+    the candidates' rows of the overall table, a few hundred bytes each."""
+    return [
+        {
+            "metric": r.metric,
+            "variant": r.variant,
+            "units": r.units,
+            "lift_relative": r.lift_relative,
+            "ci_relative": r.ci_relative.model_dump() if r.ci_relative else None,
+            "sequential_ci_relative": r.sequential_ci_relative.model_dump()
+            if r.sequential_ci_relative
+            else None,
+            "p_value_sequential": r.p_value_sequential,
+        }
+        for r in report.results
+        if not r.is_control
+    ]
+
+
+def save_snapshot(conn: Connection, report: Report, source: str = "periodic") -> int:
+    """Insert ``report`` (time series stripped) and its series points; return the snapshot id.
+
+    ``source``: "periodic" (the snapshotter; its old bodies are pruned) or "api" (kept).
+    """
     body = report.model_copy(update={"timeseries": []}).model_dump_json()
     row = conn.execute(
         text(
-            "INSERT INTO analysis_snapshots (experiment_id, report, created_at)"
-            " VALUES (:eid, CAST(:body AS jsonb), :at) RETURNING id"
+            "INSERT INTO analysis_snapshots (experiment_id, report, points, source, created_at)"
+            " VALUES (:eid, CAST(:body AS jsonb), CAST(:points AS jsonb), :source, :at) RETURNING id"
         ),
-        {"eid": report.experiment_id, "body": body, "at": report.generated_at},
+        {
+            "eid": report.experiment_id,
+            "body": body,
+            "points": orjson.dumps(series_points(report)).decode(),
+            "source": source,
+            "at": report.generated_at,
+        },
     ).one()
     return int(row[0])
 
@@ -40,7 +69,7 @@ def save_snapshot(conn: Connection, report: Report) -> int:
 def latest_snapshot(conn: Connection, experiment_id: int) -> Report | None:
     row = conn.execute(
         text(
-            "SELECT report::text FROM analysis_snapshots WHERE experiment_id = :eid"
+            "SELECT report::text FROM analysis_snapshots WHERE experiment_id = :eid AND report IS NOT NULL"
             " ORDER BY created_at DESC, id DESC LIMIT 1"
         ),
         {"eid": experiment_id},
@@ -50,8 +79,36 @@ def latest_snapshot(conn: Connection, experiment_id: int) -> Report | None:
     return Report.model_validate_json(row[0])
 
 
+# Periodic snapshots older than the window keep their series points but lose the report
+# body, except the newest of each hour (and the experiment's newest snapshot): storage
+# grows by ~1 kB per snapshot instead of tens of kB (a report with tag segments).
+_PRUNE_SQL = text(
+    """
+    UPDATE analysis_snapshots SET report = NULL
+    WHERE experiment_id = :eid AND source = 'periodic' AND report IS NOT NULL AND created_at < :before
+      AND id NOT IN (
+        SELECT DISTINCT ON (date_trunc('hour', created_at AT TIME ZONE 'UTC')) id FROM analysis_snapshots
+        WHERE experiment_id = :eid AND source = 'periodic' AND report IS NOT NULL AND created_at < :before
+        ORDER BY date_trunc('hour', created_at AT TIME ZONE 'UTC'), created_at DESC, id DESC)
+      AND id <> (SELECT id FROM analysis_snapshots WHERE experiment_id = :eid
+                 ORDER BY created_at DESC, id DESC LIMIT 1)
+    """
+)
+
+
+def prune_snapshots(
+    conn: Connection, experiment_id: int, keep_full_s: float, now: datetime | None = None
+) -> int:
+    """Drop the report bodies of periodic snapshots older than ``keep_full_s`` (one an hour
+    stays); returns how many. The time series is unchanged: it reads the points."""
+    if keep_full_s <= 0:
+        return 0
+    before = (now or datetime.now(UTC)) - timedelta(seconds=keep_full_s)
+    return int(conn.execute(_PRUNE_SQL, {"eid": experiment_id, "before": before}).rowcount or 0)
+
+
 # Picks at most :n snapshots evenly spread over the experiment's history (always the
-# newest), then unpacks only the candidate rows of the overall table.
+# newest), then unpacks their series points (not the report bodies).
 _SERIES_SQL = text(
     """
     WITH ranked AS (
@@ -67,8 +124,7 @@ _SERIES_SQL = text(
            (r->>'lift_relative')::float8, r->'ci_relative', r->'sequential_ci_relative'
     FROM chosen c
     JOIN analysis_snapshots s ON s.id = c.id
-    CROSS JOIN LATERAL jsonb_array_elements(s.report->'results') AS r
-    WHERE r->>'is_control' = 'false'
+    CROSS JOIN LATERAL jsonb_array_elements(s.points) AS r
     ORDER BY c.created_at, c.id
     """
 )
@@ -133,6 +189,7 @@ class Snapshotter:
     build: Callable[[Connection, int, datetime | None], Report]
     interval_s: float
     on_built: Callable[[float, bool], None] = lambda seconds, ok: None
+    keep_full_s: float = 86_400.0  # report bodies older than this: one an hour is kept
 
     def snapshot_all(self) -> int:
         """One round; returns how many snapshots were written. Errors are per experiment."""
@@ -147,6 +204,7 @@ class Snapshotter:
                     ensure_preperiod(conn, eid)
                 with self.engine.begin() as conn:
                     save_snapshot(conn, self.build(conn, eid, None))
+                    prune_snapshots(conn, eid, self.keep_full_s)
                 written += 1
                 self.on_built(time.perf_counter() - started, True)
             except Exception:

@@ -328,14 +328,22 @@ class LatencyHistogram(Base):
 
 
 class AnalysisSnapshot(Base):
-    """A computed report for one experiment at one moment (also the lift time series)."""
+    """A computed report for one experiment at one moment (also the lift time series).
+
+    ``points``: the candidates' rows of the overall table the time series reads (a few
+    hundred bytes a metric); ``report``: the whole report (tens of kB with tag segments),
+    kept for recent and API-requested snapshots and one an hour after that (None once
+    pruned, see ``analytics.snapshot.prune_snapshots``).
+    """
 
     __tablename__ = "analysis_snapshots"
     __table_args__ = (Index("ix_analysis_snapshots_experiment_created", "experiment_id", "created_at"),)
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id", ondelete="CASCADE"))
-    report: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    report: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    points: Mapped[list[Any]] = mapped_column(JSONB, server_default="[]")
+    source: Mapped[str] = mapped_column(String(16), server_default="periodic")
     created_at: Mapped[datetime] = _created()
 
 
