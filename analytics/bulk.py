@@ -227,6 +227,22 @@ def _segments(tags: dict[str, str]) -> str | None:
     return out
 
 
+# The segments text by the tags' JSON text (which the row carries anyway): events share few
+# tag combinations, and a dict lookup costs a tenth of building the text (~0.8 µs).
+_SEGMENTS_OF: dict[str, str | None] = {}
+_TAGS: Final = [c.strip() for c in INTERACTION_COLUMNS.split(",")].index("tags")  # in interaction_row
+
+
+def _segments_cached(tags_json: str, tags: dict[str, str]) -> str | None:
+    found = _SEGMENTS_OF.get(tags_json, _SEP)  # _SEP: not cached (None is a valid value)
+    if found == _SEP:
+        found = _segments(tags)
+        if len(_SEGMENTS_OF) >= 10_000:
+            _SEGMENTS_OF.clear()
+        _SEGMENTS_OF[tags_json] = found
+    return found
+
+
 def text_array(values: Sequence[str]) -> str | list[str]:
     """A text[] literal built in one join (psycopg quotes list items one by one in Python)."""
     if not values:
@@ -288,10 +304,12 @@ def insert_interactions(pg: psycopg.Connection[Any], events: Sequence[Interactio
     firsts = _first_turns(pg, counted)
     fold: list[tuple[Any, ...]] = []
     with pg.cursor() as cur, cur.copy(_COPY_INTERACTIONS) as copy:
+        write_row = copy.write_row
         for e in new:
             ts = ts_text(e.ts)
-            copy.write_row(interaction_row(e, ts))
-            if _counted(e):
+            row = interaction_row(e, ts)
+            write_row(row)
+            if e.role == "primary" and e.experiment_id is not None and e.variant is not None:  # _counted
                 fold.append(
                     (
                         e.experiment_id,
@@ -305,7 +323,7 @@ def insert_interactions(pg: psycopg.Connection[Any], events: Sequence[Interactio
                         e.prompt_tokens,
                         e.completion_tokens,
                         e.response_chars,
-                        _segments(e.tags),
+                        _segments_cached(row[_TAGS], e.tags),
                         e.conversation_id is None or id(e) in firsts,
                     )
                 )

