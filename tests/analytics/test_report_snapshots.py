@@ -12,6 +12,7 @@ from sqlalchemy import Connection, text
 from sqlalchemy.orm import Session
 
 from analytics.report import ReportOptions, build_report
+from analytics.report_schema import Report
 from analytics.snapshot import latest_snapshot, load_timeseries, prune_snapshots, save_snapshot, series_points
 from tests.analytics.report_data import T0, create_experiment, insert_units, simulate_units
 
@@ -43,13 +44,18 @@ def test_snapshots_accumulate_into_a_time_series_of_cumulative_lift(db: Session)
     assert stored is not None and stored.timeseries == []
 
 
-def test_time_series_is_thinned_to_the_point_bound_keeping_the_newest(db: Session) -> None:
-    rng = np.random.default_rng(2)
-    conn = db.connection()
+def _two_arm_report(conn: Connection, seed: int, units: int, p_candidate: float) -> tuple[int, Report]:
+    """An experiment with ``units`` units per arm (thumbs-up 0.2 vs ``p_candidate``), reported once."""
+    rng = np.random.default_rng(seed)
     eid, _ = create_experiment(conn, [("control", 1), ("candidate", 1)], metrics=["thumbs_up_rate"])
-    insert_units(conn, eid, "control", simulate_units(rng, 50, thumbs_p=0.2, tokens=100, error_p=0.05))
-    insert_units(conn, eid, "candidate", simulate_units(rng, 50, thumbs_p=0.2, tokens=100, error_p=0.05))
-    report = build_report(conn, eid, options=ReportOptions(segments=False, timeseries=False))
+    for variant, p in (("control", 0.2), ("candidate", p_candidate)):
+        insert_units(conn, eid, variant, simulate_units(rng, units, thumbs_p=p, tokens=100, error_p=0.05))
+    return eid, build_report(conn, eid, options=ReportOptions(segments=False, timeseries=False))
+
+
+def test_time_series_is_thinned_to_the_point_bound_keeping_the_newest(db: Session) -> None:
+    conn = db.connection()
+    eid, report = _two_arm_report(conn, seed=2, units=50, p_candidate=0.2)
     for i in range(25):
         save_snapshot(conn, report.model_copy(update={"generated_at": T0 + timedelta(seconds=i)}))
     points = load_timeseries(conn, eid, max_points=10)[0].points
@@ -89,12 +95,8 @@ def _snapshot_rows(conn: Connection, eid: int) -> list[tuple[datetime, str, bool
 
 
 def test_old_periodic_snapshots_keep_their_points_and_one_report_an_hour(db: Session) -> None:
-    rng = np.random.default_rng(5)
     conn = db.connection()
-    eid, _ = create_experiment(conn, [("control", 1), ("candidate", 1)], metrics=["thumbs_up_rate"])
-    insert_units(conn, eid, "control", simulate_units(rng, 80, thumbs_p=0.2, tokens=100, error_p=0.05))
-    insert_units(conn, eid, "candidate", simulate_units(rng, 80, thumbs_p=0.3, tokens=100, error_p=0.05))
-    report = build_report(conn, eid, options=ReportOptions(segments=False, timeseries=False))
+    eid, report = _two_arm_report(conn, seed=5, units=80, p_candidate=0.3)
     times = [T0 + timedelta(minutes=20 * i) for i in range(3 * 72)]  # three days, every 20 min
     for t in times:
         save_snapshot(conn, report.model_copy(update={"generated_at": t}))
