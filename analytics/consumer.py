@@ -28,6 +28,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 import psycopg
@@ -60,8 +61,12 @@ class ConsumerSettings(BaseSettings):
     consumer_max_records: int = Field(default=20_000, ge=1, le=100_000)
     consumer_poll_ms: int = Field(default=200, ge=1, le=60_000)
     consumer_max_backoff_s: float = Field(default=10.0, gt=0, le=300)
-    # How often feedback left unattributed by a cross-transaction race is re-joined.
+    # How often feedback left unattributed by a cross-transaction race is re-joined. A
+    # process's first sweep reads all unattributed feedback; later ones only what was stored
+    # since the previous sweep began, minus this overlap (the race needs two overlapping
+    # batch transactions: the overlap must exceed twice the longest one).
     consumer_sweep_interval_s: float = Field(default=30.0, gt=0)
+    consumer_sweep_overlap_s: float = Field(default=3600.0, gt=0)
     # Static membership (Kafka's group.instance.id): a restarted process with the same id
     # takes its partitions back at once instead of waiting out the session timeout.
     consumer_instance_id: str | None = None
@@ -251,6 +256,8 @@ class Consumer:
         self._failing = threading.Event()
         self._closing = threading.Event()
         self._next_sweep = time.monotonic() + settings.consumer_sweep_interval_s
+        self._swept_at: datetime | None = None  # database time the last sweep began
+        self._sweep_overlap = timedelta(seconds=settings.consumer_sweep_overlap_s)
 
     # -- database ---------------------------------------------------------------------------
 
@@ -418,10 +425,12 @@ class Consumer:
         if time.monotonic() < self._next_sweep:
             return
         self._next_sweep = time.monotonic() + self.s.consumer_sweep_interval_s
+        since = None if self._swept_at is None else self._swept_at - self._sweep_overlap
         try:
-            n = attribute_pending(self._connection())
-            if n:
-                log.info("attributed %s feedback events left over by concurrent batches", n)
+            sweep = attribute_pending(self._connection(), since)
+            self._swept_at = sweep.started
+            if sweep.attributed:
+                log.info("attributed %s feedback events left over by concurrent batches", sweep.attributed)
         except psycopg.Error as exc:
             log.warning("feedback sweep failed: %s", exc)
             self._reset_connection()

@@ -182,6 +182,8 @@ class Feedback(Base):
     __table_args__ = (
         Index("ix_feedback_request_id", "request_id"),
         Index("ix_feedback_unattributed", "request_id", postgresql_where="experiment_id IS NULL"),
+        # The consumer's incremental sweep: unattributed feedback stored since a time.
+        Index("ix_feedback_unattributed_ingested", "ingested_at", postgresql_where="experiment_id IS NULL"),
     )
 
     event_id: Mapped[Any] = mapped_column(UUID(as_uuid=False), primary_key=True)

@@ -70,7 +70,7 @@ def test_feedback_before_its_interaction_is_counted_once_when_the_interaction_ar
         late = ingest(conn, [ev])
         assert late.attributed == 3
         ingest(conn, [ev, *fb])  # redelivery of everything changes nothing
-        assert attribute_pending(conn) == 0
+        assert attribute_pending(conn).attributed == 0
         got = stored_rollups(conn, exp)
         unattributed = _count(
             conn,
@@ -197,6 +197,69 @@ def test_late_attribution_probes_feedback_by_request_id_instead_of_reading_it_al
     assert row is not None
     scans = [n for n in _plan_nodes(row[0][0]["Plan"]) if n.get("Relation Name") == "feedback"]
     assert scans and all(n["Node Type"] == "Index Scan" for n in scans), scans
+
+
+def test_the_sweep_repairs_the_race_for_feedback_stored_since_a_time(database_url: str) -> None:
+    """Feedback stored unattributed although its interaction is stored too (two concurrent
+    batches that could not see each other): a sweep attributes and counts it, once."""
+    exp = new_experiment_id()
+    i = interaction(exp, "control", "u1")
+    with connect(database_url) as conn:
+        ingest(conn, [i])
+        for age_s in (7200, 0):  # what the feedback batch stored without seeing ``i``
+            conn.execute(
+                b"INSERT INTO feedback (event_id, ts, request_id, unit_id, kind, value, tags, ingested_at)"
+                b" VALUES (gen_random_uuid(), now(), %s, 'u1', 'thumbs_up', 1, '{}',"
+                b" now() - make_interval(secs => %s))",
+                (i.request_id, age_s),
+            )
+        conn.commit()
+
+        def thumbs() -> float:
+            row = conn.execute(
+                b"SELECT thumbs_up FROM unit_rollups WHERE experiment_id = %s AND unit_id = 'u1'", (exp,)
+            ).fetchone()
+            return float(row[0]) if row else -1.0
+
+        recent = attribute_pending(conn, since=attribute_pending(conn, since=None).started)
+        assert recent.attributed == 0  # the full sweep above took both
+        assert thumbs() == 2.0
+        conn.execute(b"UPDATE feedback SET experiment_id = NULL, variant = NULL WHERE request_id = %s",
+                     (i.request_id,))  # fmt: skip
+        conn.execute(b"UPDATE unit_rollups SET thumbs_up = 0 WHERE experiment_id = %s", (exp,))
+        conn.commit()
+        one_hour_ago = conn.execute(b"SELECT now() - interval '1 hour'").fetchone()
+        conn.commit()
+        assert one_hour_ago is not None
+        assert attribute_pending(conn, since=one_hour_ago[0]).attributed == 1  # the recent one only
+        assert thumbs() == 1.0
+        assert attribute_pending(conn).attributed == 1  # a full sweep takes the old one
+        assert attribute_pending(conn).attributed == 0
+        assert thumbs() == 2.0
+
+
+def test_the_incremental_sweep_reads_feedback_through_the_ingested_at_index(database_url: str) -> None:
+    with connect(database_url) as conn:
+        conn.execute(
+            b"INSERT INTO feedback (event_id, ts, request_id, unit_id, kind, value, tags, ingested_at)"
+            b" SELECT gen_random_uuid(), now(), 'req-old-' || g, 'u', 'thumbs_up', 1, '{}', now() - interval '2 days'"
+            b" FROM generate_series(1, 100000) g"
+        )
+        conn.execute(b"ANALYZE feedback")
+        since = conn.execute(b"SELECT now() - interval '1 hour'").fetchone()
+        assert since is not None
+        ingest_module._prepare(conn, nested=True)
+        row = conn.execute(b"EXPLAIN (FORMAT JSON) " + ingest_module._SWEEP_SINCE, (since[0],)).fetchone()
+        conn.rollback()
+    assert row is not None
+    reads = [
+        n
+        for n in _plan_nodes(row[0][0]["Plan"])
+        if n.get("Relation Name") == "feedback" and n["Node Type"] != "ModifyTable"
+    ]
+    # the unattributed rows are found by their ingested_at range, not by reading them all
+    assert any(n.get("Index Name") == "ix_feedback_unattributed_ingested" for n in reads), reads
+    assert all(n["Node Type"] != "Seq Scan" for n in reads), reads
 
 
 def test_rows_the_database_rejects_are_dead_lettered_and_the_rest_ingested(database_url: str) -> None:
