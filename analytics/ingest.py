@@ -175,27 +175,18 @@ WITH upd AS (
 )
 INSERT INTO lg_new_f SELECT * FROM upd
 """
-# The incremental sweep: only feedback stored since ``since`` (found through the partial
-# index on ingested_at), each joined to its interaction by one index probe. Feedback on
-# traffic outside experiments stays unattributed for ever; a full sweep re-reads all of it
-# every time (~0.3 µs a row here: seconds once there are millions).
-_SWEEP_SINCE: Final = b"""
-WITH cand AS (
-    SELECT f.event_id, i.experiment_id, i.variant, i.unit_id, i.tags
-    FROM feedback f CROSS JOIN LATERAL (
-        SELECT x.experiment_id, x.variant, x.unit_id, x.tags FROM interactions x
-        WHERE x.request_id = f.request_id AND x.role = 'primary'
-            AND x.experiment_id IS NOT NULL AND x.variant IS NOT NULL
-        LIMIT 1) i
-    WHERE f.experiment_id IS NULL AND f.ingested_at >= %s
-), upd AS (
-    UPDATE feedback f SET experiment_id = c.experiment_id, variant = c.variant
-    FROM cand c
-    WHERE f.event_id = c.event_id AND f.experiment_id IS NULL
-    RETURNING f.request_id, f.kind, f.value, f.ts, c.experiment_id, c.variant, c.unit_id, c.tags
+# The incremental sweep, in two steps like the late attribution: the unattributed feedback
+# stored since ``since`` (through the partial index on ingested_at) whose interaction is
+# stored, each joined by one index probe (LATERAL … LIMIT 1: not turned into a hash join
+# over ``interactions``); then those rows by primary key (``_LATE_ATTRIBUTION``). Feedback
+# on traffic outside experiments stays unattributed for ever; a full sweep re-reads all of
+# it every time.
+_SWEEP_SINCE: Final = (
+    b"SELECT f.event_id FROM feedback f CROSS JOIN LATERAL ("
+    b" SELECT 1 FROM interactions x WHERE x.request_id = f.request_id AND x.role = 'primary'"
+    b" AND x.experiment_id IS NOT NULL AND x.variant IS NOT NULL LIMIT 1) i"
+    b" WHERE f.experiment_id IS NULL AND f.ingested_at >= %s"
 )
-INSERT INTO lg_new_f SELECT * FROM upd
-"""
 
 
 def _copy_escape(payload: bytes) -> bytes:
@@ -353,7 +344,9 @@ def attribute_pending(pg: psycopg.Connection[Any], since: datetime | None = None
         if since is None:
             pg.execute(_SWEEP.encode())
         else:
-            pg.execute(_SWEEP_SINCE, (since,))
+            rows = pg.execute(_SWEEP_SINCE, (since,)).fetchall()
+            if rows:
+                pg.execute(_LATE_ATTRIBUTION, ("{" + ",".join(str(r[0]) for r in rows) + "}",))
         n = _count(pg, b"SELECT count(*) FROM lg_new_f")
         if n:
             rollup.apply(pg, feedback=True)
