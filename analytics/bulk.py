@@ -134,10 +134,13 @@ ON CONFLICT (experiment_id, metric, segment, variant, bucket) DO UPDATE SET coun
 # one index probe per pair that stops at the first such row (LIMIT 1 inside LATERAL: not
 # flattened into a join, where the planner may hash all of ``interactions``). Reading every
 # stored turn instead (DISTINCT) made a conversation's n-th turn cost O(n) rows.
+# The probe reads the conversation's index only (see analytics.ingest on OFFSET 0): with
+# the experiment condition in the scan, the planner may AND in a bitmap of every row of the
+# experiment when its statistics are missing (a new database) or stale (a new experiment).
 _STORED_CONVERSATIONS: Final = (
     b"SELECT c.exp, c.id FROM unnest(%s::int[], %s::text[]) c(exp, id) CROSS JOIN LATERAL ("
-    b" SELECT 1 FROM interactions i"
-    b" WHERE i.conversation_id = c.id AND i.experiment_id = c.exp AND i.role = 'primary' LIMIT 1) x"
+    b" SELECT 1 FROM (SELECT i.experiment_id, i.role FROM interactions i WHERE i.conversation_id = c.id OFFSET 0) t"
+    b" WHERE t.experiment_id = c.exp AND t.role = 'primary' LIMIT 1) x"
 )
 
 

@@ -103,6 +103,13 @@ SELECT request_id, ts, experiment_id, variant, unit_id, role, status, fallback, 
 FROM ins
 """
 
+# Probes of ``interactions`` by one key (request id, conversation id) read only that key's
+# index: ``(SELECT … WHERE key = $x OFFSET 0)`` keeps the other conditions out of the scan.
+# Given ``experiment_id`` conditions too, the planner may AND a bitmap of the key's index
+# with one of ix_interactions_experiment_variant_ts — every row of the experiment, per
+# probe — whenever its statistics do not show how unselective the experiment is (before
+# the first ANALYZE of a new database, or for a new experiment): a 20,000-event batch then
+# took tens of seconds (the ingest bench's first run stalled ~60 s, until autovacuum).
 _FEEDBACK_INSERT: Final = """
 WITH src AS (
     SELECT r.* FROM lg_stage_f s, json_to_record(s.doc) AS r(
@@ -112,9 +119,9 @@ WITH src AS (
     SELECT src.event_id, to_timestamp(src.ts), src.request_id, src.unit_id, src.kind,
         coalesce(src.value, 1.0), i.experiment_id, i.variant, coalesce(src.tags, '{}')
     FROM src LEFT JOIN LATERAL (
-        SELECT x.experiment_id, x.variant, x.unit_id, x.tags FROM interactions x
-        WHERE x.request_id = src.request_id AND x.role = 'primary'
-            AND x.experiment_id IS NOT NULL AND x.variant IS NOT NULL
+        SELECT x.experiment_id, x.variant, x.unit_id, x.tags
+        FROM (SELECT * FROM interactions y WHERE y.request_id = src.request_id OFFSET 0) x
+        WHERE x.role = 'primary' AND x.experiment_id IS NOT NULL AND x.variant IS NOT NULL
         LIMIT 1) i ON true
     ON CONFLICT (event_id) DO NOTHING
     RETURNING request_id, kind, value, ts, experiment_id, variant
@@ -122,8 +129,9 @@ WITH src AS (
     INSERT INTO lg_new_f
     SELECT ins.request_id, ins.kind, ins.value, ins.ts, ins.experiment_id, ins.variant, i.unit_id, i.tags
     FROM ins LEFT JOIN LATERAL (
-        SELECT x.unit_id, x.tags FROM interactions x
-        WHERE x.request_id = ins.request_id AND x.role = 'primary' AND x.experiment_id = ins.experiment_id
+        SELECT x.unit_id, x.tags
+        FROM (SELECT * FROM interactions y WHERE y.request_id = ins.request_id OFFSET 0) x
+        WHERE x.role = 'primary' AND x.experiment_id = ins.experiment_id
         LIMIT 1) i ON true
     WHERE ins.experiment_id IS NOT NULL
 )
@@ -142,12 +150,18 @@ _AWAITING_FEEDBACK: Final = (
 )
 # Then those rows, by primary key: attributed once (only while experiment_id is NULL).
 _LATE_ATTRIBUTION: Final = b"""
-WITH upd AS (
-    UPDATE feedback f SET experiment_id = i.experiment_id, variant = i.variant
-    FROM interactions i
-    WHERE f.event_id = ANY(%s::uuid[]) AND f.experiment_id IS NULL AND i.request_id = f.request_id
-        AND i.role = 'primary' AND i.experiment_id IS NOT NULL AND i.variant IS NOT NULL
-    RETURNING f.request_id, f.kind, f.value, f.ts, i.experiment_id, i.variant, i.unit_id, i.tags
+WITH m AS (
+    SELECT f.event_id, i.experiment_id, i.variant, i.unit_id, i.tags
+    FROM feedback f CROSS JOIN LATERAL (
+        SELECT x.experiment_id, x.variant, x.unit_id, x.tags
+        FROM (SELECT * FROM interactions y WHERE y.request_id = f.request_id OFFSET 0) x
+        WHERE x.role = 'primary' AND x.experiment_id IS NOT NULL AND x.variant IS NOT NULL
+        LIMIT 1) i
+    WHERE f.event_id = ANY(%s::uuid[]) AND f.experiment_id IS NULL
+), upd AS (
+    UPDATE feedback f SET experiment_id = m.experiment_id, variant = m.variant
+    FROM m WHERE f.event_id = m.event_id AND f.experiment_id IS NULL
+    RETURNING f.request_id, f.kind, f.value, f.ts, m.experiment_id, m.variant, m.unit_id, m.tags
 )
 INSERT INTO lg_new_f SELECT * FROM upd
 """
@@ -183,8 +197,8 @@ INSERT INTO lg_new_f SELECT * FROM upd
 # it every time.
 _SWEEP_SINCE: Final = (
     b"SELECT f.event_id FROM feedback f CROSS JOIN LATERAL ("
-    b" SELECT 1 FROM interactions x WHERE x.request_id = f.request_id AND x.role = 'primary'"
-    b" AND x.experiment_id IS NOT NULL AND x.variant IS NOT NULL LIMIT 1) i"
+    b" SELECT 1 FROM (SELECT * FROM interactions y WHERE y.request_id = f.request_id OFFSET 0) x"
+    b" WHERE x.role = 'primary' AND x.experiment_id IS NOT NULL AND x.variant IS NOT NULL LIMIT 1) i"
     b" WHERE f.experiment_id IS NULL AND f.ingested_at >= %s"
 )
 

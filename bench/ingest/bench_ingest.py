@@ -224,6 +224,7 @@ def consumer_processes_run(
     procs: int,
     cpu: list[dict[str, float]],
     naive: bool = False,
+    log_dir: str | None = None,
 ) -> float:
     """``procs`` consumer processes in one group (each has its own GIL); progress = committed offsets.
 
@@ -243,7 +244,13 @@ def consumer_processes_run(
     cmd = [sys.executable, str(Path(__file__).with_name("naive_consumer.py"))] if naive else [
         sys.executable, "-m", "analytics.consumer"
     ]  # fmt: skip
-    ps = [subprocess.Popen(cmd, cwd=root, env=env, stderr=subprocess.DEVNULL) for _ in range(procs)]
+    logs = [
+        open(os.path.join(log_dir, f"{'naive' if naive else 'consumer'}-{group}-{i}.log"), "wb")  # noqa: SIM115
+        if log_dir
+        else None
+        for i in range(procs)
+    ]
+    ps = [subprocess.Popen(cmd, cwd=root, env=env, stderr=f if f else subprocess.DEVNULL) for f in logs]
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     pids = {p.pid for p in ps}
     try:
@@ -269,6 +276,9 @@ def consumer_processes_run(
             p.send_signal(signal.SIGTERM)
         for p in ps:
             p.wait(timeout=60)
+        for f in logs:
+            if f:
+                f.close()
         admin.close()
 
 
@@ -333,6 +343,7 @@ def main() -> None:
     ap.add_argument(
         "--naive", action="store_true", help="also time naive Kafka -> COPY consumers (naive_consumer.py)"
     )
+    ap.add_argument("--logs", default=None, help="directory for the consumer processes' logs (stderr)")
     ap.add_argument("--switch-interval", type=float, default=None, help="sys.setswitchinterval (GIL handoff)")
     args = ap.parse_args()
     if args.switch_interval:
@@ -354,8 +365,9 @@ def main() -> None:
                 truncate(db_url)
                 if args.consumers > 1:
                     rate = consumer_processes_run(
-                        db_url, args.bootstrap, topic, args.events, args.timeout, args.consumers, kafka_cpu
-                    )
+                        db_url, args.bootstrap, topic, args.events, args.timeout, args.consumers, kafka_cpu,
+                        log_dir=args.logs,
+                    )  # fmt: skip
                 else:
                     rate = consumer_run(
                         db_url, args.bootstrap, topic, args.events, args.timeout, kafka_cpu, args.threads
@@ -381,6 +393,11 @@ def main() -> None:
             k_med, c_med = statistics.median(kafka_rates), statistics.median(copy_rates)
             print(
                 f"median: kafka->postgres {k_med:,.0f} ev/s; plain COPY {c_med:,.0f} rows/s; ratio {k_med / c_med:.2f}"
+            )
+            per_run = sorted(k / c for k, c in zip(kafka_rates, copy_rates, strict=True))
+            print(
+                f"ratio per run (each against the COPY of the same run): median {statistics.median(per_run):.2f},"
+                f" range {per_run[0]:.2f}-{per_run[-1]:.2f}"
             )
 
             def cpu_line(runs: list[dict[str, float]]) -> str:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import random
 import threading
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
 import pytest
 from sqlalchemy import Engine
 
+from analytics import bulk
 from analytics import ingest as ingest_module
 from analytics.aggregate import bucket_of, histograms, segments
 from analytics.ingest import IngestResult, Raw, attribute_pending, ingest, ingest_raw
@@ -267,6 +269,51 @@ def test_the_incremental_sweep_reads_feedback_through_the_ingested_at_index(data
     # the unattributed rows are found by their ingested_at range, not by reading them all
     assert any(n.get("Index Name") == "ix_feedback_unattributed_ingested" for n in nodes), nodes
     assert not [n for n in nodes if n["Node Type"] == "Seq Scan"], nodes
+
+
+def test_probes_read_only_their_keys_index_even_without_statistics(database_url: str) -> None:
+    """Before the first ANALYZE (a new database) the planner once ANDed every probe with a
+    bitmap of all the experiment's rows — a batch took tens of seconds. Each probe must
+    read only the index of its key (conversation id, request id)."""
+    exp = new_experiment_id()
+    with connect(database_url) as conn:
+        conn.execute(
+            b"INSERT INTO interactions (event_id, ts, request_id, route, experiment_id, variant, unit_id,"
+            b" unit_source, role, mode, endpoint, model, upstream, status, http_status, latency_ms,"
+            b" response_chars, stream, fallback, tags, conversation_id)"
+            b" SELECT gen_random_uuid(), now(), 'req-' || %s || '-' || g, 'a', %s, 'control', 'u' || g %% 500,"
+            b" 'header', 'primary', 'ab', 'chat', 'm', 'u', 'ok', 200, 10, 5, false, false, '{}',"
+            b" 'conv-' || %s || '-' || g FROM generate_series(1, 20000) g",
+            (exp, exp, exp),
+        )
+        # what the planner sees in a new database: no statistics, size unknown
+        conn.execute(b"DELETE FROM pg_statistic WHERE starelid = 'interactions'::regclass")
+        conn.execute(b"UPDATE pg_class SET reltuples = -1 WHERE oid = 'interactions'::regclass")
+        ingest_module._prepare(conn, nested=True)
+        ids = [f"req-{exp}-{k}" for k in range(1, 2001)]
+        convs = [f"conv-{exp}-new-{k}" for k in range(2000)]
+        plans = {
+            "conversations": (
+                bulk._STORED_CONVERSATIONS,
+                ("{" + ",".join([str(exp)] * 2000) + "}", bulk.text_array(convs)),
+            ),
+            "sweep": (ingest_module._SWEEP_SINCE, (datetime(2000, 1, 1, tzinfo=UTC),)),
+            "late attribution": (
+                ingest_module._LATE_ATTRIBUTION,
+                ("{00000000-0000-0000-0000-000000000000}",),
+            ),
+            "feedback": (ingest_module._FEEDBACK_INSERT.encode(), None),
+            "awaiting": (ingest_module._AWAITING_FEEDBACK, (bulk.text_array(ids),)),
+        }
+        found = {}
+        for name, (sql, params) in plans.items():
+            row = conn.execute(b"EXPLAIN (FORMAT JSON) " + sql, params).fetchone()
+            assert row is not None
+            found[name] = {n.get("Index Name") for n in _plan_nodes(row[0][0]["Plan"])} - {None}
+        conn.rollback()
+    for name, indexes in found.items():
+        assert "ix_interactions_experiment_variant_ts" not in indexes, (name, indexes)
+    assert "ix_interactions_conversation_id" in found["conversations"]
 
 
 def test_rows_the_database_rejects_are_dead_lettered_and_the_rest_ingested(database_url: str) -> None:
