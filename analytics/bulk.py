@@ -304,6 +304,7 @@ def insert_interactions(pg: psycopg.Connection[Any], events: Sequence[Interactio
     if not new:
         return Inserted(0, [])
     counted = [e for e in new if _counted(e)]
+    counted_ids = {id(e) for e in counted}
     firsts = _first_turns(pg, counted)
     fold: list[tuple[Any, ...]] = []
     with pg.cursor() as cur, cur.copy(_COPY_INTERACTIONS) as copy:
@@ -312,7 +313,7 @@ def insert_interactions(pg: psycopg.Connection[Any], events: Sequence[Interactio
             ts = ts_text(e.ts)
             row = interaction_row(e, ts)
             write_row(row)
-            if e.role == "primary" and e.experiment_id is not None and e.variant is not None:  # _counted
+            if id(e) in counted_ids:
                 fold.append(
                     (
                         e.experiment_id,

@@ -103,6 +103,7 @@ SELECT request_id, ts, experiment_id, variant, unit_id, role, status, fallback, 
 FROM ins
 """
 
+
 # Probes of ``interactions`` by one key (request id, conversation id) read only that key's
 # index: ``(SELECT … WHERE key = $x OFFSET 0)`` keeps the other conditions out of the scan.
 # Given ``experiment_id`` conditions too, the planner may AND a bitmap of the key's index
@@ -110,19 +111,24 @@ FROM ins
 # probe — whenever its statistics do not show how unselective the experiment is (before
 # the first ANALYZE of a new database, or for a new experiment): a 20,000-event batch then
 # took tens of seconds (the ingest bench's first run stalled ~60 s, until autovacuum).
-_FEEDBACK_INSERT: Final = """
+def _primary_of(request_id: str) -> str:
+    """LATERAL body: the primary interaction in an experiment of ``request_id`` (an SQL expression)."""
+    return (
+        "SELECT x.experiment_id, x.variant, x.unit_id, x.tags"
+        f" FROM (SELECT * FROM interactions y WHERE y.request_id = {request_id} OFFSET 0) x"
+        " WHERE x.role = 'primary' AND x.experiment_id IS NOT NULL AND x.variant IS NOT NULL LIMIT 1"
+    )
+
+
+_FEEDBACK_INSERT: Final = f"""
 WITH src AS (
     SELECT r.* FROM lg_stage_f s, json_to_record(s.doc) AS r(
         event_id uuid, ts float8, request_id text, unit_id text, kind text, value float8, tags jsonb)
 ), ins AS (
     INSERT INTO feedback (event_id, ts, request_id, unit_id, kind, value, experiment_id, variant, tags)
     SELECT src.event_id, to_timestamp(src.ts), src.request_id, src.unit_id, src.kind,
-        coalesce(src.value, 1.0), i.experiment_id, i.variant, coalesce(src.tags, '{}')
-    FROM src LEFT JOIN LATERAL (
-        SELECT x.experiment_id, x.variant, x.unit_id, x.tags
-        FROM (SELECT * FROM interactions y WHERE y.request_id = src.request_id OFFSET 0) x
-        WHERE x.role = 'primary' AND x.experiment_id IS NOT NULL AND x.variant IS NOT NULL
-        LIMIT 1) i ON true
+        coalesce(src.value, 1.0), i.experiment_id, i.variant, coalesce(src.tags, '{{}}')
+    FROM src LEFT JOIN LATERAL ({_primary_of("src.request_id")}) i ON true
     ON CONFLICT (event_id) DO NOTHING
     RETURNING request_id, kind, value, ts, experiment_id, variant
 ), attributed AS (
@@ -149,14 +155,10 @@ _AWAITING_FEEDBACK: Final = (
     b" OFFSET 0) f"
 )
 # Then those rows, by primary key: attributed once (only while experiment_id is NULL).
-_LATE_ATTRIBUTION: Final = b"""
+_ATTRIBUTE: Final = f"""
 WITH m AS (
     SELECT f.event_id, i.experiment_id, i.variant, i.unit_id, i.tags
-    FROM feedback f CROSS JOIN LATERAL (
-        SELECT x.experiment_id, x.variant, x.unit_id, x.tags
-        FROM (SELECT * FROM interactions y WHERE y.request_id = f.request_id OFFSET 0) x
-        WHERE x.role = 'primary' AND x.experiment_id IS NOT NULL AND x.variant IS NOT NULL
-        LIMIT 1) i
+    FROM feedback f CROSS JOIN LATERAL ({_primary_of("f.request_id")}) i
     WHERE f.event_id = ANY(%s::uuid[]) AND f.experiment_id IS NULL
 ), upd AS (
     UPDATE feedback f SET experiment_id = m.experiment_id, variant = m.variant
@@ -164,22 +166,32 @@ WITH m AS (
     RETURNING f.request_id, f.kind, f.value, f.ts, m.experiment_id, m.variant, m.unit_id, m.tags
 )
 INSERT INTO lg_new_f SELECT * FROM upd
-"""
+""".encode()
 _NEW_ATTRIBUTABLE: Final = b"SELECT request_id FROM lg_new_i WHERE role = 'primary' AND experiment_id IS NOT NULL AND variant IS NOT NULL"
+
+
+def _attribute(pg: psycopg.Connection[Any], feedback_ids: Sequence[Any]) -> None:
+    """Attribute these unattributed feedback rows (event ids) to their interactions, into lg_new_f."""
+    if feedback_ids:
+        pg.execute(_ATTRIBUTE, ("{" + ",".join(str(f) for f in feedback_ids) + "}",))
 
 
 def _attribute_late(pg: psycopg.Connection[Any], request_ids: Sequence[str]) -> None:
     """Attribute feedback stored before its interaction (the batch's ``request_ids``)."""
-    if not request_ids:
-        return
-    rows = pg.execute(_AWAITING_FEEDBACK, (bulk.text_array(request_ids),)).fetchall()
-    if rows:
-        pg.execute(_LATE_ATTRIBUTION, ("{" + ",".join(str(r[0]) for r in rows) + "}",))
+    if request_ids:
+        rows = pg.execute(_AWAITING_FEEDBACK, (bulk.text_array(request_ids),)).fetchall()
+        _attribute(pg, [r[0] for r in rows])
 
 
 # Safety net for a race between two consumers (feedback and its interaction committed by
 # different transactions that could not see each other): attribute what is now joinable.
-_SWEEP: Final = """
+# Two forms on purpose. Over all unattributed feedback (a process's first sweep) one
+# UPDATE … FROM, which the planner runs as a hash join: 0.4 s per million rows, where
+# probing row by row takes 1.8 s. Over what was stored since a time (every later sweep)
+# the partial index on ingested_at finds the rows, each probed by its request id, then
+# ``_ATTRIBUTE`` on those. Feedback on traffic outside experiments stays unattributed for
+# ever, so only the second form stays cheap as it accumulates.
+_SWEEP_ALL: Final = b"""
 WITH upd AS (
     UPDATE feedback f SET experiment_id = i.experiment_id, variant = i.variant
     FROM interactions i
@@ -189,18 +201,10 @@ WITH upd AS (
 )
 INSERT INTO lg_new_f SELECT * FROM upd
 """
-# The incremental sweep, in two steps like the late attribution: the unattributed feedback
-# stored since ``since`` (through the partial index on ingested_at) whose interaction is
-# stored, each joined by one index probe (LATERAL … LIMIT 1: not turned into a hash join
-# over ``interactions``); then those rows by primary key (``_LATE_ATTRIBUTION``). Feedback
-# on traffic outside experiments stays unattributed for ever; a full sweep re-reads all of
-# it every time.
-_SWEEP_SINCE: Final = (
-    b"SELECT f.event_id FROM feedback f CROSS JOIN LATERAL ("
-    b" SELECT 1 FROM (SELECT * FROM interactions y WHERE y.request_id = f.request_id OFFSET 0) x"
-    b" WHERE x.role = 'primary' AND x.experiment_id IS NOT NULL AND x.variant IS NOT NULL LIMIT 1) i"
-    b" WHERE f.experiment_id IS NULL AND f.ingested_at >= %s"
-)
+_SWEEP_SINCE: Final = f"""
+SELECT f.event_id FROM feedback f CROSS JOIN LATERAL ({_primary_of("f.request_id")}) i
+WHERE f.experiment_id IS NULL AND f.ingested_at >= %s
+""".encode()
 
 
 def _copy_escape(payload: bytes) -> bytes:
@@ -356,11 +360,9 @@ def attribute_pending(pg: psycopg.Connection[Any], since: datetime | None = None
         row = pg.execute(b"SELECT now()").fetchone()
         assert row is not None
         if since is None:
-            pg.execute(_SWEEP.encode())
+            pg.execute(_SWEEP_ALL)
         else:
-            rows = pg.execute(_SWEEP_SINCE, (since,)).fetchall()
-            if rows:
-                pg.execute(_LATE_ATTRIBUTION, ("{" + ",".join(str(r[0]) for r in rows) + "}",))
+            _attribute(pg, [r[0] for r in pg.execute(_SWEEP_SINCE, (since,)).fetchall()])
         n = _count(pg, b"SELECT count(*) FROM lg_new_f")
         if n:
             rollup.apply(pg, feedback=True)

@@ -23,7 +23,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_ingest import make_events, scratch_database
+from bench_ingest import ADMIN_URL, make_events, scratch_database
 
 from analytics import bulk, ingest
 
@@ -36,7 +36,7 @@ BEFORE = (
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--admin-url", default="postgresql://postgres@127.0.0.1:15432/postgres")
+    ap.add_argument("--admin-url", default=ADMIN_URL)
     ap.add_argument("--conversations", type=int, default=2000)
     ap.add_argument("--turns", type=int, default=50)
     ap.add_argument("--repeats", type=int, default=5)

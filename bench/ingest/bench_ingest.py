@@ -42,6 +42,17 @@ from analytics.consumer import ConsumerMetrics, ConsumerSettings, run_consumer
 from contracts.events import InteractionEvent, encode
 from liftgate import db as dbmod
 
+ADMIN_URL = "postgresql://postgres@127.0.0.1:15432/postgres"  # the embedded server (scripts/pg up)
+
+
+def add_write_args(ap: argparse.ArgumentParser) -> None:
+    """The options of the write-path benches (no Kafka): server, events, units, batch, runs."""
+    ap.add_argument("--admin-url", default=ADMIN_URL)
+    ap.add_argument("--events", type=int, default=200_000)
+    ap.add_argument("--units", type=int, default=50_000)
+    ap.add_argument("--batch", type=int, default=20_000)
+    ap.add_argument("--runs", type=int, default=2)
+
 
 @contextmanager
 def scratch_database(admin_url: str, prefix: str) -> Iterator[str]:
@@ -332,7 +343,7 @@ def truncate(db_url: str) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--admin-url", default="postgresql://postgres@127.0.0.1:15432/postgres")
+    ap.add_argument("--admin-url", default=ADMIN_URL)
     ap.add_argument("--bootstrap", default="127.0.0.1:19092")
     ap.add_argument("--events", type=int, default=300_000)
     ap.add_argument("--units", type=int, default=50_000)

@@ -21,7 +21,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_ingest import scratch_database
+from bench_ingest import ADMIN_URL, scratch_database
 
 from analytics import ingest
 
@@ -34,7 +34,7 @@ _COLS = (
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--admin-url", default="postgresql://postgres@127.0.0.1:15432/postgres")
+    ap.add_argument("--admin-url", default=ADMIN_URL)
     ap.add_argument("--feedback", type=int, default=300_000)
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()

@@ -26,7 +26,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from bench_ingest import copy_rows, copy_run, make_events, scratch_database, truncate
+from bench_ingest import add_write_args, copy_rows, copy_run, make_events, scratch_database, truncate
 
 from analytics import ingest
 from contracts.events import encode
@@ -79,11 +79,7 @@ def run(url: str, events: list[Any], batch: int) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--admin-url", default="postgresql://postgres@127.0.0.1:15432/postgres")
-    ap.add_argument("--events", type=int, default=200_000)
-    ap.add_argument("--units", type=int, default=50_000)
-    ap.add_argument("--batch", type=int, default=20_000)
-    ap.add_argument("--runs", type=int, default=2)
+    add_write_args(ap)
     args = ap.parse_args()
     with scratch_database(args.admin_url, "lg_bench_write") as url:
         events = make_events(args.events, args.units)

@@ -24,7 +24,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from bench_ingest import make_events, scratch_database
+from bench_ingest import add_write_args, make_events, scratch_database
 
 from analytics import bulk, ingest
 
@@ -76,11 +76,7 @@ def run(url: str, events: list[Any], batch: int, every: int | None) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--admin-url", default="postgresql://postgres@127.0.0.1:15432/postgres")
-    ap.add_argument("--events", type=int, default=200_000)
-    ap.add_argument("--units", type=int, default=50_000)
-    ap.add_argument("--batch", type=int, default=20_000)
-    ap.add_argument("--runs", type=int, default=2)
+    add_write_args(ap)
     args = ap.parse_args()
     with scratch_database(args.admin_url, "lg_proto_delta") as url:
         with psycopg.connect(url, autocommit=True) as c:

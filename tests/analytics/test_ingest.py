@@ -299,7 +299,7 @@ def test_probes_read_only_their_keys_index_even_without_statistics(database_url:
             ),
             "sweep": (ingest_module._SWEEP_SINCE, (datetime(2000, 1, 1, tzinfo=UTC),)),
             "late attribution": (
-                ingest_module._LATE_ATTRIBUTION,
+                ingest_module._ATTRIBUTE,
                 ("{00000000-0000-0000-0000-000000000000}",),
             ),
             "feedback": (ingest_module._FEEDBACK_INSERT.encode(), None),
