@@ -22,13 +22,15 @@ interactions in an experiment count; a conversation is counted on its first prim
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 import orjson
 import psycopg
+from psycopg import pq
 
 from contracts.events import InteractionEvent
 from contracts.tables import INTERACTION_MEASURES
@@ -142,6 +144,27 @@ _STORED_CONVERSATIONS: Final = (
     b" SELECT 1 FROM (SELECT i.experiment_id, i.role FROM interactions i WHERE i.conversation_id = c.id OFFSET 0) t"
     b" WHERE t.experiment_id = c.exp AND t.role = 'primary' LIMIT 1) x"
 )
+
+
+@contextmanager
+def index_probes(pg: psycopg.Connection[Any]) -> Iterator[None]:
+    """Plan the statements run inside (in the caller's transaction) without sequential scans.
+
+    Every probe of ``interactions`` or ``feedback`` looks rows up by one key per input row;
+    only an index scan is right, whatever the planner believes about the table's size. After
+    an ANALYZE of an empty table (reltuples = 0, e.g. autovacuum running right after a
+    TRUNCATE) the planner costs a sequential scan of a table with no pages at zero and picks
+    it; if other consumers' COPYs fill the table meanwhile (their rows, even uncommitted, are
+    read), each of the batch's probes reads all of them: the ingest bench's 600,000-event
+    runs stalled ~25 s that way in one conversation probe. Tables without an index (the temp
+    tables) are still read sequentially: there is no other plan.
+    """
+    pg.execute(b"SET LOCAL enable_seqscan = off")
+    try:
+        yield
+    finally:
+        if pg.info.transaction_status == pq.TransactionStatus.INTRANS:
+            pg.execute(b"SET LOCAL enable_seqscan TO DEFAULT")
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,7 +294,9 @@ def _first_turns(pg: psycopg.Connection[Any], counted: list[InteractionEvent]) -
         return set()
     exps = "{" + ",".join([str(x) for x, _ in first]) + "}"
     convs = text_array([c for _, c in first])
-    for exp, conv in pg.execute(_STORED_CONVERSATIONS, (exps, convs)).fetchall():
+    with index_probes(pg):
+        stored = pg.execute(_STORED_CONVERSATIONS, (exps, convs)).fetchall()
+    for exp, conv in stored:
         first.pop((exp, conv), None)
     return {id(e) for e in first.values()}
 

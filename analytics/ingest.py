@@ -171,7 +171,9 @@ _NEW_ATTRIBUTABLE: Final = b"SELECT request_id FROM lg_new_i WHERE role = 'prima
 
 
 def _attribute(pg: psycopg.Connection[Any], feedback_ids: Sequence[Any]) -> None:
-    """Attribute these unattributed feedback rows (event ids) to their interactions, into lg_new_f."""
+    """Attribute these unattributed feedback rows (event ids) to their interactions, into lg_new_f.
+
+    Run inside ``bulk.index_probes``."""
     if feedback_ids:
         pg.execute(_ATTRIBUTE, ("{" + ",".join(str(f) for f in feedback_ids) + "}",))
 
@@ -179,8 +181,9 @@ def _attribute(pg: psycopg.Connection[Any], feedback_ids: Sequence[Any]) -> None
 def _attribute_late(pg: psycopg.Connection[Any], request_ids: Sequence[str]) -> None:
     """Attribute feedback stored before its interaction (the batch's ``request_ids``)."""
     if request_ids:
-        rows = pg.execute(_AWAITING_FEEDBACK, (bulk.text_array(request_ids),)).fetchall()
-        _attribute(pg, [r[0] for r in rows])
+        with bulk.index_probes(pg):
+            rows = pg.execute(_AWAITING_FEEDBACK, (bulk.text_array(request_ids),)).fetchall()
+            _attribute(pg, [r[0] for r in rows])
 
 
 # Safety net for a race between two consumers (feedback and its interaction committed by
@@ -276,11 +279,13 @@ def _batch(
         _attribute_late(pg, ins.attributable)
     elif interactions:
         _copy_interactions(pg, interactions)
-        n_i = pg.execute(_INTERACTION_INSERT.encode()).rowcount
+        with bulk.index_probes(pg):
+            n_i = pg.execute(_INTERACTION_INSERT.encode()).rowcount
         _attribute_late(pg, [r[0] for r in pg.execute(_NEW_ATTRIBUTABLE).fetchall()])
     _copy(pg, "lg_stage_f", feedback)
     if feedback:
-        n_f = _count(pg, _FEEDBACK_INSERT.encode())
+        with bulk.index_probes(pg):
+            n_f = _count(pg, _FEEDBACK_INSERT.encode())
     attributed = _count(pg, b"SELECT count(*) FROM lg_new_f")
     # The fast path has folded its interactions already; lg_new_i is then empty.
     if (n_i and not fast) or attributed:
@@ -362,7 +367,8 @@ def attribute_pending(pg: psycopg.Connection[Any], since: datetime | None = None
         if since is None:
             pg.execute(_SWEEP_ALL)
         else:
-            _attribute(pg, [r[0] for r in pg.execute(_SWEEP_SINCE, (since,)).fetchall()])
+            with bulk.index_probes(pg):
+                _attribute(pg, [r[0] for r in pg.execute(_SWEEP_SINCE, (since,)).fetchall()])
         n = _count(pg, b"SELECT count(*) FROM lg_new_f")
         if n:
             rollup.apply(pg, feedback=True)

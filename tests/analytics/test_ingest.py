@@ -27,6 +27,7 @@ from tests.analytics.ingest_helpers import (
     random_events,
     stored_rollups,
 )
+from tests.conftest import fresh_database
 
 
 def _count(conn: psycopg.Connection[tuple[Any, ...]], sql: str, *params: object) -> int:
@@ -314,6 +315,51 @@ def test_probes_read_only_their_keys_index_even_without_statistics(database_url:
     for name, indexes in found.items():
         assert "ix_interactions_experiment_variant_ts" not in indexes, (name, indexes)
     assert "ix_interactions_conversation_id" in found["conversations"]
+
+
+def test_no_probe_reads_a_table_sequentially_after_an_analyze_of_it_empty(pg_admin_url: str) -> None:
+    """After an ANALYZE of an empty table (reltuples = 0: autovacuum right after a TRUNCATE,
+    as between the ingest bench's runs) the planner costs a sequential scan of the empty
+    table at zero. Concurrent consumers' COPYs then filled the table while each probe of a
+    batch re-read it: one conversation probe ran ~25 s. Every probe of the ingest paths
+    must stay an index probe."""
+    exp = new_experiment_id()
+    events = [interaction(exp, "control", f"u{k}", conversation_id=f"c{k}") for k in range(20)]
+    early = [feedback(e, "thumbs_up") for e in events[:10]]  # before their interactions
+    with fresh_database(pg_admin_url) as url, connect(url) as conn:
+        conn.autocommit = True
+        conn.execute(b"ANALYZE interactions, feedback")
+        conn.autocommit = False
+        plan = conn.execute(
+            b"EXPLAIN (FORMAT JSON) " + bulk._STORED_CONVERSATIONS, (f"{{{exp}}}", "{c0}")
+        ).fetchone()
+        assert plan is not None
+        # the condition is real: planned as usual, the probe reads interactions sequentially
+        assert "Seq Scan" in {n["Node Type"] for n in _plan_nodes(plan[0][0]["Plan"])}
+        # every path in one transaction, whose per-table scan counts are read at the end
+        first = ingest_raw(conn, [], [Raw(encode(f)) for f in early])  # feedback probe
+        batch = ingest_raw(conn, [Raw(encode(e), event=e) for e in events], [])  # COPY path
+        again = ingest_raw(conn, [Raw(encode(e)) for e in events[:5]], [])  # ON CONFLICT path
+        late = [feedback(e, "copy") for e in events[10:]]
+        after = ingest_raw(conn, [], [Raw(encode(f)) for f in late])
+        swept = attribute_pending(conn, since=datetime(2000, 1, 1, tzinfo=UTC))
+        scans = dict(
+            conn.execute(
+                b"SELECT relname, seq_scan FROM pg_stat_xact_user_tables"
+                b" WHERE relname IN ('interactions', 'feedback')"
+            ).fetchall()
+        )
+        conversations = _count(
+            conn, "SELECT sum(conversations) FROM unit_rollups WHERE experiment_id = %s", exp
+        )
+        conn.rollback()
+    assert (first.feedback, first.attributed) == (10, 0)
+    assert (batch.interactions, batch.attributed) == (20, 10)
+    assert (again.interactions, again.duplicates) == (0, 5)
+    assert (after.feedback, after.attributed) == (10, 10)
+    assert swept.attributed == 0
+    assert conversations == 20
+    assert scans == {"interactions": 0, "feedback": 0}, scans
 
 
 def test_rows_the_database_rejects_are_dead_lettered_and_the_rest_ingested(database_url: str) -> None:
