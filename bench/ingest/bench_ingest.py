@@ -280,7 +280,10 @@ def consumer_processes_run(
         if c < n:
             raise RuntimeError(f"consumers did not finish: {c} of {n}")
         cpu.append(cpu_per_event(cpu0, cpu_seconds(pids), n - first_n))
-        print(f"  {procs} {'naive ' if naive else ''}consumer processes: {end - first_t:.1f}s elapsed")
+        print(
+            f"  {procs} {'naive ' if naive else ''}consumer processes: {end - first_t:.1f}s elapsed,"
+            f" peak RSS {max(peak_rss_mib(p) for p in pids):.0f} MiB"
+        )
         return (n - first_n) / (end - first_t)
     finally:
         for p in ps:
@@ -291,6 +294,18 @@ def consumer_processes_run(
             if f:
                 f.close()
         admin.close()
+
+
+def peak_rss_mib(pid: int) -> float:
+    """A process's peak resident memory so far (Linux VmHWM), MiB; 0 if unknown."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
 
 
 def copy_rows(events: list[InteractionEvent]) -> bytes:

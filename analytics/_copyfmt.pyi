@@ -1,0 +1,3 @@
+from collections.abc import Sequence
+
+def render(events: Sequence[object], flags: bytes) -> tuple[bytes, bytes]: ...
