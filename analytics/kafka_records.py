@@ -31,7 +31,15 @@ from kafka import errors as kafka_errors
 from kafka.consumer import fetcher as kafka_fetcher
 from kafka.record.util import decode_varint
 
+try:  # the same loop in C, built by `pip install` (setuptools ext-modules)
+    from analytics import _kafkarec
+except ImportError:  # no C compiler at install time: the Python loop below
+    _kafkarec = None  # type: ignore[assignment]
+
 log = logging.getLogger(__name__)
+
+#: Whether the C loop (``analytics._kafkarec``) is used when built (tests compare both).
+USE_C_PARSER = True
 
 _PartitionRecords: Any = getattr(kafka_fetcher.Fetcher, "PartitionRecords", None)
 _ORIGINAL: Any = getattr(_PartitionRecords, "_unpack_records", None)
@@ -51,6 +59,20 @@ def _records_v2(self: Any, tp: Any, batch: Any) -> Iterator[Any]:
     max_ts = batch.max_timestamp
     append_time = ts_type == 1
     topic, partition, epoch = tp.topic, tp.partition, self.leader_epoch
+    if _kafkarec is not None and USE_C_PARSER:
+        records, nbytes, error = _kafkarec.records_v2(
+            buf, pos, batch._num_records, base_offset, first_ts, max_ts, ts_type, topic, partition, epoch,
+            _ConsumerRecord,
+        )  # fmt: skip
+        # Counted once per batch (kafka-python's fetch metrics read them when the batch is drained).
+        self.records_read += len(records)
+        self.bytes_read += nbytes
+        for rec in records:
+            self.next_fetch_offset = rec[3] + 1  # the offset
+            yield rec
+        if error is not None:
+            raise _CorruptRecordError(f"Found invalid record structure: {error}")
+        return
     dv = decode_varint
     crec = _ConsumerRecord
     new = tuple.__new__  # ConsumerRecord(...) goes through a Python-level __new__

@@ -10,6 +10,7 @@ with kafka-python's own batch builder).
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -21,6 +22,19 @@ from kafka.errors import CorruptRecordError
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from analytics import kafka_records
+
+
+@pytest.fixture(params=["c", "python"])
+def loop(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Each test runs with the C record loop (analytics._kafkarec) and the Python one."""
+    was = kafka_records.USE_C_PARSER
+    kafka_records.USE_C_PARSER = request.param == "c"
+    yield request.param
+    kafka_records.USE_C_PARSER = was
+
+
+def test_the_c_loop_is_built() -> None:
+    assert kafka_records._kafkarec is not None
 
 
 @pytest.fixture
@@ -79,7 +93,7 @@ def _consume(bootstrap: str, topic: str, n: int, max_records: int) -> list[Any]:
 
 @pytest.mark.parametrize("compression", [None, "gzip"])
 def test_fast_parser_yields_the_same_records_as_kafka_python(
-    kafka_bootstrap: str, unique_name: str, compression: str | None, restore_parser: None
+    kafka_bootstrap: str, unique_name: str, compression: str | None, restore_parser: None, loop: str
 ) -> None:
     assert kafka_records.supported()
     admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
@@ -130,7 +144,7 @@ class _TP:
     partition = 0
 
 
-def test_parser_reads_a_built_batch_and_tracks_the_position() -> None:
+def test_parser_reads_a_built_batch_and_tracks_the_position(loop: str) -> None:
     buf = _batch([(b"k1", b"v1"), (None, b"v2" * 100), (b"k3", None)])
     part = _Part()
     recs = list(kafka_records._records_v2(part, _TP(), DefaultRecordBatch(bytes(buf))))
@@ -143,7 +157,7 @@ def test_parser_reads_a_built_batch_and_tracks_the_position() -> None:
     assert part.records_read == 3 and part.next_fetch_offset == 3
 
 
-def test_header_values_may_be_null() -> None:
+def test_header_values_may_be_null(loop: str) -> None:
     buf = _batch([(b"k", b"v")], headers=[("a", None), ("bb", b"xyz")])
     (rec,) = kafka_records._records_v2(_Part(), _TP(), DefaultRecordBatch(bytes(buf)))
     assert rec.headers == [("a", None), ("bb", b"xyz")]
@@ -151,16 +165,50 @@ def test_header_values_may_be_null() -> None:
 
 
 @pytest.mark.parametrize("cut", [1, 5, 20])
-def test_a_truncated_batch_is_a_corrupt_record_error(cut: int) -> None:
+def test_a_truncated_batch_is_a_corrupt_record_error(cut: int, loop: str) -> None:
     buf = _batch([(b"key", b"value-" * 10), (b"key2", b"value2")])
     broken = DefaultRecordBatch(bytes(buf[:-cut]))
     with pytest.raises(CorruptRecordError):
         list(kafka_records._records_v2(_Part(), _TP(), broken))
 
 
-def test_a_record_with_a_wrong_length_is_a_corrupt_record_error() -> None:
+def test_a_record_with_a_wrong_length_is_a_corrupt_record_error(loop: str) -> None:
     buf = _batch([(b"key", b"value")])
     header = DefaultRecordBatch.HEADER_STRUCT.size
     buf[header] += 2  # the first record's length varint (zigzag: +1)
     with pytest.raises(CorruptRecordError):
         list(kafka_records._records_v2(_Part(), _TP(), DefaultRecordBatch(bytes(buf))))
+
+
+@pytest.mark.parametrize("cut", [1, 5, 10])  # the last record is 17 bytes long
+def test_records_before_a_corrupt_one_are_still_yielded(cut: int, loop: str) -> None:
+    buf = _batch([(b"key", b"value-" * 10), (b"key2", b"value2")])
+    got: list[Any] = []
+    with pytest.raises(CorruptRecordError):
+        for rec in kafka_records._records_v2(_Part(), _TP(), DefaultRecordBatch(bytes(buf[:-cut]))):
+            got.append(rec)
+    assert [(r.offset, r.key) for r in got] == [(0, b"key")]
+
+
+def test_trailing_bytes_after_the_records_are_a_corrupt_record_error(loop: str) -> None:
+    buf = _batch([(b"k", b"v")]) + b"\x00"
+    with pytest.raises(CorruptRecordError, match="unconsumed"):
+        list(kafka_records._records_v2(_Part(), _TP(), DefaultRecordBatch(bytes(buf))))
+
+
+def test_random_bytes_never_crash_the_parser(loop: str) -> None:
+    """Garbage after a valid batch header: records or CorruptRecordError, nothing else."""
+    rng = random.Random(7)
+    good = _batch([(b"key-%d" % i, b"v" * i) for i in range(20)], headers=[("h", b"x")])
+    header = DefaultRecordBatch.HEADER_STRUCT.size
+    for _ in range(2000):
+        buf = bytearray(good)
+        for _ in range(rng.randrange(1, 6)):
+            buf[rng.randrange(header, len(buf))] = rng.randrange(256)
+        if rng.random() < 0.3:
+            buf = buf[: rng.randrange(header, len(buf))]
+        try:
+            recs = list(kafka_records._records_v2(_Part(), _TP(), DefaultRecordBatch(bytes(buf))))
+        except CorruptRecordError:
+            continue
+        assert all(r.value is None or isinstance(r.value, bytes) for r in recs)
