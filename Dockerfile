@@ -14,17 +14,21 @@ RUN mkdir -p contracts gateway analytics liftgate migrations \
  && touch contracts/__init__.py gateway/__init__.py analytics/__init__.py liftgate/__init__.py migrations/__init__.py \
  && pip install . && pip uninstall -y liftgate
 
-COPY alembic.ini ./
+COPY alembic.ini setup.py ./
 COPY contracts ./contracts
 COPY gateway ./gateway
 COPY analytics ./analytics
 COPY liftgate ./liftgate
 COPY migrations ./migrations
 COPY examples ./examples
-# Editable: migrations are read from /app/migrations (see liftgate/db.py).
+# Editable: migrations are read from /app/migrations (see liftgate/db.py). gcc only for the
+# install: it builds the consumer's two C extensions (setup.py; without it they are skipped
+# and the same work runs in Python).
 # The spool directory exists in the image, owned by the service user, so a named volume
 # mounted there starts with that owner (the gateway writes its Kafka outage spool there).
-RUN pip install --no-deps -e . \
+RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev \
+ && pip install --no-deps -e . \
+ && apt-get purge -y gcc libc6-dev && apt-get autoremove -y && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --home-dir /var/lib/liftgate --create-home liftgate \
  && mkdir -p /var/lib/liftgate/spool && chown -R liftgate:liftgate /var/lib/liftgate
 
