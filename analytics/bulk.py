@@ -35,7 +35,7 @@ from psycopg import pq
 from contracts.events import InteractionEvent
 from contracts.tables import INTERACTION_MEASURES
 
-try:  # the batch's COPY text rendered in C; built by `pip install` (setuptools ext-modules)
+try:  # the batch's COPY text rendered in C; built by `pip install` (setup.py)
     from analytics import _copyfmt
 except ImportError:  # no C compiler at install time: the same rows rendered in Python
     _copyfmt = None  # type: ignore[assignment]
@@ -410,21 +410,6 @@ def insert_interactions(pg: psycopg.Connection[Any], events: Sequence[Interactio
             with cur.copy(_COPY_FOLD) as copy:
                 copy.write(fold_text)
                 for row in fold_rows:
-                    copy.write_row(row)
-            cur.execute(FOLD)
-            cur.execute(HISTOGRAMS)
-    return Inserted(len(new), [e.request_id for e in counted])
-    fold: list[tuple[Any, ...]] = []
-    with pg.cursor() as cur, cur.copy(_COPY_INTERACTIONS) as copy:
-        write_row = copy.write_row
-        for row, fold_row in python_rows(new, counted_ids, firsts):
-            write_row(row)
-            if fold_row is not None:
-                fold.append(fold_row)
-    if fold:
-        with pg.cursor() as cur:  # lg_fold: created per session by ingest._prepare
-            with cur.copy(_COPY_FOLD) as copy:
-                for row in fold:
                     copy.write_row(row)
             cur.execute(FOLD)
             cur.execute(HISTOGRAMS)

@@ -6,7 +6,8 @@ layers (``DefaultRecordBatch._read_msg`` → ``DefaultRecord`` → properties �
 largest single cost of the analytics consumer (bench/ingest/README.md). This module
 replaces only the per-record loop of ``Fetcher.PartitionRecords._unpack_records`` with a
 flat loop over the (decompressed) batch buffer that decodes the record fields with the
-one-byte varint case inlined and yields the same ``ConsumerRecord`` tuples.
+one-byte varint case inlined and yields the same ``ConsumerRecord`` tuples — in C
+(``analytics/_kafkarec.c``) when that extension is built, else in Python below.
 
 Everything around the loop keeps kafka-python's behaviour: batch CRC check
 (``check_crcs``), transactional/aborted batches, control batches, the lazy generator (a
@@ -31,7 +32,7 @@ from kafka import errors as kafka_errors
 from kafka.consumer import fetcher as kafka_fetcher
 from kafka.record.util import decode_varint
 
-try:  # the same loop in C, built by `pip install` (setuptools ext-modules)
+try:  # the same loop in C, built by `pip install` (setup.py)
     from analytics import _kafkarec
 except ImportError:  # no C compiler at install time: the Python loop below
     _kafkarec = None  # type: ignore[assignment]
