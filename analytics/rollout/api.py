@@ -1,8 +1,11 @@
 """Rollout endpoints of the analytics service (included by ``analytics.app``).
 
-- ``GET /api/experiments/{id_or_name}/rollout``: status, plan (defaults filled in), stages
-  and the decision timeline (``decisions``: stage, to_stage, decision, reason, actor,
-  evidence, created_at) — what the dashboard's rollout card draws.
+- ``GET /api/experiments/{id_or_name}/rollout``: status, plan (defaults filled in), stages,
+  ``plan_check`` (errors, warnings, detectable harm per guardrail per stage; see
+  :mod:`analytics.rollout.check`) and the decision timeline (``decisions``: stage, to_stage,
+  decision, reason, actor, evidence, created_at) — what the dashboard's rollout card draws.
+- ``POST /api/rollout-plans/check``: ``{"plan": {...}, "route": "..."}`` (route optional) →
+  the same ``plan_check`` for a plan not yet stored; read-only, so no token needed.
 - ``POST /api/experiments/{id_or_name}/rollout/advance|pause|resume|rollback``: admin
   bearer token; the optional ``X-Liftgate-Actor`` header names the operator in the
   decision and the audit log (``admin:<name>``).
@@ -17,6 +20,7 @@ import re
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Request
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from analytics.api import Admin, Ctx
@@ -39,6 +43,19 @@ def get_rollout(ctx: Ctx, id_or_name: str) -> dict[str, Any]:
             return manual.status(conn, id_or_name)
     except manual.RolloutActionError as exc:
         raise HTTPException(exc.status, exc.detail) from None
+
+
+class PlanCheckIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    plan: dict[str, Any] | None = None
+    route: str | None = Field(default=None, min_length=1, max_length=128)
+
+
+@router.post("/api/rollout-plans/check")
+def post_plan_check(ctx: Ctx, body: PlanCheckIn) -> dict[str, Any]:
+    with ctx.engine.connect() as conn:
+        return manual.plan_check(conn, body.plan, body.route).public()
 
 
 @router.post("/api/experiments/{id_or_name}/rollout/{action}")

@@ -57,7 +57,8 @@ def test_a_candidate_failing_30_percent_of_requests_is_rolled_back_at_the_first_
     assert rollback["decision"] == "rollback" and rollback["stage"] == 0, rollback["reason"]
     assert rollback["evidence"]["elapsed_s"] <= 600
     g = _guardrail(rollback, "error_rate")
-    assert g["outcome"] == "harm" and g["effective_margin"] == pytest.approx(0.01)
+    assert g["outcome"] == "harm" and g["harm_scale"] == "absolute" and g["test"] == "rate_score"
+    assert g["margin"] == pytest.approx(0.01) and g["margin_text"] == "+0.01 absolute"
     assert g["lower"] is not None and g["lower"] > 0.01
     assert g["control_mean"] == pytest.approx(baseline, abs=0.01)
     assert "n/a" not in rollback["reason"] and "error_rate" in rollback["reason"]
@@ -69,10 +70,11 @@ def test_a_candidate_worse_than_its_margin_is_never_promoted_on_inconclusive_evi
     """The quickstart's case: 15% slower against a 10% margin, too little traffic to prove the
     harm. Every stage used to "pass" with every guardrail inconclusive, and the 100% stage with
     no control data at all."""
-    eid, _, salt = create_rollout(engine, FAST_PLAN)
-    traffic = make_traffic(engine, eid, salt, Profile(latency_ms=460.0), units=300, seed=31)
+    plan = {**FAST_PLAN, "stages": [10, 50, 100]}
+    eid, _, salt = create_rollout(engine, plan)
+    traffic = make_traffic(engine, eid, salt, Profile(latency_ms=460.0), units=1500, seed=31)
     controller.evaluate(eid)
-    status = _drive(controller, clock, traffic, steps=120, requests=40)
+    status = _drive(controller, clock, traffic, steps=120, requests=60)
     assert status != "completed", decisions(engine, eid)[-1]["reason"]
     rows = decisions(engine, eid)
     assert not [d for d in rows if d["decision"] == "promote"]
@@ -83,7 +85,7 @@ def test_a_candidate_worse_than_its_margin_is_never_promoted_on_inconclusive_evi
     else:
         assert status == "rolled_back" and "latency_mean" in last["reason"]
     # the 100% stage (no control) was never entered by the controller
-    assert all(d["to_stage"] != len(FAST_PLAN["stages"]) - 1 for d in rows if d["decision"] == "advance")
+    assert all(d["to_stage"] != len(plan["stages"]) - 1 for d in rows if d["decision"] == "advance")
 
 
 def test_a_stage_never_advances_while_a_guardrail_is_untested(
@@ -112,9 +114,10 @@ def test_a_relative_margin_at_a_zero_control_rate_holds_and_says_why(
 ) -> None:
     plan = {**FAST_PLAN, "guardrails": [{"metric": "error_rate", "margin": 0.25}]}
     eid, _, salt = create_rollout(engine, plan)
-    traffic = make_traffic(engine, eid, salt, Profile(error_p=0.0), control=Profile(error_p=0.0), seed=33)
+    traffic = make_traffic(engine, eid, salt, Profile(error_p=0.0), control=Profile(error_p=0.0), units=2000,
+                           seed=33)  # fmt: skip
     controller.evaluate(eid)
-    assert _drive(controller, clock, traffic, steps=30, requests=250) == "running"
+    assert _drive(controller, clock, traffic, steps=30, requests=600) == "running"
     state = experiment_state(engine, eid)
     assert state["stage"] == 0
     last = decisions(engine, eid)[-1]
@@ -135,7 +138,7 @@ def test_an_equal_candidate_is_promoted_from_the_last_stage_with_control_on_show
     promote = rows[-1]
     assert promote["stage"] == 1 and promote["evidence"]["stage_percent"] == 50
     for g in promote["evidence"]["guardrails"]:
-        assert g["outcome"] == "noninferior" and g["upper"] < g["effective_margin"], g
+        assert g["outcome"] == "noninferior" and g["upper"] < g["margin"], g
         assert min(g["n_control"], g["n_candidate"]) >= 30
     assert experiment_state(engine, eid)["weights"] == {"control": 0.0, "candidate": 100.0}
 

@@ -1,0 +1,82 @@
+"""What a route's recent traffic says, for the plan check: units and requests per second and
+each guardrail's control baseline (mean, per-unit standard deviation).
+
+Read from the most recent experiment on the route that has data (the rollout itself once it
+runs): requests and distinct units over the last ``WINDOW_S`` of its primary calls (through
+the ``(experiment_id, variant, ts)`` index), and the control variant's per-unit sufficient
+statistics over the whole experiment.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from datetime import timedelta
+
+import psycopg
+from sqlalchemy import Connection, text
+
+from analytics.aggregate import variant_stats
+from analytics.metrics import Metric
+from analytics.rollout.check import BaselineStat, Traffic
+from analytics.stats import MetricKind, estimate
+
+WINDOW_S = 900.0
+MIN_REQUESTS = 50
+
+
+def _latest_with_data(conn: Connection, route: str, prefer: int | None) -> tuple[int, str] | None:
+    row = conn.execute(
+        text(
+            "SELECT e.id, e.name FROM experiments e WHERE e.route = :r AND EXISTS"
+            " (SELECT 1 FROM unit_rollups u WHERE u.experiment_id = e.id)"
+            " ORDER BY (e.id = :p) DESC, coalesce(e.started_at, e.created_at) DESC, e.id DESC LIMIT 1"
+        ),
+        {"r": route, "p": -1 if prefer is None else prefer},
+    ).first()
+    return None if row is None else (int(row[0]), str(row[1]))
+
+
+def route_evidence(
+    conn: Connection, route: str, metrics: Sequence[Metric], *, prefer: int | None = None
+) -> tuple[Traffic | None, dict[str, BaselineStat]]:
+    """(traffic, baselines) from the route's latest experiment with data; (None, {}) without."""
+    found = _latest_with_data(conn, route, prefer)
+    if found is None:
+        return None, {}
+    eid, name = found
+    last = conn.execute(
+        text("SELECT max(last_ts) FROM unit_rollups WHERE experiment_id = :e"), {"e": eid}
+    ).scalar_one()
+    counts = conn.execute(
+        text(
+            "SELECT count(*), count(DISTINCT unit_id), min(ts) FROM interactions"
+            " WHERE experiment_id = :e AND role = 'primary' AND ts >= :t"
+        ),
+        {"e": eid, "t": last - timedelta(seconds=WINDOW_S)},
+    ).one()
+    requests, units, first = int(counts[0]), int(counts[1]), counts[2]
+    traffic = None
+    if requests >= MIN_REQUESTS and first is not None:
+        span = max(10.0, min(WINDOW_S, (last - first).total_seconds()))
+        traffic = Traffic(
+            units / span, requests / span, f"route {route}: experiment {name}, last {span:.0f} s"
+        )
+    control = conn.execute(
+        text("SELECT name FROM variants WHERE experiment_id = :e AND is_control"), {"e": eid}
+    ).scalar()
+    baselines: dict[str, BaselineStat] = {}
+    usable = [m for m in metrics if m.kind != "quantile"]
+    if control is None or not usable:
+        return traffic, baselines
+    pg = conn.connection.driver_connection
+    assert isinstance(pg, psycopg.Connection)
+    stats = variant_stats(pg, eid, usable)
+    for m in usable:
+        s = stats.get(m.name, {}).get(str(control))
+        if s is None:
+            continue
+        est = estimate(s, MetricKind(m.kind))
+        if est.mean is not None and est.unit_variance is not None:
+            baselines[m.name] = BaselineStat(est.mean, math.sqrt(est.unit_variance), f"route {route}: {name}")
+    return traffic, baselines
