@@ -115,12 +115,14 @@ def measure(
         )
         for m in success
     )
-    in_stage = store.active_units(conn, row.id, row.stage_started_at)
-    # Units seen after the gateway surely applied this stage's weights (refresh ≤ 1 s)
-    # were all assigned with them, whenever they first arrived (assignment is a pure
-    # function of the current weights), so their split must match the weights.
+    # Units per variant tagged with this stage by the gateway: the gateway tags a call with the
+    # stage of the configuration it served it under, so every one of these units was assigned
+    # with this stage's weights however late the gateway applied them, and their split must
+    # match the weights. (Counting units active since the stage began instead raised a false
+    # SRM when a loaded gateway applied new weights more than a grace period late.)
+    in_stage = store.stage_split(conn, row.id, f"{ROLLOUT_STAGE_TAG}={row.stage}")
     srm_since = store.shifted(row.stage_started_at, srm_grace_s)
-    srm_counts = store.current_split(conn, row.id, srm_since) if now >= srm_since else {}
+    srm_counts = in_stage if now >= srm_since else {}
     weights = {control.name: 100.0 - stage.percent, candidate.name: stage.percent}
     return Look(
         stage=stage,
