@@ -47,7 +47,8 @@ def test_a_candidate_failing_30_percent_of_requests_is_rolled_back_at_the_first_
     engine: Engine, controller: Controller, clock: Clock, baseline: float
 ) -> None:
     """The default plan (first stage 1%, looks every 30 s) at 20 requests/s from new users:
-    docs/rollouts.md states ≤ 600 s at a 1% stage for this traffic (95% of runs)."""
+    docs/rollouts.md states ≤ 65 candidate requests in 95% of runs at a 1% stage, i.e.
+    ≤ 325 s at this traffic, plus up to one 30 s look interval."""
     eid, _, salt = create_rollout(engine, None)
     traffic = make_traffic(engine, eid, salt, Profile(error_p=0.30), control=Profile(error_p=baseline),
                            seed=int(baseline * 100) + 20, fresh_units=True)  # fmt: skip
@@ -55,7 +56,7 @@ def test_a_candidate_failing_30_percent_of_requests_is_rolled_back_at_the_first_
     assert _drive(controller, clock, traffic, steps=200, requests=40) == "rolled_back"
     rollback = decisions(engine, eid)[-1]
     assert rollback["decision"] == "rollback" and rollback["stage"] == 0, rollback["reason"]
-    assert rollback["evidence"]["elapsed_s"] <= 600
+    assert rollback["evidence"]["elapsed_s"] <= 325 + 30
     g = _guardrail(rollback, "error_rate")
     assert g["outcome"] == "harm" and g["harm_scale"] == "absolute" and g["test"] == "rate_score"
     assert g["margin"] == pytest.approx(0.01) and g["margin_text"] == "+0.01 absolute"
