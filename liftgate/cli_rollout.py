@@ -180,7 +180,7 @@ def render_check(title: str, result: dict[str, Any], *, table: bool = True) -> N
               "non-inferior after s")  # fmt: skip
     for r in result["mde"]:
         scale = r["harm_scale"]
-        base = "—" if r["baseline"] is None else f"{r['baseline']:.4g} ({r['baseline_source']})"
+        base = "—" if r["baseline"] is None else f"{r['baseline']:.4g} {r['baseline_source']}"
         ni = "—" if r["noninferiority_s"] is None else f"{r['noninferiority_s']:.0f}"
         detects = _num(r["mde"], scale) if r["mde"] is not None else (r.get("note") or "—")
         if r["detectable"] is False:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from datetime import timedelta
+from typing import Any
 
 import psycopg
 from sqlalchemy import Connection, text
@@ -22,6 +23,7 @@ from analytics.rollout.check import BaselineStat, Traffic
 from analytics.stats import MetricKind, estimate
 
 WINDOW_S = 900.0
+WINDOWS = (60.0, 300.0, 900.0)
 MIN_REQUESTS = 50
 
 
@@ -48,20 +50,27 @@ def route_evidence(
     last = conn.execute(
         text("SELECT max(last_ts) FROM unit_rollups WHERE experiment_id = :e"), {"e": eid}
     ).scalar_one()
-    counts = conn.execute(
+    # Distinct units over windows of several lengths (returning users make them grow slower
+    # than time), in one pass over the last WINDOW_S through the experiment/ts index.
+    cols = ", ".join(f"count(DISTINCT unit_id) FILTER (WHERE ts >= :t{i})" for i in range(len(WINDOWS)))
+    params: dict[str, Any] = {"e": eid, "t": last - timedelta(seconds=WINDOW_S)}
+    params.update({f"t{i}": last - timedelta(seconds=w) for i, w in enumerate(WINDOWS)})
+    row = conn.execute(
         text(
-            "SELECT count(*), count(DISTINCT unit_id), min(ts) FROM interactions"
+            f"SELECT count(*), min(ts), {cols} FROM interactions"
             " WHERE experiment_id = :e AND role = 'primary' AND ts >= :t"
         ),
-        {"e": eid, "t": last - timedelta(seconds=WINDOW_S)},
+        params,
     ).one()
-    requests, units, first = int(counts[0]), int(counts[1]), counts[2]
+    requests, first, distinct = int(row[0]), row[1], [int(v) for v in row[2:]]
     traffic = None
     if requests >= MIN_REQUESTS and first is not None:
         span = max(10.0, min(WINDOW_S, (last - first).total_seconds()))
-        traffic = Traffic(
-            units / span, requests / span, f"route {route}: experiment {name}, last {span:.0f} s"
-        )
+        windows = tuple((w, float(u)) for w, u in zip(WINDOWS, distinct, strict=True) if w <= span)
+        # beyond the longest full window, units keep arriving at that window's rate
+        per_s = windows[-1][1] / windows[-1][0] if windows else distinct[-1] / span
+        source = f"route {route}: experiment {name}, last {span:.0f} s"
+        traffic = Traffic(per_s, requests / span, source, windows)
     control = conn.execute(
         text("SELECT name FROM variants WHERE experiment_id = :e AND is_control"), {"e": eid}
     ).scalar()
@@ -78,5 +87,5 @@ def route_evidence(
             continue
         est = estimate(s, MetricKind(m.kind))
         if est.mean is not None and est.unit_variance is not None:
-            baselines[m.name] = BaselineStat(est.mean, math.sqrt(est.unit_variance), f"route {route}: {name}")
+            baselines[m.name] = BaselineStat(est.mean, math.sqrt(est.unit_variance), "route")
     return traffic, baselines

@@ -28,6 +28,7 @@ means σ²/n_t + σ²/n_c with σ the per-unit standard deviation). At the promo
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -52,9 +53,38 @@ ASSUMED_RATE = 0.01
 
 @dataclass(frozen=True, slots=True)
 class Traffic:
+    """Expected traffic. ``windows`` are measured (seconds, distinct units) pairs: returning
+    users make distinct units grow slower than time, so a stage's units are interpolated
+    from them; beyond the longest window (or without any) they grow at ``units_per_s``."""
+
     units_per_s: float
     requests_per_s: float
-    source: str  # "plan" or "route <experiment>"
+    source: str  # "plan" or "route <route>: experiment <name>, …"
+    windows: tuple[tuple[float, float], ...] = ()
+
+    def units_in(self, seconds: float) -> float:
+        """Distinct units expected in a window of ``seconds``."""
+        if not self.windows:
+            return self.units_per_s * seconds
+        pts = sorted(self.windows)
+        if seconds <= pts[0][0]:
+            return pts[0][1] * seconds / pts[0][0]
+        for (t0, u0), (t1, u1) in itertools.pairwise(pts):
+            if seconds <= t1:
+                return u0 + (u1 - u0) * (seconds - t0) / (t1 - t0)
+        t_last, u_last = pts[-1]
+        return u_last + self.units_per_s * (seconds - t_last)
+
+    def seconds_for(self, units: float) -> float:
+        """The window in which ``units`` distinct units are expected (inverse of ``units_in``)."""
+        hi = 1.0
+        while self.units_in(hi) < units and hi < 1e9:
+            hi *= 2.0
+        lo = 0.0
+        for _ in range(60):
+            mid = (lo + hi) / 2.0
+            lo, hi = (mid, hi) if self.units_in(mid) < units else (lo, mid)
+        return hi
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +118,7 @@ class PlanCheck:
     warnings: list[str]
     mde: list[MdeRow] = field(default_factory=list)
     promotion_stage: int | None = None
+    promotion_percent: float | None = None
     traffic: Traffic | None = None
     guardrails: list[dict[str, Any]] = field(default_factory=list)
 
@@ -101,6 +132,7 @@ class PlanCheck:
             "errors": self.errors,
             "warnings": self.warnings,
             "promotion_stage": self.promotion_stage,
+            "promotion_percent": self.promotion_percent,
             "traffic": None if self.traffic is None else asdict(self.traffic),
             "guardrails": self.guardrails,
             "mde": [asdict(r) for r in self.mde],
@@ -169,7 +201,8 @@ def check_plan(
     try:
         guards = guardrails_of(plan, catalogue)
     except PlanError as exc:
-        return PlanCheck([*catalogue_errors, str(exc)], [], promotion_stage=plan.promotion_stage())
+        promotion = plan.promotion_stage()
+        return PlanCheck([*catalogue_errors, str(exc)], [], [], promotion, plan.stage(promotion).percent)
     warnings: list[str] = []
     if plan.min_units < plan.min_test_units:
         warnings.append(
@@ -205,7 +238,10 @@ def check_plan(
          "absolute_margin": margin.absolute, "test": "rate_score" if margin.rate and margin.absolute is not None else "mean"}
         for m, margin in guards
     ]  # fmt: skip
-    return PlanCheck(list(catalogue_errors), warnings, rows, plan.promotion_stage(), traffic, described)
+    promotion = plan.promotion_stage()
+    return PlanCheck(
+        list(catalogue_errors), warnings, rows, promotion, plan.stage(promotion).percent, traffic, described
+    )
 
 
 def _baselines(plan: RolloutPlan, route: Mapping[str, BaselineStat]) -> dict[str, BaselineStat]:
@@ -221,8 +257,8 @@ def _stage_end(plan: RolloutPlan, stage: Stage, traffic: Traffic) -> float:
     """The earliest a stage may end: its minimum duration, or longer when its minimum units
     (candidate units; min_test_units per variant) need more time at this traffic."""
     w = stage.percent / 100.0
-    need = max(stage.min_units, plan.min_test_units) / (w * traffic.units_per_s)
-    need_control = plan.min_test_units / ((1.0 - w) * traffic.units_per_s)
+    need = traffic.seconds_for(max(stage.min_units, plan.min_test_units) / w)
+    need_control = traffic.seconds_for(plan.min_test_units / (1.0 - w))
     return max(stage.min_duration_s, need, need_control)
 
 
@@ -269,7 +305,8 @@ def _mde_row(
 ) -> MdeRow:  # fmt: skip
     w = stage.percent / 100.0
     end = _stage_end(plan, stage, traffic)
-    n_t, n_c = w * traffic.units_per_s * end, (1 - w) * traffic.units_per_s * end
+    units = traffic.units_in(end)
+    n_t, n_c = w * units, (1 - w) * units
     q_t, q_c = w * traffic.requests_per_s * end, (1 - w) * traffic.requests_per_s * end
     scale = "relative" if margin.kind == "relative" else "absolute"
     mean = None if base is None else base.mean
@@ -289,7 +326,7 @@ def _mde_row(
 
     def variance(h: float, seconds: float) -> float | None:
         """Var of the test statistic at the margin, for a candidate with harm h, after ``seconds``."""
-        f = seconds / end
+        f = seconds / end  # requests grow with time; units a little slower (ignored: conservative)
         if margin.rate and margin.absolute is not None:
             s = 1.0 if metric.direction == "lower_is_better" else -1.0
             p_t = base.mean + s * h
@@ -349,11 +386,11 @@ def _traffic_warnings(plan: RolloutPlan, rows: list[MdeRow], traffic: Traffic) -
         stage = plan.stage(i)
         end = _stage_end(plan, stage, traffic)
         if end > stage.min_duration_s * 1.05 and end > 1.0:
-            expected = stage.percent / 100.0 * traffic.units_per_s * stage.min_duration_s
+            expected = stage.percent / 100.0 * traffic.units_in(stage.min_duration_s)
             warnings.append(
-                f"stage {stage.percent:g}%: ~{expected:.0f} candidate units expected in its {stage.min_duration_s:g} s "
-                f"at {traffic.units_per_s:g} units/s; it needs {max(stage.min_units, plan.min_test_units)} "
-                f"(min_units, and min_test_units per variant), so expect ~{end:.0f} s"
+                f"stage {stage.percent:g}%: ~{expected:.0f} candidate units expected in its {stage.min_duration_s:g} s; "
+                f"it needs {max(stage.min_units, plan.min_test_units)} (min_units, and min_test_units per "
+                f"variant), so expect ~{end:.0f} s"
             )
     by_metric: dict[str, list[MdeRow]] = {}
     for r in rows:
@@ -365,7 +402,7 @@ def _traffic_warnings(plan: RolloutPlan, rows: list[MdeRow], traffic: Traffic) -
         warnings.append(
             f"{metric}: at stage(s) {stages} a harm up to {_fmt(worst.mde, worst.harm_scale)} "
             f"({(worst.mde or 0) / (worst.margin or 1):.1f}× the margin {_fmt(worst.margin, worst.harm_scale)}) "
-            f"may pass before the stage can end at {traffic.units_per_s:g} units/s; lengthen min_duration_s there "
+            f"may pass before the stage can end at this traffic; lengthen min_duration_s there "
             f"(stage_overrides) or expect it to be caught at a later stage"
         )
     for r in rows:

@@ -68,7 +68,7 @@ def test_the_mde_table_has_every_evaluated_stage_and_warns_about_stages_too_shor
     first = rows[0]
     # 1% of 1 unit/s: 9 candidate units in 900 s; the stage needs 100 (min_units) → 10,000 s
     assert first.seconds == pytest.approx(10_000) and first.units_candidate == pytest.approx(100)
-    assert any("stage 1%: ~9 candidate units expected in its 900 s" in w for w in checked.warnings)
+    assert any("stage 1%: ~9 candidate units expected in its 900 s; it needs 100" in w for w in checked.warnings)
     assert first.mde is not None and first.mde > 2 * 0.01 and first.detectable is False
     assert any(w.startswith("error_rate: at stage(s) 1%") for w in checked.warnings), checked.warnings
     lat = _rows(checked, "latency_mean")
@@ -122,3 +122,16 @@ def test_the_stated_mde_is_caught_with_about_80_percent_power_at_the_end_of_the_
                                               0.10, "decrease", alpha, 10_000)  # fmt: skip
             hits += r.reject_harm
         assert 0.65 <= hits / sims <= 0.95, (metric, row, hits / sims)
+
+
+def test_returning_users_make_distinct_units_grow_slower_than_time() -> None:
+    """Measured windows: 200 distinct units in 60 s, 450 in 300 s, 500 in 900 s."""
+    t = Traffic(500 / 900, 30.0, "route r", ((60.0, 200.0), (300.0, 450.0), (900.0, 500.0)))
+    assert t.units_in(30) == pytest.approx(100) and t.units_in(180) == pytest.approx(325)
+    assert t.units_in(1800) == pytest.approx(1000)  # beyond: the longest window's rate
+    assert t.seconds_for(325) == pytest.approx(180, rel=1e-6)
+    plan = {"stages": [10, 50, 100], "min_duration_s": 60, "min_units": 30}
+    first = _rows(check_plan(plan, CATALOGUE, traffic=t), "error_rate")[0]
+    # 30 candidate units at 10% = 300 distinct units: 156 s here (60 s + 100/250 of the next 240 s),
+    # where the 900-s rate alone (0.56 units/s) would say 540 s
+    assert first.seconds == pytest.approx(156, rel=1e-6)
