@@ -25,6 +25,7 @@ from starlette.concurrency import run_in_threadpool
 
 from analytics.api import Admin, Ctx
 from analytics.rollout import manual
+from analytics.rollout.baseline import EvidenceCache
 from analytics.rollout.telemetry import for_registry
 
 router = APIRouter()
@@ -36,11 +37,20 @@ def _actor(admin: str, request: Request) -> str:
     return f"{admin}:{name}" if name else admin
 
 
+def _evidence(request: Request) -> EvidenceCache:
+    """One cache of route traffic and baselines per app (the rollout page polls every 5 s)."""
+    cache = getattr(request.app.state, "rollout_evidence", None)
+    if not isinstance(cache, EvidenceCache):
+        cache = EvidenceCache()
+        request.app.state.rollout_evidence = cache
+    return cache
+
+
 @router.get("/api/experiments/{id_or_name}/rollout")
-def get_rollout(ctx: Ctx, id_or_name: str) -> dict[str, Any]:
+def get_rollout(ctx: Ctx, request: Request, id_or_name: str) -> dict[str, Any]:
     try:
         with ctx.engine.connect() as conn:
-            return manual.status(conn, id_or_name)
+            return manual.status(conn, id_or_name, evidence=_evidence(request))
     except manual.RolloutActionError as exc:
         raise HTTPException(exc.status, exc.detail) from None
 
@@ -53,9 +63,9 @@ class PlanCheckIn(BaseModel):
 
 
 @router.post("/api/rollout-plans/check")
-def post_plan_check(ctx: Ctx, body: PlanCheckIn) -> dict[str, Any]:
+def post_plan_check(ctx: Ctx, request: Request, body: PlanCheckIn) -> dict[str, Any]:
     with ctx.engine.connect() as conn:
-        return manual.plan_check(conn, body.plan, body.route).public()
+        return manual.plan_check(conn, body.plan, body.route, evidence=_evidence(request)).public()
 
 
 @router.post("/api/experiments/{id_or_name}/rollout/{action}")

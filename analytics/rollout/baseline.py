@@ -10,7 +10,9 @@ statistics over the whole experiment.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -21,6 +23,9 @@ from analytics.aggregate import variant_stats
 from analytics.metrics import Metric
 from analytics.rollout.check import BaselineStat, Traffic
 from analytics.stats import MetricKind, estimate
+
+Evidence = tuple[Traffic | None, dict[str, BaselineStat]]
+EvidenceSource = Callable[[Connection, str, Sequence[Metric], int | None], Evidence]
 
 WINDOW_S = 900.0
 WINDOWS = (60.0, 300.0, 900.0)
@@ -89,3 +94,44 @@ def route_evidence(
         if est.mean is not None and est.unit_variance is not None:
             baselines[m.name] = BaselineStat(est.mean, math.sqrt(est.unit_variance), "route")
     return traffic, baselines
+
+
+def fresh_evidence(conn: Connection, route: str, metrics: Sequence[Metric], prefer: int | None) -> Evidence:
+    return route_evidence(conn, route, metrics, prefer=prefer)
+
+
+class EvidenceCache:
+    """:func:`route_evidence` remembered for ``ttl_s`` per (route, experiment, metrics).
+
+    The rollout page polls its API every few seconds, and a route's traffic and baselines
+    barely move within a minute, while reading them scans up to 15 minutes of calls.
+    """
+
+    def __init__(
+        self,
+        ttl_s: float = 60.0,
+        max_entries: int = 256,
+        clock: Callable[[], float] = time.monotonic,
+        source: EvidenceSource = fresh_evidence,
+    ) -> None:
+        self.ttl_s, self.max_entries, self.clock, self.source = ttl_s, max_entries, clock, source
+        self._lock = threading.Lock()
+        self._items: dict[tuple[str, int | None, tuple[str, ...]], tuple[float, Evidence]] = {}
+
+    def __call__(
+        self, conn: Connection, route: str, metrics: Sequence[Metric], prefer: int | None
+    ) -> Evidence:
+        key = (route, prefer, tuple(sorted(m.name for m in metrics)))
+        now = self.clock()
+        with self._lock:
+            hit = self._items.get(key)
+            if hit is not None and now - hit[0] < self.ttl_s:
+                return hit[1]
+        value = self.source(conn, route, metrics, prefer)
+        with self._lock:
+            if len(self._items) >= self.max_entries:
+                self._items = {k: v for k, v in self._items.items() if now - v[0] < self.ttl_s}
+                if len(self._items) >= self.max_entries:
+                    self._items.clear()
+            self._items[key] = (now, value)
+        return value

@@ -27,7 +27,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 
 from analytics.rollout import store
-from analytics.rollout.baseline import route_evidence
+from analytics.rollout.baseline import EvidenceSource, fresh_evidence
 from analytics.rollout.check import PlanCheck, check_plan, plan_metric_names
 from analytics.rollout.controller import apply_decision, load_catalogue, observe_stage
 from analytics.rollout.decisions import Decision
@@ -60,16 +60,24 @@ def _row(conn: Connection, id_or_name: str, *, for_update: bool) -> store.Rollou
     return row
 
 
-def plan_check(conn: Connection, raw: Any, route: str | None, prefer: int | None = None) -> PlanCheck:
+def plan_check(
+    conn: Connection,
+    raw: Any,
+    route: str | None,
+    prefer: int | None = None,
+    evidence: EvidenceSource = fresh_evidence,
+) -> PlanCheck:
     """The plan check with the route's recent traffic and baselines when it has any."""
     catalogue, errors = load_catalogue(conn, plan_metric_names(raw))
     traffic, baselines = (
-        (None, {}) if route is None else route_evidence(conn, route, list(catalogue.values()), prefer=prefer)
+        (None, {}) if route is None else evidence(conn, route, list(catalogue.values()), prefer)
     )
     return check_plan(raw, catalogue, traffic=traffic, baselines=baselines, catalogue_errors=errors)
 
 
-def status(conn: Connection, id_or_name: str, limit: int = 500) -> dict[str, Any]:
+def status(
+    conn: Connection, id_or_name: str, limit: int = 500, evidence: EvidenceSource = fresh_evidence
+) -> dict[str, Any]:
     """Current stage, plan (defaults filled in), weights, the plan check and the decision timeline."""
     row = _row(conn, id_or_name, for_update=False)
     out: dict[str, Any] = {
@@ -86,7 +94,7 @@ def status(conn: Connection, id_or_name: str, limit: int = 500) -> dict[str, Any
         "plan_error": None,
         "stages": [],
     }
-    checked = plan_check(conn, row.plan, row.route, prefer=row.id)
+    checked = plan_check(conn, row.plan, row.route, prefer=row.id, evidence=evidence)
     out["plan_check"] = checked.public()
     try:
         plan = parse_plan(row.plan)

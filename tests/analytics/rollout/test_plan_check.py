@@ -68,7 +68,9 @@ def test_the_mde_table_has_every_evaluated_stage_and_warns_about_stages_too_shor
     first = rows[0]
     # 1% of 1 unit/s: 9 candidate units in 900 s; the stage needs 100 (min_units) → 10,000 s
     assert first.seconds == pytest.approx(10_000) and first.units_candidate == pytest.approx(100)
-    assert any("stage 1%: ~9 candidate units expected in its 900 s; it needs 100" in w for w in checked.warnings)
+    assert any(
+        "stage 1%: ~9 candidate units expected in its 900 s; it needs 100" in w for w in checked.warnings
+    )
     assert first.mde is not None and first.mde > 2 * 0.01 and first.detectable is False
     assert any(w.startswith("error_rate: at stage(s) 1%") for w in checked.warnings), checked.warnings
     lat = _rows(checked, "latency_mean")
