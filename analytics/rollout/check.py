@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -362,7 +362,12 @@ def _mde_row(
 
 
 def _noninferiority_seconds(
-    plan: RolloutPlan, variance: Any, margin: float, end: float, n_end: float, z_b: float
+    plan: RolloutPlan,
+    variance: Callable[[float, float], float | None],
+    margin: float,
+    end: float,
+    n_end: float,
+    z_b: float,
 ) -> float | None:
     """Seconds until an equal candidate is shown non-inferior with 80% power (None: never)."""
     if margin <= 0:

@@ -200,14 +200,16 @@ def check_guardrail(
         # max(relative, absolute): harm must exceed both (intersection-union, full level each);
         # non-inferiority to either suffices (union: half the level each).
         res, rel = absolute(alpha, a_ni / 2), relative(alpha, a_ni / 2)
-        rel_ok = rel.error is None
-        harm_shown = res.reject_harm and rel.reject_harm
-        ni_shown = res.noninferior or (rel_ok and rel.noninferior)
-        errors = [res] if rel.error is ErrorCode.ZERO_CONTROL_MEAN else [res, rel]  # max(…) = absolute at 0
-        if rel.error is ErrorCode.ZERO_CONTROL_MEAN:
-            harm_shown = res.reject_harm
         extra["relative"] = {"harm": rel.harm, "lower": rel.harm_lower, "upper": rel.harm_upper,
                              "p_value": rel.p_value_harm}  # fmt: skip
+        if rel.error is ErrorCode.ZERO_CONTROL_MEAN:  # max(r × 0, a) = a: the absolute test alone
+            harm_shown, ni_shown, errors = res.reject_harm, res.noninferior, [res]
+        else:
+            harm_shown, ni_shown, errors = (
+                res.reject_harm and rel.reject_harm,
+                res.noninferior or rel.noninferior,
+                [res, rel],
+            )
     failed = next((r for r in errors if r.error is not None), None)
     if failed is not None:
         text = _error_text(failed)
