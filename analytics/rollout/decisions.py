@@ -8,8 +8,9 @@ applies wins):
    first: reverting to the known-good baseline is allowed even when the split looks broken);
 2. sample ratio mismatch among units active in this stage → ``on_srm``: **hold** (default),
    **rollback**, or **warn** (recorded in the evidence, then the rules below);
-3. a stage without control traffic (a final 100% stage entered by hand) → **hold**: nothing
-   can be tested there, and serving everyone is the promotion, decided one stage earlier;
+3. a stage without control traffic (a 100% stage, reachable only when a plan was edited
+   under a running rollout) → **hold**: nothing can be tested there, and serving everyone is
+   the promotion, decided one stage earlier;
 4. fewer than 2 units in either variant → **hold** (no data);
 5. the stage's minimums (time since ``stage_started_at``, candidate units active in the
    stage) are not met → **hold**;
