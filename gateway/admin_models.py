@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from contracts.rollout_plan import plan_problems
 from gateway.assignment import validate_rules
 
 MODES = ("ab", "shadow", "rollout")
 UNIT_KEYS = ("auto", "header", "user", "api_key")
 CONTENT_LOGGING = ("none", "hashed", "full")
-SRM_ACTIONS = ("hold", "rollback", "warn")
 
 
 class _Body(BaseModel):
@@ -84,40 +83,8 @@ class ApiKeyIn(_Body):
 
 
 def check_rollout_plan(plan: Any) -> str | None:
-    if plan is None:
-        return None
-    if not isinstance(plan, dict):
-        return "rollout_plan must be an object"
-    stages = plan.get("stages")
-    if stages is not None:
-        if not isinstance(stages, list) or not stages:
-            return "rollout_plan.stages must be a non-empty list of percentages"
-        if not all(isinstance(s, int | float) and not isinstance(s, bool) and 0 < s <= 100 for s in stages):
-            return "rollout_plan.stages must be numbers in (0, 100]"
-        if any(b <= a for a, b in itertools.pairwise(stages)):
-            return "rollout_plan.stages must be strictly increasing"
-    for key in ("min_duration_s", "min_units", "interval_s"):
-        value = plan.get(key)
-        if value is not None and (not isinstance(value, int | float) or isinstance(value, bool) or value < 0):
-            return f"rollout_plan.{key} must be a non-negative number"
-    guardrails = plan.get("guardrails")
-    if guardrails is not None:
-        if not isinstance(guardrails, list):
-            return "rollout_plan.guardrails must be a list"
-        for i, g in enumerate(guardrails):
-            if isinstance(g, str):
-                continue
-            if not isinstance(g, dict) or not isinstance(g.get("metric"), str):
-                return f"rollout_plan.guardrails[{i}] must be a metric name or an object with 'metric'"
-            margin = g.get("margin")
-            if margin is not None and (
-                not isinstance(margin, int | float) or isinstance(margin, bool) or margin < 0
-            ):
-                return f"rollout_plan.guardrails[{i}].margin must be a non-negative number"
-    srm = plan.get("on_srm")
-    if srm is not None and srm not in SRM_ACTIONS:
-        return f"rollout_plan.on_srm must be one of {', '.join(SRM_ACTIONS)}"
-    return None
+    """The plan's structural problems (the shared schema); statistics are checked by analytics."""
+    return plan_problems(plan)
 
 
 def check_experiment(fields: dict[str, Any], variants: list[VariantIn], upstreams: set[str]) -> str | None:

@@ -33,6 +33,12 @@ StateOpt = Annotated[
     typer.Option("--state-dir", envvar="LIFTGATE_STATE_DIR", help="Where `liftgate up` keeps its state."),
 ]
 DEFAULT_GATEWAY = "http://127.0.0.1:8080"
+AnalyticsOpt = Annotated[
+    str,
+    typer.Option(
+        "--analytics", envvar="LIFTGATE_ANALYTICS_URL", help="Analytics service (checks rollout plans)."
+    ),
+]
 
 
 def _client(gateway: str, token: str | None, state_dir: Path) -> AdminClient:
@@ -86,16 +92,26 @@ def create(
     exist_ok: Annotated[
         bool, typer.Option("--exist-ok", help="Skip experiments that already exist instead of failing.")
     ] = False,
+    check: Annotated[
+        bool, typer.Option("--check/--no-check", help="Check rollout plans with the analytics service first.")
+    ] = True,
     gateway: GatewayOpt = DEFAULT_GATEWAY,
+    analytics: AnalyticsOpt = "http://127.0.0.1:8090",
     token: TokenOpt = None,
     state_dir: StateOpt = Path(".liftgate"),
 ) -> None:
-    """Create experiments (and any upstreams they list) from a YAML file."""
+    """Create experiments (and any upstreams they list) from a YAML file.
+
+    Rollout plans are checked first: warnings are printed, and a plan with errors is refused
+    (nothing is created).
+    """
     try:
         upstreams, experiments = load_experiment_file(file)
     except ValueError as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
+    if check:
+        _check_rollouts(experiments, analytics)
     client = _client(gateway, token, state_dir)
     try:
         known = {u.get("name") for u in client.upstreams()}
@@ -117,6 +133,27 @@ def create(
                 console.print(f"experiment {exp['name']} {started.get('status', 'started')}")
     except AdminError as exc:
         raise _fail(exc) from None
+
+
+def _check_rollouts(experiments: list[dict[str, Any]], analytics: str) -> None:
+    from liftgate.cli_rollout import check_remote, render_check
+
+    refused = []
+    for exp in experiments:
+        if exp.get("mode") != "rollout":
+            continue
+        try:
+            result = check_remote(analytics, exp.get("rollout_plan"), str(exp["route"]))
+        except AdminError as exc:
+            err.print(f"[red]error:[/red] cannot check the rollout plan of {exp['name']}: {exc}; "
+                      "start the analytics service, pass --analytics URL, or --no-check")  # fmt: skip
+            raise typer.Exit(2) from None
+        render_check(f"rollout plan of {exp['name']}", result, table=False)
+        if result["errors"]:
+            refused.append(str(exp["name"]))
+    if refused:
+        err.print(f"[red]error:[/red] invalid rollout plan(s) for {', '.join(refused)}: nothing created")
+        raise typer.Exit(1)
 
 
 def _variants(exp: dict[str, Any]) -> str:

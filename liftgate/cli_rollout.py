@@ -1,14 +1,18 @@
-"""``liftgate rollout status|advance|pause|resume|rollback EXPERIMENT`` (analytics service API).
+"""``liftgate rollout status|advance|pause|resume|rollback EXPERIMENT`` and ``liftgate rollout
+check FILE`` (analytics service API).
 
 Mutating commands need the admin token (``--token``, ``LIFTGATE_ADMIN_TOKEN`` or the
 file ``liftgate up`` wrote) and are recorded as rollout decisions with the actor
-``admin:<--actor>`` (default: the local user name) and in the audit log.
+``admin:<--actor>`` (default: the local user name) and in the audit log. ``check`` asks the
+service to check the rollout plans in an experiment (or plan) file: errors, warnings and
+the harm each stage can detect at the route's traffic.
 """
 
 from __future__ import annotations
 
 import getpass
 import json
+import math
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -20,6 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from liftgate.admin_client import AdminClient, AdminError, resolve_token
+from liftgate.cli_experiments import load_experiment_file
 
 app = typer.Typer(help="Staged rollouts: status and manual control.", no_args_is_help=True)
 console = Console()
@@ -139,3 +144,96 @@ _action("advance", "Go to the next stage now, ignoring the stage's minimums (pro
 _action("pause", "Pause: the controller stops acting and the gateway serves the control to everyone.")
 _action("resume", "Resume a paused rollout at its stage (the stage clock restarts).")
 _action("rollback", "Roll back: candidate to 0%, status rolled_back.")
+
+
+def check_remote(analytics: str, plan: Any, route: str | None) -> dict[str, Any]:
+    """The analytics service's plan check (``POST /api/rollout-plans/check``; no token needed)."""
+    result: dict[str, Any] = AdminClient(analytics, "").request(
+        "POST", "/api/rollout-plans/check", {"plan": plan, "route": route}
+    )
+    return result
+
+
+def _num(v: Any, scale: str) -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "—"
+    return f"{v:+.1%}" if scale == "relative" else f"{v:+.4g}"
+
+
+def render_check(title: str, result: dict[str, Any], *, table: bool = True) -> None:
+    """Errors (refused), warnings (accepted), and the detectable harm per guardrail per stage."""
+    verdict = "[red]refused[/]" if result["errors"] else "[green]ok[/]"
+    console.print(
+        f"[bold]{title}[/]: plan {verdict}, promotion decided at stage {result.get('promotion_stage')}"
+    )
+    for e in result["errors"]:
+        err.print(f"[red]error:[/] {e}")
+    for w in result["warnings"]:
+        console.print(f"[yellow]warning:[/] {w}")
+    traffic = result.get("traffic")
+    if not table or not result.get("mde") or not isinstance(traffic, dict):
+        return
+    console.print(
+        f"traffic {traffic['units_per_s']:.3g} units/s, {traffic['requests_per_s']:.3g} requests/s ({traffic['source']})"
+    )
+    t = Table("guardrail", "stage", "lasts ≥ s", "candidate units", "baseline", "margin", "detects (80%)",
+              "non-inferior after s")  # fmt: skip
+    for r in result["mde"]:
+        scale = r["harm_scale"]
+        base = "—" if r["baseline"] is None else f"{r['baseline']:.4g} {r['baseline_source']}"
+        ni = "—" if r["noninferiority_s"] is None else f"{r['noninferiority_s']:.0f}"
+        detects = _num(r["mde"], scale) if r["mde"] is not None else (r.get("note") or "—")
+        if r["detectable"] is False:
+            detects = f"[yellow]{detects}[/]"
+        t.add_row(r["metric"], f"{r['stage_percent']:g}%", f"{r['seconds']:.0f}", f"{r['units_candidate']:.0f}",
+                  base, _num(r["margin"], scale), detects, ni)  # fmt: skip
+    console.print(t)
+
+
+def _plans(path: Path) -> list[tuple[str, Any, str | None]]:
+    """(title, plan, route) per rollout in an experiment file, or the file itself as a plan."""
+    import yaml
+
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path} is not valid YAML: {exc}") from None
+    if isinstance(doc, dict) and ("experiments" in doc or "variants" in doc or "rollout_plan" in doc):
+        _, experiments = load_experiment_file(path)
+        found: list[tuple[str, Any, str | None]] = [
+            (f"experiment {e['name']}", e.get("rollout_plan"), str(e["route"]))
+                 for e in experiments if e.get("mode") == "rollout"]  # fmt: skip
+        if not found:
+            raise ValueError(f"{path}: no experiment with mode: rollout")
+        return found
+    return [(str(path), doc, None)]
+
+
+@app.command()
+def check(
+    file: Annotated[
+        Path, typer.Argument(help="Experiment YAML (rollouts in it) or a rollout plan (YAML/JSON).")
+    ],
+    route: Annotated[str | None, typer.Option(help="Use this route's recent traffic and baselines.")] = None,
+    analytics: AnalyticsOpt = DEFAULT_ANALYTICS,
+    as_json: JsonOpt = False,
+) -> None:
+    """Check rollout plans before creating them: errors, warnings, detectable harm per stage."""
+    try:
+        plans = _plans(file)
+        results = [(title, check_remote(analytics, plan, route or r)) for title, plan, r in plans]
+    except ValueError as exc:
+        err.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from None
+    except AdminError as exc:
+        err.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from None
+    if as_json:
+        typer.echo(json.dumps({title: result for title, result in results}, indent=2))
+    else:
+        for title, result in results:
+            render_check(title, result)
+    if any(result["errors"] for _, result in results):
+        raise typer.Exit(1)

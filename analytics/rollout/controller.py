@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 import psycopg
@@ -25,9 +25,11 @@ from analytics.aggregate import unit_counts, variant_stats
 from analytics.metrics import Metric
 from analytics.report import resolve_metrics
 from analytics.rollout import store
+from analytics.rollout.check import check_plan, guardrails_of, plan_metric_names
 from analytics.rollout.decisions import Decision, Look, decide
 from analytics.rollout.evidence import check_guardrail, check_success, guardrail_alpha, look_srm
-from analytics.rollout.plan import DEFAULT_MARGIN, PlanError, RolloutPlan, Stage, parse_plan
+from analytics.rollout.margins import Margin
+from analytics.rollout.plan import PlanError, RolloutPlan, Stage, parse_plan
 from analytics.rollout.telemetry import RolloutMetrics
 from contracts.events import ROLLOUT_STAGE_TAG
 
@@ -41,33 +43,29 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def load_catalogue(conn: Connection, names: Sequence[str]) -> tuple[dict[str, Metric], list[str]]:
+    """The named metrics (built-in or user-defined) and the reasons a named one is unusable."""
+    if not names:
+        return {}, []
+    metrics, errors = resolve_metrics(conn, list(dict.fromkeys(names)))
+    quoted = [repr(n) for n in names]
+    relevant = [
+        e.message for e in errors if e.code != "unknown_metric" and any(q in e.message for q in quoted)
+    ]
+    return {m.name: m for m in metrics}, relevant
+
+
 def resolve_guardrails(
     conn: Connection, plan: RolloutPlan
-) -> tuple[list[tuple[Metric, float]], list[Metric]]:
+) -> tuple[list[tuple[Metric, Margin]], list[Metric]]:
     """(guardrail metric, margin) pairs and success metrics; PlanError when one cannot be tested."""
-    specs = plan.guardrail_specs()
-    names = [g.metric for g in specs] + list(plan.success_metrics)
-    if not names:
-        return [], []
-    metrics, errors = resolve_metrics(conn, names)
+    catalogue, errors = load_catalogue(
+        conn, [g.metric for g in plan.guardrail_specs()] + list(plan.success_metrics)
+    )
     if errors:
-        raise PlanError("; ".join(e.message for e in errors))
-    by_name = {m.name: m for m in metrics}
-    quantiles = [n for n in names if by_name[n].kind == "quantile"]
-    if quantiles:
-        raise PlanError(
-            f"quantile metrics {quantiles} have no always-valid per-unit test; use e.g. latency_mean instead"
-        )
-    guards = []
-    for spec in specs:
-        m = by_name[spec.metric]
-        margin = (
-            spec.margin
-            if spec.margin is not None
-            else (m.margin if m.guardrail and m.margin > 0 else DEFAULT_MARGIN)
-        )
-        guards.append((m, margin))
-    return guards, [by_name[n] for n in plan.success_metrics]
+        raise PlanError("; ".join(errors))
+    guards = guardrails_of(plan, catalogue)
+    return guards, [catalogue[n] for n in plan.success_metrics]
 
 
 def measure(
@@ -89,9 +87,11 @@ def measure(
     segment = f"{ROLLOUT_STAGE_TAG}={row.stage}" if by_stage else ""
     stats = variant_stats(pg, row.id, metrics, segment) if metrics else {}
     counts = unit_counts(pg, row.id)
-    # Bonferroni over guardrails, and with per-stage windows also over stages: every stage
-    # is a fresh family of tests, so the whole rollout keeps P(any false rollback) ≤ alpha.
-    alpha = guardrail_alpha(plan.alpha, guards) / (len(plan.stages) if by_stage else 1)
+    # Rolling back: Bonferroni over guardrails, and with per-stage windows also over the
+    # evaluated stages (each a fresh family of tests), so P(any false rollback) ≤ alpha.
+    # Promoting: every guardrail must be shown non-inferior (an intersection-union test),
+    # so each one at noninferiority_alpha keeps P(false promotion) ≤ noninferiority_alpha.
+    alpha = guardrail_alpha(plan.alpha, guards, plan.evaluated_stages() if by_stage else 1)
     checks = tuple(
         check_guardrail(
             m,
@@ -99,6 +99,7 @@ def measure(
             stats.get(m.name, {}).get(control.name),
             stats.get(m.name, {}).get(candidate.name),
             alpha=alpha,
+            alpha_noninferiority=plan.noninferiority_alpha,
             planned_units=plan.planned_units,
             min_test_units=plan.min_test_units,
         )
@@ -114,12 +115,14 @@ def measure(
         )
         for m in success
     )
-    in_stage = store.active_units(conn, row.id, row.stage_started_at)
-    # Units seen after the gateway surely applied this stage's weights (refresh ≤ 1 s)
-    # were all assigned with them, whenever they first arrived (assignment is a pure
-    # function of the current weights), so their split must match the weights.
+    # Units per variant tagged with this stage by the gateway: the gateway tags a call with the
+    # stage of the configuration it served it under, so every one of these units was assigned
+    # with this stage's weights however late the gateway applied them, and their split must
+    # match the weights. (Counting units active since the stage began instead raised a false
+    # SRM when a loaded gateway applied new weights more than a grace period late.)
+    in_stage = store.stage_split(conn, row.id, f"{ROLLOUT_STAGE_TAG}={row.stage}")
     srm_since = store.shifted(row.stage_started_at, srm_grace_s)
-    srm_counts = store.current_split(conn, row.id, srm_since) if now >= srm_since else {}
+    srm_counts = in_stage if now >= srm_since else {}
     weights = {control.name: 100.0 - stage.percent, candidate.name: stage.percent}
     return Look(
         stage=stage,
@@ -130,6 +133,7 @@ def measure(
         guardrails=checks,
         srm=look_srm(srm_counts, weights),
         success=wins,
+        window=plan.guardrail_window,
     )
 
 
@@ -205,10 +209,12 @@ class Controller:
         return decision
 
     def _decide(self, conn: Connection, row: store.RolloutRow, now: datetime, force: bool) -> Decision | None:
-        try:
-            plan = parse_plan(row.plan)
-        except PlanError as exc:
-            return Decision("hold", f"invalid rollout plan: {exc}", "plan_invalid", row.stage, row.stage)
+        catalogue, errors = load_catalogue(conn, plan_metric_names(row.plan))
+        checked = check_plan(row.plan, catalogue, catalogue_errors=errors)
+        if checked.errors:
+            reason = f"invalid rollout plan: {'; '.join(checked.errors)}"
+            return Decision("hold", reason, "plan_invalid", row.stage, row.stage)
+        plan = parse_plan(row.plan)
         last = self._last_look.get(row.id)
         if not force and last is not None and (now - last).total_seconds() < plan.interval_s:
             return None
@@ -217,7 +223,7 @@ class Controller:
             return Decision("hold", reason, "variants_invalid", row.stage, row.stage)
         if row.stage is None or row.stage_started_at is None:
             first = min(row.stage or 0, len(plan.stages) - 1)
-            pct = plan.stages[first]
+            pct = plan.stage(first).percent
             return Decision(
                 "start", f"rollout started at stage {pct:g}%", "start", None, first, {"stage_percent": pct}
             )
@@ -239,7 +245,7 @@ def apply_decision(conn: Connection, row: store.RolloutRow, decision: Decision, 
     if decision.decision in ("start", "advance"):
         assert decision.to_stage is not None
         plan = parse_plan(row.plan)
-        store.set_stage(conn, row, decision.to_stage, plan.stages[decision.to_stage], now)
+        store.set_stage(conn, row, decision.to_stage, plan.stage(decision.to_stage).percent, now)
     elif decision.decision == "rollback":
         store.rollback(conn, row, decision.reason, now)
     elif decision.decision == "promote":

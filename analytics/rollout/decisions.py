@@ -1,17 +1,25 @@
 """What the controller decides from one look at a running rollout stage (pure policy).
 
-Order of the rules (the first that applies wins):
+Fail closed: no data, too few units, an undefined margin or a test that could not run is
+never a pass, and promotion needs non-inferiority *shown*. Rules in order (the first that
+applies wins):
 
-1. a guardrail is worse than its margin with confidence → **rollback** (safety first:
-   reverting to the known-good baseline is allowed even when the split looks broken);
+1. a tested guardrail is worse than its margin with confidence → **rollback** (safety
+   first: reverting to the known-good baseline is allowed even when the split looks broken);
 2. sample ratio mismatch among units active in this stage → ``on_srm``: **hold** (default),
    **rollback**, or **warn** (recorded in the evidence, then the rules below);
-3. fewer than 2 units in either variant → **hold** (no data);
-4. the stage's minimums (time since ``stage_started_at``, candidate units active in the
+3. a stage without control traffic (a 100% stage, reachable only when a plan was edited
+   under a running rollout) → **hold**: nothing can be tested there, and serving everyone is
+   the promotion, decided one stage earlier;
+4. fewer than 2 units in either variant → **hold** (no data);
+5. the stage's minimums (time since ``stage_started_at``, candidate units active in the
    stage) are not met → **hold**;
-5. ``require_noninferiority`` and a guardrail is not yet non-inferior → **hold**;
-6. final stage → ``on_complete``: **promote** (candidate becomes the baseline) or **hold**;
-7. otherwise → **advance** to the next stage.
+6. a guardrail is not tested (too few units in a variant, no data, an undefined margin, a
+   test that could not run) → **hold**, naming what each one lacks;
+7. the promotion stage (the last with control traffic) → **promote** once every guardrail
+   is non-inferior (``on_complete: hold`` holds instead), else **hold**;
+8. ``require_noninferiority`` and a guardrail not yet non-inferior → **hold**;
+9. otherwise → **advance** to the next stage.
 
 ``code`` is a stable machine word per rule; the store uses it to de-duplicate repeated
 identical holds.
@@ -48,11 +56,15 @@ class Look:
     guardrails: tuple[GuardrailCheck, ...]
     srm: SrmLook
     success: tuple[SuccessCheck, ...] = ()
+    window: str = "stage"
 
     def evidence(self, code: str) -> dict[str, Any]:
         return {
             "code": code,
+            "stage_index": self.stage.index,
             "stage_percent": self.stage.percent,
+            "promotion_stage": self.stage.promotion,
+            "window": self.window,
             "elapsed_s": round(self.elapsed_s, 3),
             "min_duration_s": self.stage.min_duration_s,
             "min_units": self.stage.min_units,
@@ -76,8 +88,29 @@ class Look:
         }
 
 
-def _fmt(v: float | None) -> str:
-    return "n/a" if v is None else f"{v:+.1%}"
+def _num(v: float | None, scale: str) -> str:
+    if v is None:
+        return "none"
+    return f"{v:+.1%}" if scale == "relative" else f"{v:+.4g}"
+
+
+def _harm_reason(g: GuardrailCheck) -> str:
+    return (
+        f"guardrail {g.metric} worse than its margin {g.margin_text}: harm {_num(g.harm, g.harm_scale)}, "
+        f"always-valid lower bound {_num(g.lower, g.harm_scale)} > {_num(g.margin, g.harm_scale)} "
+        f"(alpha {g.alpha:.3g}; n control {g.n_control}, candidate {g.n_candidate})"
+    )
+
+
+def _pending_reason(g: GuardrailCheck) -> str:
+    return (
+        f"{g.metric} upper bound {_num(g.upper, g.harm_scale)} not below its margin "
+        f"{_num(g.margin, g.harm_scale)} yet (alpha {g.alpha_noninferiority or g.alpha:.3g})"
+    )
+
+
+def _summary(guardrails: tuple[GuardrailCheck, ...]) -> str:
+    return ", ".join(f"{g.metric} {g.outcome}" for g in guardrails) or "no guardrails"
 
 
 def decide(plan: RolloutPlan, look: Look) -> Decision:
@@ -91,14 +124,7 @@ def decide(plan: RolloutPlan, look: Look) -> Decision:
 
     harmed = [g for g in look.guardrails if g.outcome == "harm"]
     if harmed:
-        g = harmed[0]
-        return out(
-            "rollback",
-            "guardrail",
-            f"guardrail {g.metric} worse than its {g.margin:.0%} margin: harm {_fmt(g.harm)}, "
-            f"always-valid lower bound {_fmt(g.lower)} (alpha {g.alpha:.3g}; "
-            f"n control {g.n_control}, candidate {g.n_candidate})",
-        )
+        return out("rollback", "guardrail", _harm_reason(harmed[0]))
     warn = ""
     if look.srm.flagged:
         srm = f"sample ratio mismatch in this stage (p={look.srm.p_value:.2g}, units {look.srm.counts})"
@@ -107,6 +133,13 @@ def decide(plan: RolloutPlan, look: Look) -> Decision:
         if plan.on_srm == "hold":
             return out("hold", "srm", srm + "; holding until the split is healthy")
         warn = f" (warning: {srm})"
+    if not stage.evaluated:
+        return out(
+            "hold",
+            "no_control",
+            f"stage {stage.percent:g}% has no control traffic, so nothing can be tested or promoted on "
+            f"evidence here; promote or roll back by hand" + warn,
+        )
     if min(look.n_control, look.n_candidate) < 2:
         return out("hold", "no_data", "waiting for data: a variant has fewer than 2 units" + warn)
     waiting = []
@@ -118,25 +151,35 @@ def decide(plan: RolloutPlan, look: Look) -> Decision:
         return out(
             "hold", "minimums", f"stage {stage.percent:g}% minimums not met: {', '.join(waiting)}" + warn
         )
-    if plan.require_noninferiority:
-        pending = [g.metric for g in look.guardrails if g.outcome != "noninferior"]
+    untested = [g for g in look.guardrails if not g.tested]
+    if untested:
+        lacks = "; ".join(f"{g.metric}: {g.lacking or g.outcome}" for g in untested)
+        return out("hold", "untested", f"guardrails not tested yet: {lacks}" + warn)
+    pending = [g for g in look.guardrails if g.outcome != "noninferior"]
+    if stage.promotion:
         if pending:
             return out(
-                "hold", "noninferiority", f"guardrails not yet non-inferior: {', '.join(pending)}" + warn
+                "hold",
+                "noninferiority",
+                f"promotion at {stage.percent:g}% needs every guardrail shown non-inferior: "
+                + "; ".join(_pending_reason(g) for g in pending)
+                + warn,
             )
-    checked = ", ".join(f"{g.metric} {g.outcome}" for g in look.guardrails) or "no guardrails"
-    if stage.last:
+        shown = f"every guardrail non-inferior ({_summary(look.guardrails)})"
         if plan.on_complete == "promote":
-            return out(
-                "promote", "complete", f"final stage {stage.percent:g}% passed ({checked}); promoting" + warn
-            )
+            return out("promote", "complete", f"stage {stage.percent:g}%: {shown}; promoting" + warn)
+        return out("hold", "final", f"stage {stage.percent:g}%: {shown}; on_complete=hold" + warn)
+    if plan.require_noninferiority and pending:
         return out(
-            "hold", "final", f"final stage {stage.percent:g}% passed ({checked}); on_complete=hold" + warn
+            "hold",
+            "noninferiority",
+            "require_noninferiority: " + "; ".join(_pending_reason(g) for g in pending) + warn,
         )
     nxt = plan.stage(idx + 1)
     return out(
         "advance",
         "minimums_met",
-        f"stage {stage.percent:g}% passed ({checked}); advancing to {nxt.percent:g}%" + warn,
+        f"stage {stage.percent:g}% passed ({_summary(look.guardrails)}); advancing to {nxt.percent:g}%"
+        + warn,
         to_stage=idx + 1,
     )

@@ -1,12 +1,19 @@
 """The evidence for one look at a rollout stage: guardrail tests, success metrics, SRM.
 
-Pure functions over sufficient statistics (no I/O). Each guardrail is the statistics
-engine's one-sided always-valid test (:func:`analytics.stats.sequential_noninferiority`,
-half-normal mixture boundary): harm h = relative lift in the bad direction; the
-candidate is rolled back as soon as the always-valid lower bound of h exceeds the margin.
-Because the bound is valid at every look simultaneously (Ville's inequality), checking
-it every interval keeps P(any false rollback | h ≤ margin) ≤ alpha per guardrail; with k
-guardrails each at alpha/k the union bound gives ≤ alpha for the whole rollout.
+Pure functions over sufficient statistics (no I/O). Each guardrail is one-sided and
+always-valid (valid at every look simultaneously, by Ville's inequality), with two levels:
+
+- **harm** (roll back) at ``alpha``: the always-valid lower bound of the harm exceeds the
+  margin. Event rates with an absolute margin use the score test on the difference
+  (:func:`analytics.stats.sequential_rate_noninferiority`, defined at a control rate of 0);
+  everything else the mean test (:func:`analytics.stats.sequential_noninferiority`, relative
+  margins on the Fieller contrast). See :mod:`analytics.rollout.margins`.
+- **non-inferior** (may be promoted) at ``alpha_noninferiority``: the always-valid upper
+  bound of the harm is below the margin.
+
+A guardrail is *tested* only when both variants have ``min_test_units`` units and the test
+ran; otherwise its outcome is ``no_data``, ``insufficient_data`` or ``error`` and ``lacking``
+says what is missing — never a pass.
 """
 
 from __future__ import annotations
@@ -16,26 +23,39 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from analytics.metrics import Metric
+from analytics.rollout.margins import Margin
 from analytics.stats import (
     Direction,
+    ErrorCode,
     MetricKind,
     SampleStats,
+    SequentialGuardrail,
     estimate,
     sequential_lift,
     sequential_noninferiority,
+    sequential_rate_noninferiority,
     srm_check,
 )
 
-Outcome = Literal["harm", "noninferior", "inconclusive", "no_data"]
+Outcome = Literal["harm", "noninferior", "inconclusive", "no_data", "insufficient_data", "error"]
+TESTED: frozenset[str] = frozenset({"harm", "noninferior", "inconclusive"})
 
 
 @dataclass(frozen=True, slots=True)
 class GuardrailCheck:
-    """One guardrail at one look; ``harm``/bounds are relative (0.1 = 10% worse)."""
+    """One guardrail at one look.
+
+    ``harm``, ``lower``, ``upper`` and ``margin`` share one scale, ``harm_scale``: absolute
+    (metric units) for absolute and max(relative, absolute) margins, relative (0.1 = 10%
+    worse) for relative ones. ``margin`` is the tolerated harm in force at this look
+    (``margin_text`` says how it was formed); ``lower`` is at ``alpha``, ``upper`` at
+    ``alpha_noninferiority``. ``lacking`` names what keeps an untested guardrail from being
+    tested. ``relative`` holds the relative test's numbers when the margin is max(…).
+    """
 
     metric: str
     outcome: Outcome
-    margin: float
+    margin: float | None
     alpha: float
     direction: str
     n_control: int
@@ -47,9 +67,22 @@ class GuardrailCheck:
     upper: float | None = None
     p_value: float | None = None
     message: str | None = None
+    harm_scale: str = "relative"
+    test: str = "mean"
+    relative_margin: float | None = None
+    absolute_margin: float | None = None
+    margin_text: str = ""
+    alpha_noninferiority: float | None = None
+    min_test_units: int = 0
+    lacking: str | None = None
+    relative: dict[str, float | None] | None = None
+
+    @property
+    def tested(self) -> bool:
+        return self.outcome in TESTED
 
     def evidence(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "tested": self.tested}
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,46 +116,109 @@ def _direction(metric: Metric) -> Direction:
     return Direction.INCREASE if metric.direction == "higher_is_better" else Direction.DECREASE
 
 
+def _mean(stats: SampleStats, kind: MetricKind) -> float | None:
+    est = estimate(stats, kind)
+    return est.mean
+
+
+def _lacking_units(nc: int, nt: int, need: int) -> str:
+    return ", ".join(f"{n}/{need} {arm} units" for arm, n in (("control", nc), ("candidate", nt)) if n < need)
+
+
+def _error_text(res: SequentialGuardrail) -> str:
+    if res.error is ErrorCode.ZERO_CONTROL_MEAN:
+        return "control mean 0, relative margin undefined"
+    if res.error is ErrorCode.ZERO_VARIANCE:
+        return "no variance in either variant (every unit has the same value): no test possible"
+    return res.message or str(res.error)
+
+
 def check_guardrail(
     metric: Metric,
-    margin: float,
+    margin: Margin,
     control: SampleStats | None,
     candidate: SampleStats | None,
     *,
     alpha: float,
     planned_units: int,
     min_test_units: int,
+    alpha_noninferiority: float | None = None,
 ) -> GuardrailCheck:
-    direction = _direction(metric)
+    """Test one guardrail: harm at ``alpha``, non-inferiority at ``alpha_noninferiority``."""
+    direction, kind = _direction(metric), _kind(metric)
+    a_ni = alpha if alpha_noninferiority is None else alpha_noninferiority
     nc, nt = (control.n if control else 0), (candidate.n if candidate else 0)
-    base = {"metric": metric.name, "margin": margin, "alpha": alpha, "direction": direction.value}
-    if control is None or candidate is None or min(nc, nt) < min_test_units:
-        msg = f"{min(nc, nt)} units in the smaller variant; the test needs {min_test_units}"
-        return GuardrailCheck(**base, outcome="no_data", n_control=nc, n_candidate=nt, message=msg)  # type: ignore[arg-type]
-    ec, et = estimate(control, _kind(metric)), estimate(candidate, _kind(metric))
-    res = sequential_noninferiority(ec, et, margin, direction, alpha, planned_units, relative=True)
-    outcome: Outcome
-    if res.error is not None:
-        outcome = "no_data"
-    elif res.reject_harm:
-        outcome = "harm"
-    elif res.noninferior:
-        outcome = "noninferior"
+    mc = _mean(control, kind) if control and nc >= 2 else None
+    mt = _mean(candidate, kind) if candidate and nt >= 2 else None
+    scale = "relative" if margin.kind == "relative" else "absolute"
+    test = "rate_score" if margin.rate and margin.absolute is not None else "mean"
+    base: dict[str, Any] = {
+        "metric": metric.name, "alpha": alpha, "direction": direction.value, "n_control": nc,
+        "n_candidate": nt, "control_mean": mc, "candidate_mean": mt, "harm_scale": scale, "test": test,
+        "relative_margin": margin.relative, "absolute_margin": margin.absolute,
+        "margin_text": margin.describe(mc), "alpha_noninferiority": a_ni, "min_test_units": min_test_units,
+        "margin": margin.relative if scale == "relative" else margin.effective(mc),
+    }  # fmt: skip
+    if control is None or candidate is None or min(nc, nt) == 0:
+        empty = " and ".join(arm for arm, n in (("control", nc), ("candidate", nt)) if n == 0)
+        return GuardrailCheck(**base, outcome="no_data", lacking=f"no {empty} units", message="no data")
+    if min(nc, nt) < min_test_units:
+        lacking = _lacking_units(nc, nt, min_test_units)
+        return GuardrailCheck(**base, outcome="insufficient_data", lacking=lacking,
+                              message=f"the test needs {min_test_units} units per variant")  # fmt: skip
+
+    def absolute(level_harm: float, level_ni: float) -> SequentialGuardrail:
+        assert margin.absolute is not None and control is not None and candidate is not None
+        if test == "rate_score":
+            return sequential_rate_noninferiority(
+                control, candidate, margin.absolute, direction, level_harm, planned_units,
+                kind=kind, alpha_noninferiority=level_ni,
+            )  # fmt: skip
+        return sequential_noninferiority(
+            estimate(control, kind), estimate(candidate, kind), margin.absolute, direction, level_harm,
+            planned_units, relative=False, alpha_noninferiority=level_ni,
+        )  # fmt: skip
+
+    def relative(level_harm: float, level_ni: float) -> SequentialGuardrail:
+        assert margin.relative is not None and control is not None and candidate is not None
+        return sequential_noninferiority(
+            estimate(control, kind), estimate(candidate, kind), margin.relative, direction, level_harm,
+            planned_units, relative=True, alpha_noninferiority=level_ni,
+        )  # fmt: skip
+
+    if margin.kind == "relative" and mc == 0.0:
+        text = "control mean 0, relative margin undefined"
+        return GuardrailCheck(**base, outcome="error", lacking=text, message=text)
+    extra: dict[str, Any] = {}
+    if margin.kind == "absolute":
+        res = absolute(alpha, a_ni)
+        harm_shown, ni_shown, errors = res.reject_harm, res.noninferior, [res]
+    elif margin.kind == "relative":
+        res = relative(alpha, a_ni)
+        harm_shown, ni_shown, errors = res.reject_harm, res.noninferior, [res]
     else:
-        outcome = "inconclusive"
+        # max(relative, absolute): harm must exceed both (intersection-union, full level each);
+        # non-inferiority to either suffices (union: half the level each).
+        res, rel = absolute(alpha, a_ni / 2), relative(alpha, a_ni / 2)
+        extra["relative"] = {"harm": rel.harm, "lower": rel.harm_lower, "upper": rel.harm_upper,
+                             "p_value": rel.p_value_harm}  # fmt: skip
+        if rel.error is ErrorCode.ZERO_CONTROL_MEAN:  # max(r × 0, a) = a: the absolute test alone
+            harm_shown, ni_shown, errors = res.reject_harm, res.noninferior, [res]
+        else:
+            harm_shown, ni_shown, errors = (
+                res.reject_harm and rel.reject_harm,
+                res.noninferior or rel.noninferior,
+                [res, rel],
+            )
+    failed = next((r for r in errors if r.error is not None), None)
+    if failed is not None:
+        text = _error_text(failed)
+        return GuardrailCheck(**base, **extra, outcome="error", lacking=text, message=text)
+    outcome: Outcome = "harm" if harm_shown else "noninferior" if ni_shown else "inconclusive"
     return GuardrailCheck(
-        **base,  # type: ignore[arg-type]
-        outcome=outcome,
-        n_control=nc,
-        n_candidate=nt,
-        control_mean=ec.mean,
-        candidate_mean=et.mean,
-        harm=res.harm,
-        lower=res.harm_lower,
-        upper=res.harm_upper,
-        p_value=res.p_value_harm,
-        message=res.message,
-    )
+        **base, **extra, outcome=outcome, harm=res.harm, lower=res.harm_lower, upper=res.harm_upper,
+        p_value=res.p_value_harm, message=res.message,
+    )  # fmt: skip
 
 
 def check_success(
@@ -157,6 +253,7 @@ def look_srm(counts: Mapping[str, int], weights: Mapping[str, float], threshold:
     return SrmLook(res.flagged, res.p_value, dict(counts), dict(weights), res.message)
 
 
-def guardrail_alpha(plan_alpha: float, guardrails: Sequence[object]) -> float:
-    """Bonferroni: each of k guardrails at alpha/k keeps the family-wise rate ≤ alpha."""
-    return plan_alpha / max(1, len(guardrails))
+def guardrail_alpha(plan_alpha: float, guardrails: Sequence[object], families: int = 1) -> float:
+    """Bonferroni: each of k guardrails in each of ``families`` stages at alpha/(k·families)
+    keeps the chance of any false rollback over the whole rollout ≤ alpha."""
+    return plan_alpha / (max(1, len(guardrails)) * max(1, families))

@@ -7,7 +7,8 @@ and records a decision with the operator as actor — written to ``rollout_decis
 
 Semantics:
 
-- ``advance``: the next stage now, ignoring minimums (at the final stage: promote).
+- ``advance``: the next stage now, ignoring minimums and evidence; from the promotion stage
+  (the last one with control traffic) it promotes, since serving everyone *is* the promotion.
 - ``pause``: status ``paused``. The controller never looks at a paused rollout; the
   gateway serves a paused experiment's control to everyone, so the candidate gets no
   traffic while paused. The stage is kept.
@@ -26,7 +27,9 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 
 from analytics.rollout import store
-from analytics.rollout.controller import apply_decision, observe_stage
+from analytics.rollout.baseline import EvidenceSource, fresh_evidence
+from analytics.rollout.check import PlanCheck, check_plan, plan_metric_names
+from analytics.rollout.controller import apply_decision, load_catalogue, observe_stage
 from analytics.rollout.decisions import Decision
 from analytics.rollout.plan import PlanError, parse_plan
 from analytics.rollout.telemetry import RolloutMetrics
@@ -57,8 +60,25 @@ def _row(conn: Connection, id_or_name: str, *, for_update: bool) -> store.Rollou
     return row
 
 
-def status(conn: Connection, id_or_name: str, limit: int = 500) -> dict[str, Any]:
-    """Current stage, plan (defaults filled in), weights and the decision timeline."""
+def plan_check(
+    conn: Connection,
+    raw: Any,
+    route: str | None,
+    prefer: int | None = None,
+    evidence: EvidenceSource = fresh_evidence,
+) -> PlanCheck:
+    """The plan check with the route's recent traffic and baselines when it has any."""
+    catalogue, errors = load_catalogue(conn, plan_metric_names(raw))
+    traffic, baselines = (
+        (None, {}) if route is None else evidence(conn, route, list(catalogue.values()), prefer)
+    )
+    return check_plan(raw, catalogue, traffic=traffic, baselines=baselines, catalogue_errors=errors)
+
+
+def status(
+    conn: Connection, id_or_name: str, limit: int = 500, evidence: EvidenceSource = fresh_evidence
+) -> dict[str, Any]:
+    """Current stage, plan (defaults filled in), weights, the plan check and the decision timeline."""
     row = _row(conn, id_or_name, for_update=False)
     out: dict[str, Any] = {
         "experiment_id": row.id,
@@ -74,11 +94,15 @@ def status(conn: Connection, id_or_name: str, limit: int = 500) -> dict[str, Any
         "plan_error": None,
         "stages": [],
     }
+    checked = plan_check(conn, row.plan, row.route, prefer=row.id, evidence=evidence)
+    out["plan_check"] = checked.public()
     try:
         plan = parse_plan(row.plan)
     except PlanError as exc:
         out["plan_error"] = str(exc)
     else:
+        if checked.errors:
+            out["plan_error"] = "; ".join(checked.errors)
         out["plan"] = plan.public()
         out["stages"] = [
             {
@@ -86,11 +110,13 @@ def status(conn: Connection, id_or_name: str, limit: int = 500) -> dict[str, Any
                 "percent": s.percent,
                 "min_duration_s": s.min_duration_s,
                 "min_units": s.min_units,
+                "promotion": s.promotion,
+                "evaluated": s.evaluated,
             }
             for s in (plan.stage(i) for i in range(len(plan.stages)))
         ]
         if row.stage is not None and row.stage < len(plan.stages):
-            out["stage_percent"] = plan.stages[row.stage]
+            out["stage_percent"] = plan.stage(row.stage).percent
     out["decisions"] = [d.public() for d in store.decisions(conn, row.id, limit)]
     return out
 
@@ -107,10 +133,11 @@ def _decision_for(row: store.RolloutRow, action: str, actor: str) -> Decision:
         if row.control is None or row.candidate is None:
             raise RolloutActionError(422, "a rollout needs exactly one control and one candidate variant")
         if row.stage is None or row.stage_started_at is None:
-            return Decision("start", f"started {by}", "manual", None, 0, {"stage_percent": plan.stages[0]})
-        if row.stage >= len(plan.stages) - 1:
+            first = plan.stage(0).percent
+            return Decision("start", f"started {by}", "manual", None, 0, {"stage_percent": first})
+        if row.stage >= plan.promotion_stage():
             return Decision("promote", f"promoted {by}", "manual", row.stage, row.stage)
-        nxt = plan.stages[row.stage + 1]
+        nxt = plan.stage(row.stage + 1).percent
         return Decision("advance", f"advanced to {nxt:g}% {by}", "manual", row.stage, row.stage + 1)
     if action == "pause":
         if row.status != "running":

@@ -31,8 +31,8 @@ class RolloutSettings(BaseSettings):
     rollout_controller: bool = True
     # How often the controller wakes up; each plan's interval_s limits looks per experiment.
     rollout_tick_s: float = Field(default=2.0, gt=0, le=3600)
-    # The gateway applies new weights within 1 s: SRM counts units active this long after
-    # a stage began, so none of them was assigned with the previous stage's weights.
+    # No SRM verdict in a stage's first seconds (too few units to say anything); the counts
+    # are units the gateway tagged with the stage, all assigned with its weights.
     rollout_srm_grace_s: float = Field(default=2.0, ge=0, le=600)
     # Standalone only: serve /metrics on this port (0 = an ephemeral port, None = off).
     rollout_metrics_port: int | None = Field(default=None, ge=0, le=65535)

@@ -280,30 +280,14 @@ def record(
     return int(rid)
 
 
-def active_units(conn: Connection, experiment_id: int, since: datetime) -> dict[str, int]:
-    """Units per variant with activity at or after ``since``."""
+def stage_split(conn: Connection, experiment_id: int, segment: str) -> dict[str, int]:
+    """Units per variant in one stage's segment (``rollout_stage=<index>``, tagged by the gateway)."""
     rows = conn.execute(
         text(
-            "SELECT variant, count(*) FROM unit_rollups WHERE experiment_id = :e AND last_ts >= :t GROUP BY variant"
+            "SELECT variant, count(*) FROM segment_rollups WHERE experiment_id = :e AND segment = :s"
+            " GROUP BY variant"
         ),
-        {"e": experiment_id, "t": since},
-    )
-    return {str(v): int(n) for v, n in rows}
-
-
-def current_split(conn: Connection, experiment_id: int, since: datetime) -> dict[str, int]:
-    """Units active at or after ``since``, each counted once under its latest variant.
-
-    A ramp moves units from the control to the candidate; one whose request landed just
-    before the gateway applied the new weights keeps a recent control row too. Counting it
-    once, where it was last served, measures the split the current weights produce.
-    """
-    rows = conn.execute(
-        text(
-            "SELECT variant, count(*) FROM (SELECT DISTINCT ON (unit_id) unit_id, variant FROM unit_rollups"
-            " WHERE experiment_id = :e AND last_ts >= :t ORDER BY unit_id, last_ts DESC) u GROUP BY variant"
-        ),
-        {"e": experiment_id, "t": since},
+        {"e": experiment_id, "s": segment},
     )
     return {str(v): int(n) for v, n in rows}
 

@@ -8,6 +8,7 @@ Typical use by the report, per metric::
     seq = sequential_lift(control, candidate, alpha, planned)  # confidence sequence, mSPRT p
     bayes = chance_to_beat(control, candidate, direction)
     guard = sequential_noninferiority(control, candidate, margin, direction, alpha, planned)
+    rate = sequential_rate_noninferiority(control_sums, candidate_sums, 0.01, "decrease")  # 0/1 events
 
 Every result is a frozen dataclass of finite floats / ``None`` with ``error`` and
 ``message`` (see :mod:`analytics.stats.errors`); nothing raises on degenerate data.
@@ -41,6 +42,7 @@ from analytics.stats.quantile import (
     quantile_ci,
     quantile_diff,
 )
+from analytics.stats.rate import RateArm, restricted_rates, sequential_rate_noninferiority
 from analytics.stats.sequential import (
     DEFAULT_PLANNED_UNITS,
     SequentialGuardrail,
@@ -71,6 +73,7 @@ __all__ = [
     "PowerResult",
     "QuantileDiff",
     "QuantileEstimate",
+    "RateArm",
     "RateInterval",
     "SampleSizeResult",
     "SampleStats",
@@ -98,8 +101,10 @@ __all__ = [
     "quantile_ci",
     "quantile_diff",
     "required_sample_size",
+    "restricted_rates",
     "sequential_lift",
     "sequential_noninferiority",
+    "sequential_rate_noninferiority",
     "srm_check",
     "welch_lift",
 ]

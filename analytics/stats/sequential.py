@@ -171,6 +171,8 @@ class SequentialGuardrail:
     - ``noninferior``: harm < margin with confidence (``harm_upper`` < margin).
     - ``p_value_harm``: always-valid p-value of H0 "harm ≤ margin" (keep the running min;
       reject_harm ⇔ p_value_harm ≤ alpha).
+    - ``alpha_noninferiority``: the level of ``noninferior`` and ``harm_upper`` (``None``:
+      ``alpha``); rolling back and promoting are different errors with their own budgets.
     """
 
     reject_harm: bool
@@ -186,6 +188,7 @@ class SequentialGuardrail:
     n_total: int
     error: ErrorCode | None = None
     message: str | None = None
+    alpha_noninferiority: float | None = None
 
 
 def _sequential_noninferiority(
@@ -196,6 +199,7 @@ def _sequential_noninferiority(
     alpha: float = 0.05,
     planned_units: int = DEFAULT_PLANNED_UNITS,
     relative: bool = True,
+    alpha_noninferiority: float | None = None,
 ) -> SequentialGuardrail:
     """One-sided always-valid test of "treatment worse than control by more than margin".
 
@@ -205,32 +209,35 @@ def _sequential_noninferiority(
     """
     direction = Direction(direction)
     n = control.n + treatment.n
+    a_ni = alpha if alpha_noninferiority is None else alpha_noninferiority
 
     def fail(code: ErrorCode, msg: str) -> SequentialGuardrail:
         return SequentialGuardrail(
-            False, False, None, None, None, None, margin, relative, direction, alpha, n, code, msg
+            False, False, None, None, None, None, margin, relative, direction, alpha, n, code, msg, a_ni
         )
 
     if (bad := precheck(control, treatment, alpha)) is not None:
         return fail(*bad)
-    if margin < 0.0 or planned_units < 1:
-        return fail(ErrorCode.INVALID_INPUT, "margin must be >= 0 and planned_units >= 1")
+    if margin < 0.0 or planned_units < 1 or not (0.0 < a_ni < 1.0):
+        return fail(ErrorCode.INVALID_INPUT, "margin must be >= 0, planned_units >= 1, alphas in (0, 1)")
     if relative and control.mean == 0.0:
         return fail(ErrorCode.ZERO_CONTROL_MEAN, "relative margin with a control mean of 0")
     hc = HarmContrast.of(control, treatment, direction, relative)
-    target = math.log(1.0 / alpha)
 
     def evidence(m: float, sign: float) -> float:
-        """log Λ⁺ − log(1/α) for "harm > m" (sign +1) or "harm < m" (sign −1)."""
+        """log Λ⁺ − log(1/α) for "harm > m" (sign +1, at alpha) or "harm < m" (sign −1, at
+        alpha_noninferiority)."""
+        level = alpha if sign > 0.0 else a_ni
+        target = math.log(1.0 / level)
         d, v = hc.at(m)
         if not v > 0.0:
             return -target
-        return log_one_sided_lr(sign * d, v, _tau2(v, n, alpha, planned_units)) - target
+        return log_one_sided_lr(sign * d, v, _tau2(v, n, level, planned_units)) - target
 
     _, v0 = hc.at(margin)
     if not v0 > 0.0:
         return fail(ErrorCode.ZERO_VARIANCE, "the contrast's variance is 0")
-    log_lr = evidence(margin, +1.0) + target
+    log_lr = evidence(margin, +1.0) + math.log(1.0 / alpha)
     p = min(1.0, math.exp(-max(0.0, log_lr)))
     harm = hc.harm
     lower = flip_point(lambda m: evidence(m, +1.0), harm, hc.scale, -1.0)
@@ -250,6 +257,7 @@ def _sequential_noninferiority(
         direction,
         alpha,
         n,
+        alpha_noninferiority=a_ni,
     )
 
 
@@ -297,17 +305,20 @@ def sequential_noninferiority(
     alpha: float = 0.05,
     planned_units: int = DEFAULT_PLANNED_UNITS,
     relative: bool = True,
+    alpha_noninferiority: float | None = None,
 ) -> SequentialGuardrail:
     """One-sided always-valid test of "treatment worse than control by more than margin".
 
     ``margin`` ≥ 0 is the tolerated harm: relative (0.05 = 5% worse than |control mean|)
     or absolute in metric units when ``relative=False``. Each one-sided bound is valid at
-    level ``alpha`` under continuous monitoring (half-normal mixture, see module doc).
+    level ``alpha`` under continuous monitoring (half-normal mixture, see module doc);
+    ``noninferior`` and ``harm_upper`` at ``alpha_noninferiority`` (default ``alpha``).
     Degenerate input gives ``reject_harm=False`` with an ``error``: the controller holds.
+    For rates of 0/1 events with an absolute margin see :mod:`analytics.stats.rate`.
     """
     try:
         return _sequential_noninferiority(
-            control, treatment, margin, direction, alpha, planned_units, relative
+            control, treatment, margin, direction, alpha, planned_units, relative, alpha_noninferiority
         )
     except NUMERIC_ERRORS as exc:
         return SequentialGuardrail(
@@ -324,4 +335,5 @@ def sequential_noninferiority(
             control.n + treatment.n,
             ErrorCode.INVALID_INPUT,
             numeric_message(exc),
+            alpha_noninferiority,
         )

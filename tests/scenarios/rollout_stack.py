@@ -119,7 +119,9 @@ class Stack:
         assert isinstance(data, dict)
         return data
 
-    def create_rollout(self, name: str, plan: dict[str, Any], candidate_model: str = "cand") -> str:
+    def create_rollout(
+        self, name: str, plan: dict[str, Any], candidate_model: str = "cand", control_model: str = "base"
+    ) -> str:
         """Upstreams for the simulator's models and a started rollout; returns the route."""
         route = f"route-{name}"
         for up in ("base", "cand"):
@@ -127,7 +129,8 @@ class Stack:
         self.admin("POST", "/experiments", {
             "name": name, "route": route, "mode": "rollout", "rollout_plan": plan,
             "variants": [
-                {"name": "control", "upstream": f"{name}-base", "model": "base", "weight": 100, "is_control": True},
+                {"name": "control", "upstream": f"{name}-base", "model": control_model, "weight": 100,
+                 "is_control": True},
                 {"name": "candidate", "upstream": f"{name}-cand", "model": candidate_model, "weight": 0},
             ],
         })  # fmt: skip
@@ -215,6 +218,64 @@ class Traffic:
                     await resp.read()
                     variant = resp.headers.get("X-Liftgate-Variant")
                     self.sent.append(Sent(sent_at, unit, variant, resp.status))
+            except (aiohttp.ClientError, TimeoutError):
+                continue
+
+
+class RouteTraffic:
+    """One bounded traffic driver for many routes at once: ``concurrency`` workers, each request
+    to a random route among the active ones, from a unit drawn out of that route's ``units``
+    (so most units send one or two requests, as new users do). ``stop_route`` ends a route's
+    traffic; ``sent[route]`` counts answered requests."""
+
+    def __init__(self, gateway: str, routes: list[str], *, units: int = 20_000, concurrency: int = 48,
+                 duration_s: float = 240.0, max_tokens: int = 64) -> None:  # fmt: skip
+        self.gateway, self.units, self.concurrency = gateway, units, concurrency
+        self.duration_s, self.max_tokens = duration_s, max_tokens
+        self.active: tuple[str, ...] = tuple(routes)
+        self.sent: dict[str, int] = dict.fromkeys(routes, 0)
+        self.errors: dict[str, int] = dict.fromkeys(routes, 0)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
+
+    def __enter__(self) -> RouteTraffic:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+    def stop_route(self, route: str) -> None:
+        # a new tuple, swapped in one assignment: workers read a consistent snapshot
+        self.active = tuple(r for r in self.active if r != route)
+
+    async def _main(self) -> None:
+        deadline = time.monotonic() + self.duration_s
+        conn = aiohttp.TCPConnector(limit=self.concurrency)
+        async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=10)) as session:
+            await asyncio.gather(*(self._worker(session, w, deadline) for w in range(self.concurrency)))
+
+    async def _worker(self, session: aiohttp.ClientSession, worker: int, deadline: float) -> None:
+        import random
+
+        rng = random.Random(1000 + worker)
+        while not self._stop.is_set() and time.monotonic() < deadline:
+            routes = self.active
+            if not routes:
+                await asyncio.sleep(0.05)
+                continue
+            route = routes[rng.randrange(len(routes))]
+            unit = f"{route}-u{rng.randrange(self.units)}"
+            body = {"model": route, "messages": [{"role": "user", "content": f"question {rng.random()}"}],
+                    "max_tokens": self.max_tokens}  # fmt: skip
+            try:
+                async with session.post(self.gateway + "/v1/chat/completions", json=body,
+                                        headers={"X-Liftgate-Unit": unit}) as resp:  # fmt: skip
+                    await resp.read()
+                    self.sent[route] += 1
+                    if resp.status >= 500:
+                        self.errors[route] += 1
             except (aiohttp.ClientError, TimeoutError):
                 continue
 

@@ -1,7 +1,9 @@
 """Staged rollouts end to end: simulator, gateway and analytics service as real processes,
 standalone controller processes, real HTTP traffic; events ingested by the real ingest
 function; weights applied by the gateway from PostgreSQL. Accelerated (second-long
-stages, high traffic) and bounded in time.
+stages, high traffic) and bounded in time. What each kind of candidate leads to (rollback,
+promotion, hold) is the scenario matrix of ``test_rollout_matrix.py``; this module covers the
+split health check, operators and restarts, and the API's refusals.
 """
 
 from __future__ import annotations
@@ -30,23 +32,18 @@ def _model(name: str, error_rate: float) -> SimulatorModel:
                           tokens_sd=3.0, error_rate=error_rate)  # fmt: skip
 
 
-MODELS = [_model("base", 0.05), _model("bad", 0.15), _model("good", 0.03), _model("same", 0.05)]
+MODELS = [_model("base", 0.05), _model("same", 0.05)]
 PLAN: dict[str, Any] = {
-    "stages": [5, 10, 25, 50, 100],
+    "stages": [20, 40, 60, 100],
     "min_duration_s": 4,
-    "min_units": 8,
+    "min_units": 20,
     "interval_s": 0.5,
     "planned_units": 500,
     "min_test_units": 20,
     # Mean latency here is mostly queueing on a shared, loaded 2-core machine and drifts with
     # the load of other processes; guardrails compare the variants within the current stage
     # (the default window), so the drift hits both arms alike and the default margin holds.
-    "guardrails": [
-        {"metric": "error_rate", "margin": 0.25},
-        "latency_mean",
-        "thumbs_down_rate",
-        "completion_tokens_per_response",
-    ],
+    "guardrails": [{"metric": "error_rate", "absolute_margin": 0.05}, "latency_mean"],
 }
 
 
@@ -80,80 +77,6 @@ def _timeline(stack: Stack, name: str) -> str:
 
 def _decisions(state: dict[str, Any], kind: str) -> list[dict[str, Any]]:
     return [d for d in state["decisions"] if d["decision"] == kind]
-
-
-def test_a_candidate_with_three_times_the_errors_is_rolled_back_before_25_percent_and_then_gets_no_traffic(
-    stack: Stack, controller: None, engine: Engine, unique_name: str
-) -> None:
-    started = time.monotonic()
-    name = f"bad-{unique_name}"[:60]
-    # require_noninferiority: a stage advances only once every guardrail is shown
-    # non-inferior, so whether the candidate reaches 25% does not depend on how much traffic
-    # this (shared, loaded) machine pushes through a 10 s stage: with the default policy a
-    # stage that saw too few requests to detect the harm advances (seen once in CI: rolled
-    # back at 25%). The default policy's rollback before 25% is covered deterministically in
-    # tests/analytics/rollout/test_controller.py.
-    route = _create(stack, name, "bad", {**PLAN, "min_duration_s": 10, "require_noninferiority": True})
-    wait_for(lambda: _state(stack, name)["stage"] == 0, 20, "the controller to start the rollout")
-    with Traffic(stack.gateway, route, units=600, duration_s=100):
-        state = wait_for(
-            lambda: (s := _state(stack, name))["status"] == "rolled_back" and s, 100, "a rollback"
-        )
-        rollback = _decisions(state, "rollback")[-1]
-        assert rollback["stage"] < 2, state["decisions"]  # rolled back at 5% or 10%
-        assert "error_rate" in rollback["reason"] and rollback["actor"] == "controller"
-        assert not _decisions(state, "advance") or all(
-            d["to_stage"] < 2 for d in _decisions(state, "advance")
-        )
-        time.sleep(4.0)  # keep sending traffic after the rollback
-    with engine.connect() as conn:
-        after = conn.execute(
-            text("SELECT count(*) FILTER (WHERE upstream = :c), count(*) FROM interactions"
-                 " WHERE route = :r AND role = 'primary' AND ts > :t"),
-            {"c": f"{name}-cand", "r": route, "t": _ts(rollback["created_at"]) + timedelta(seconds=1)},
-        ).one()  # fmt: skip
-    assert after[1] > 50, "traffic continued after the rollback"
-    assert after[0] == 0, f"{after[0]} requests went to the candidate after the rollback"
-    assert time.monotonic() - started < 120
-
-
-def test_an_equal_or_better_candidate_is_promoted_and_becomes_the_baseline(
-    stack: Stack, controller: None, engine: Engine, unique_name: str
-) -> None:
-    started = time.monotonic()
-    name = f"good-{unique_name}"[:60]
-    route = _create(stack, name, "good", PLAN)
-    wait_for(lambda: _state(stack, name)["stage"] == 0, 20, "the controller to start the rollout")
-    with Traffic(stack.gateway, route, units=400, duration_s=100):
-        state = wait_for(lambda: (s := _state(stack, name))["status"] == "completed" and s, 100, "promotion",
-                         context=lambda: _timeline(stack, name))  # fmt: skip
-        time.sleep(3.0)
-    moves = [d["decision"] for d in state["decisions"] if d["decision"] != "hold"]
-    assert moves == ["start", "advance", "advance", "advance", "advance", "promote"]
-    weights = {v["name"]: v["weight"] for v in state["variants"]}
-    assert weights == {"control": 0, "candidate": 100}, weights
-    exp = stack.admin("GET", f"/experiments/{name}")
-    assert exp["status"] == "completed"
-    promoted = _ts(_decisions(state, "promote")[-1]["created_at"]) + timedelta(seconds=1)
-    with engine.connect() as conn:
-        served: dict[str, int] = dict(
-            conn.execute(
-                text("SELECT upstream, count(*) FROM interactions WHERE route = :r AND role = 'primary'"
-                     " AND ts > :t GROUP BY upstream"),
-                {"r": route, "t": promoted},
-            ).all()
-        )  # fmt: skip
-    assert served.get(f"{name}-cand", 0) > 20 and f"{name}-base" not in served, served
-    # the CLI shows the same state, and refuses to move a completed rollout
-    cli = [sys.executable, "-m", "liftgate", "rollout"]
-    env = {**os.environ, "LIFTGATE_ADMIN_TOKEN": TOKEN}
-    shown = subprocess.run([*cli, "status", name, "--analytics", stack.analytics, "--json"],
-                           capture_output=True, text=True, timeout=60, env=env, check=True)  # fmt: skip
-    assert json.loads(shown.stdout)["status"] == "completed"
-    refused = subprocess.run([*cli, "advance", name, "--analytics", stack.analytics],
-                             capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
-    assert refused.returncode == 1 and "409" in refused.stderr
-    assert time.monotonic() - started < 120
 
 
 def test_a_broken_split_holds_the_rollout(stack: Stack, controller: None, unique_name: str) -> None:
@@ -250,3 +173,67 @@ def test_the_rollout_api_requires_the_admin_token_and_explains_refusals(
     status, state = http("GET", url)
     assert status == 200 and state["plan"]["stages"] == PLAN["stages"]
     assert [s["percent"] for s in state["stages"]] == PLAN["stages"]
+
+
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "liftgate", *args], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "LIFTGATE_ADMIN_TOKEN": TOKEN, "COLUMNS": "200", **(env or {})})  # fmt: skip
+
+
+def test_plans_are_checked_when_created_through_the_gateway_the_api_and_the_cli(
+    stack: Stack, unique_name: str, tmp_path: Any
+) -> None:
+    # the gateway refuses a plan that is structurally unusable when it is stored
+    for up in ("base", "cand"):
+        stack.admin("POST", "/upstreams", {"name": f"{unique_name}-{up}", "base_url": stack.simulator})
+    variants = [
+        {
+            "name": "control",
+            "upstream": f"{unique_name}-base",
+            "model": "base",
+            "weight": 100,
+            "is_control": True,
+        },
+        {"name": "candidate", "upstream": f"{unique_name}-cand", "model": "same", "weight": 0},
+    ]
+    body = {"name": unique_name, "route": f"r-{unique_name}", "mode": "rollout", "variants": variants}
+    status, detail = http("POST", stack.gateway + "/admin/experiments", {**body, "rollout_plan": {"stages": [100]}},
+                          {"Authorization": f"Bearer {TOKEN}"})  # fmt: skip
+    assert status == 422 and "no stage keeps control traffic" in detail
+    # the analytics API checks what needs the catalogue and statistics
+    url = stack.analytics + "/api/rollout-plans/check"
+    status, checked = http("POST", url, {"plan": {"guardrails": ["latency_p95"]}})
+    assert status == 200 and not checked["ok"] and "quantile" in checked["errors"][0]
+    status, checked = http("POST", url, {"plan": {"min_units": 20, "expected_units_per_s": 2}})
+    assert status == 200 and checked["ok"] and checked["promotion_stage"] == 4
+    assert any("min_units 20 is below min_test_units 30" in w for w in checked["warnings"])
+    assert {r["stage_percent"] for r in checked["mde"]} == {1, 5, 10, 25, 50}
+    assert http("POST", url, {"plan": [1, 2]})[0] == 422
+    assert http("POST", url, {"plan": {}, "surprise": 1})[0] == 422
+    # the CLI prints the warnings and creates; refuses a plan with errors and creates nothing
+    good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
+    good.write_text(json.dumps({**body, "rollout_plan": {"stages": [10, 50, 100], "min_units": 20}}))
+    bad.write_text(
+        json.dumps({**body, "name": unique_name + "-bad", "rollout_plan": {"guardrails": ["ttft_p95"]}})
+    )
+    opts = ["--gateway", stack.gateway, "--analytics", stack.analytics]
+    refused = _cli("experiments", "create", "-f", str(bad), *opts)
+    assert refused.returncode == 1 and "ttft_p95 is a quantile metric" in refused.stderr
+    assert "nothing created" in refused.stderr
+    assert http("GET", stack.gateway + f"/admin/experiments/{unique_name}-bad", None,
+                {"Authorization": f"Bearer {TOKEN}"})[0] == 404  # fmt: skip
+    created = _cli("experiments", "create", "-f", str(good), *opts)
+    assert created.returncode == 0, created.stderr
+    assert "warning:" in created.stdout and "min_units 20 is below min_test_units 30" in created.stdout
+    assert f"experiment {unique_name} created" in created.stdout
+    # rollout check: the table at the traffic the plan states; exit 1 on errors
+    plan_file = tmp_path / "plan.yaml"
+    plan_file.write_text(json.dumps({"stages": [10, 50, 100], "expected_units_per_s": 5}))
+    shown = _cli("rollout", "check", str(plan_file), "--analytics", stack.analytics)
+    assert shown.returncode == 0, shown.stderr
+    assert "error_rate" in shown.stdout and "detects (80%)" in shown.stdout and "plan ok" in shown.stdout
+    assert _cli("rollout", "check", str(bad), "--analytics", stack.analytics).returncode == 1
+    # and the stored experiment's rollout state carries the same check
+    state = stack.rollout(unique_name)
+    assert any("min_units 20" in w for w in state["plan_check"]["warnings"])
+    assert state["plan_error"] is None

@@ -136,6 +136,9 @@ class SyntheticTraffic:
     # Lognormal activity: a few heavy units send most requests, as in real products.
     activity: np.ndarray = field(init=False)
     drop_candidate_units: float = 0.0  # share of candidate units whose events are lost (SRM)
+    # Every request from a unit never seen before (new users: one request per unit).
+    fresh_units: bool = False
+    _fresh: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
         w = self.rng.lognormal(0.0, 1.0, len(self.units))
@@ -158,10 +161,14 @@ class SyntheticTraffic:
             ).scalar_one()
         # What the gateway does for a running rollout: tag each call with its stage.
         tags = {ROLLOUT_STAGE_TAG: str(stage)} if stage is not None else {}
-        picks = self.rng.choice(len(self.units), size=requests, p=self.activity)
+        if self.fresh_units:
+            first, self._fresh = self._fresh, self._fresh + requests
+            names = [f"{self.units[0]}-new-{i}" for i in range(first, self._fresh)]
+        else:
+            picks = self.rng.choice(len(self.units), size=requests, p=self.activity)
+            names = [self.units[int(i)] for i in picks]
         events: list[Event] = []
-        for i in picks:
-            unit = self.units[int(i)]
+        for unit in names:
             variant = choose(self.salt, unit, layout)
             if (
                 variant == "candidate"
@@ -196,8 +203,18 @@ def _lost(unit: str, share: float) -> bool:
 
 
 def make_traffic(
-    engine: Engine, eid: int, salt: str, candidate: Profile, *, units: int = 400, seed: int = 0
+    engine: Engine,
+    eid: int,
+    salt: str,
+    candidate: Profile,
+    *,
+    units: int = 400,
+    seed: int = 0,
+    control: Profile | None = None,
+    fresh_units: bool = False,
 ) -> SyntheticTraffic:
+    """``units`` recurring units with lognormal activity, or (``fresh_units``) a new unit per request."""
     rng = np.random.default_rng(seed)
     names = [f"u{seed}-{i:05d}" for i in range(units)]
-    return SyntheticTraffic(engine, eid, salt, names, {"control": Profile(), "candidate": candidate}, rng)
+    profiles = {"control": control or Profile(), "candidate": candidate}
+    return SyntheticTraffic(engine, eid, salt, names, profiles, rng, fresh_units=fresh_units)

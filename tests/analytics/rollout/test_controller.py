@@ -49,16 +49,18 @@ def test_a_healthy_candidate_ramps_through_every_stage_and_becomes_the_baseline(
     engine: Engine, controller: Controller, clock: Clock, registry: CollectorRegistry
 ) -> None:
     eid, name, salt = create_rollout(engine, FAST_PLAN)
-    traffic = make_traffic(engine, eid, salt, Profile(), seed=1)
+    # 2,000 units: the 5% stage needs 30 candidate units before its guardrails are tested
+    traffic = make_traffic(engine, eid, salt, Profile(), units=2000, seed=1)
     controller.evaluate(eid)
-    _run(controller, clock, traffic, steps=80)
+    _run(controller, clock, traffic, steps=150, requests=600)
     state = experiment_state(engine, eid)
     assert state["status"] == "completed", decisions(engine, eid)[-1]
     assert state["controls"] == ["control"]  # the report keeps reading candidate vs control
     assert state["weights"] == {"control": 0.0, "candidate": 100.0}
     kinds = [d["decision"] for d in decisions(engine, eid)]
     moves = [k for k in kinds if k != "hold"]
-    assert moves == ["start", "advance", "advance", "advance", "advance", "promote"]
+    # 5 → 10 → 25 → 50%, promoted from 50% (the 100% step is the promotion)
+    assert moves == ["start", "advance", "advance", "advance", "promote"]
     # repeated identical holds are recorded once
     rows = decisions(engine, eid)
     for a, b in itertools.pairwise(rows):
@@ -144,11 +146,11 @@ def test_two_controllers_looking_at_once_advance_a_stage_only_once(engine: Engin
     eid, _, salt = create_rollout(engine, FAST_PLAN)
     first = Controller(engine, for_registry(CollectorRegistry()), clock=clock)
     second = Controller(engine, for_registry(CollectorRegistry()), clock=clock)
-    traffic = make_traffic(engine, eid, salt, Profile(), seed=5)
+    traffic = make_traffic(engine, eid, salt, Profile(), units=2000, seed=5)
     first.evaluate(eid)
-    for _ in range(8):  # meet stage 0's minimums
+    for _ in range(8):  # meet stage 0's minimums, with 30 candidate units to test
         clock.step(2.0)
-        traffic.step(clock.now, 250)
+        traffic.step(clock.now, 600)
     barrier = threading.Barrier(8)
 
     def look(c: Controller) -> None:
