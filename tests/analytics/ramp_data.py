@@ -61,10 +61,12 @@ def create_rollout(
     *,
     metrics: list[Any] | None = None,
     status: str = "running",
+    salt: str | None = None,
 ) -> tuple[int, str]:
-    """A rollout (control 100 / candidate 0) not yet started; returns (id, salt)."""
+    """A rollout (control 100 / candidate 0) not yet started; returns (id, salt). A fixed
+    ``salt`` makes the assignment, and with a seeded population the whole run, repeatable."""
     tag = secrets.token_hex(4)
-    salt = f"salt-{tag}"
+    salt = salt or f"salt-{tag}"
 
     def write(conn: Connection) -> int:
         up = conn.execute(

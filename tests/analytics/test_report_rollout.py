@@ -35,7 +35,7 @@ def _ramp_to_half(ramp: Ramp, calls: int = 3000) -> datetime:
 
 
 def test_a_normal_ramp_never_raises_the_sample_ratio_mismatch_banner(db: Session) -> None:
-    eid, salt = create_rollout(db, RAMP_PLAN, metrics=["error_rate"])
+    eid, salt = create_rollout(db, RAMP_PLAN, metrics=["error_rate"], salt="ramp")
     now = _ramp_to_half(population(db, eid, salt, 1000, seed=3))
     report = build_report(db.connection(), eid, now=now, options=OPTS)
     assert report.srm.method == "per_stage"
@@ -52,7 +52,7 @@ def test_a_normal_ramp_never_raises_the_sample_ratio_mismatch_banner(db: Session
 
 
 def test_candidate_units_lost_during_a_ramp_still_raise_the_banner(db: Session) -> None:
-    eid, salt = create_rollout(db, RAMP_PLAN, metrics=["error_rate"])
+    eid, salt = create_rollout(db, RAMP_PLAN, metrics=["error_rate"], salt="ramp")
     now = _ramp_to_half(population(db, eid, salt, 2000, seed=3, lose_candidate=0.3), calls=6000)
     report = build_report(db.connection(), eid, now=now, options=OPTS)
     assert report.srm.method == "per_stage"
@@ -62,7 +62,7 @@ def test_candidate_units_lost_during_a_ramp_still_raise_the_banner(db: Session) 
 
 
 def test_a_ramp_without_stage_tags_counts_each_unit_once_where_it_was_first_served(db: Session) -> None:
-    eid, salt = create_rollout(db, RAMP_PLAN, metrics=["error_rate"])
+    eid, salt = create_rollout(db, RAMP_PLAN, metrics=["error_rate"], salt="ramp")
     now = _ramp_to_half(population(db, eid, salt, 1000, seed=4, tag_stages=False))
     report = build_report(db.connection(), eid, now=now, options=OPTS)
     assert report.srm.method == "first_exposure"
@@ -115,7 +115,9 @@ def _drive(engine: Engine, ramp: Ramp, clock: Clock, steps: int, *, until_stage:
 def test_a_running_rollouts_report_shows_the_plans_guardrails_and_the_controllers_live_evidence(
     engine: Engine,
 ) -> None:
-    eid, salt = create_rollout(engine, FAST, metrics=["thumbs_down_rate", "latency_mean", "latency_p95"])
+    eid, salt = create_rollout(
+        engine, FAST, metrics=["thumbs_down_rate", "latency_mean", "latency_p95"], salt="ramp"
+    )
     ramp = population(engine, eid, salt, 400, seed=5)
     clock = Clock()
     _drive(engine, ramp, clock, 40, until_stage=1)
@@ -153,7 +155,7 @@ def test_a_running_rollouts_report_shows_the_plans_guardrails_and_the_controller
 
 
 def test_a_harmful_candidate_is_harm_on_the_same_evidence_that_rolled_it_back(engine: Engine) -> None:
-    eid, salt = create_rollout(engine, FAST, metrics=["error_rate", "thumbs_down_rate"])
+    eid, salt = create_rollout(engine, FAST, metrics=["error_rate", "thumbs_down_rate"], salt="ramp")
     ramp = population(engine, eid, salt, 400, seed=6)
     ramp.behaviour["candidate"] = Behaviour(error_p=0.3)
     clock = Clock()
@@ -169,7 +171,7 @@ def test_a_harmful_candidate_is_harm_on_the_same_evidence_that_rolled_it_back(en
     at = f"rolled back at {rollback.evidence['stage_percent']:g}% on stage-window evidence"
     assert verdict.basis is not None and verdict.basis.startswith(at)
     harmed = next(g for g in rollback.evidence["guardrails"] if g["metric"] == "error_rate")
-    assert f"{harmed['lower']:+.1%}" in verdict.reason
+    assert f"harm {harmed['harm']:+.1%}" in verdict.reason
 
 
 def test_a_completed_rollout_never_shows_harm_without_saying_which_evidence_the_controller_used(
@@ -177,7 +179,9 @@ def test_a_completed_rollout_never_shows_harm_without_saying_which_evidence_the_
 ) -> None:
     # The candidate's mean latency equals the control's, its tail is far longer: the plan
     # guards the mean (per unit, always valid); the cumulative table also shows the p95.
-    eid, salt = create_rollout(engine, FAST, metrics=["error_rate", "latency_mean", "latency_p95"])
+    eid, salt = create_rollout(
+        engine, FAST, metrics=["error_rate", "latency_mean", "latency_p95"], salt="ramp"
+    )
     ramp = population(engine, eid, salt, 600, seed=7)
     ramp.behaviour["candidate"] = Behaviour(latency_ms=400.0 * 0.72, latency_sigma=0.9)
     t = T0
@@ -225,7 +229,7 @@ def test_a_completed_rollout_never_shows_harm_without_saying_which_evidence_the_
 def test_a_rollout_with_an_invalid_plan_is_insufficient_data_with_the_reason(
     db: Session, raw: dict[str, object]
 ) -> None:
-    eid, salt = create_rollout(db, raw, metrics=["error_rate"])
+    eid, salt = create_rollout(db, raw, metrics=["error_rate"], salt="ramp")
     ramp = population(db, eid, salt, 200, seed=8)
     ramp.set_stage(0, 10.0, T0)
     ramp.send(T0, 1000, seconds=60)
