@@ -268,7 +268,10 @@ def rollout_verdict(
             f"always-valid lower bound {_pct(g.get('lower'))} (n control {g.get('n_control')}, "
             f"candidate {g.get('n_candidate')})"
             for g in harmed
-        ] + [f"{m} worse with confidence" for m in worse]
+        ] + [
+            f"{m} worse with confidence (a success metric: reported, never gating the controller)"
+            for m in worse
+        ]
         return Verdict(**kw, verdict="harm", reason="; ".join(why))
     look_srm = ev.get("srm") if isinstance(ev.get("srm"), Mapping) else {}
     if srm.flagged or (look_srm or {}).get("flagged"):

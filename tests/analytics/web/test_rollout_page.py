@@ -177,6 +177,7 @@ def test_a_completed_rollout_says_which_evidence_the_controller_used_where_the_t
     )
     assert notes == verdict["differences"]
     assert any("latency_p95 failed — fixed-horizon, request-level" in n for n in notes)
+    assert watched.page.is_visible("#head #differs")
     # the table shows the failed p95 guardrail as what it is
     badge = watched.page.get_attribute(
         "#results tr[data-metric='latency_p95'] [data-guardrail-outcome]", "data-guardrail-outcome"

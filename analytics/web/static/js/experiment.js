@@ -178,6 +178,9 @@ function head(r) {
       <h1>${esc(r.name)}</h1>
       ${statusBadge(r.status)}
       ${r.verdicts.map((v) => badge(v.verdict, r.verdicts.length > 1 ? ` · ${esc(v.variant)}` : "")).join(" ")}
+      ${r.verdicts.some((v) => (v.differences || []).length)
+        ? `<span class="pill warn" id="differs" title="the cumulative table differs from the evidence the verdict rests on: see the verdict">cumulative table differs</span>`
+        : ""}
     </div>
     <div class="facts">
       <span>route <code>${esc(r.route)}</code></span>
