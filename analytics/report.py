@@ -399,25 +399,9 @@ def build_report(
     if state is not None:
         from analytics.rollout import view
 
-        cells = view.cumulative_checks(conn, state, generated, opts.srm_grace_s) if problem is None else {}
-        rows = [r.model_copy(update={"guardrail": cells[r.metric]}) if not r.is_control and r.metric in cells
-                else r for r in rows]  # fmt: skip
-        section, basis = view.build_section(conn, state, generated, opts.srm_grace_s)
-        directions = {
-            m.name: "increase" if m.direction == "higher_is_better" else "decrease" for m in metrics
-        }
-        plan_metrics = [m.name for m, _ in guards]
-        found: list[Verdict] = []
-        for name, _, is_control in exp.variants:
-            if is_control:
-                continue
-            why = problem or (None if state.row.candidate is not None else
-                              "a rollout needs exactly one control and one candidate variant")  # fmt: skip
-            v = view.rollout_verdict(name, basis, srm, directions, why)
-            found.append(v.model_copy(update={"differences": view.differences(v, basis, rows, plan_metrics,
-                                                                               section.window)}))  # fmt: skip
-        update["rollout"] = section
-        verdict_list = found
+        rows, verdict_list, update["rollout"] = view.judge(
+            conn, state, rows, srm, metrics, guards, problem, generated, opts.srm_grace_s
+        )
     else:
         verdict_list = verdicts(exp, rows, metrics, srm, counts, compare.min_units)
     report = Report(

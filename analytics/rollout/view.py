@@ -202,10 +202,15 @@ def _at(state: RolloutState, d: RolloutDecision) -> str:
 
 
 def build_section(
-    conn: Connection, state: RolloutState, now: datetime, grace_s: float
+    conn: Connection,
+    state: RolloutState,
+    guards: Sequence[tuple[Metric, float]],
+    problem: str | None,
+    now: datetime,
+    grace_s: float,
 ) -> tuple[RolloutSection, Basis]:
-    """The report's ``rollout`` section and the basis of its verdict."""
-    guards, problem = plan_guardrails(conn, state)
+    """The report's ``rollout`` section and the basis of its verdict (``guards``/``problem``
+    from :func:`plan_guardrails`)."""
     look = live_look(conn, state, now, grace_s) if problem is None else None
     rows = store.decisions(conn, state.row.id, limit=RECENT_DECISIONS)
     recent = [_decision(d) for d in rows]
@@ -355,3 +360,36 @@ def differences(
                 "on every unit since the start"
             )
     return out
+
+
+def judge(
+    conn: Connection,
+    state: RolloutState,
+    rows: Sequence[VariantResult],
+    srm: SrmCheck,
+    metrics: Sequence[Metric],
+    guards: Sequence[tuple[Metric, float]],
+    problem: str | None,
+    now: datetime,
+    grace_s: float,
+) -> tuple[list[VariantResult], list[Verdict], RolloutSection]:
+    """The report's rollout parts: the table with the controller's cumulative guardrail
+    cells, the verdicts from the controller's evidence (with their differences), the section."""
+    cells = cumulative_checks(conn, state, now, grace_s) if problem is None else {}
+    table = [
+        r.model_copy(update={"guardrail": cells[r.metric]}) if not r.is_control and r.metric in cells else r
+        for r in rows
+    ]
+    section, basis = build_section(conn, state, guards, problem, now, grace_s)
+    directions = {m.name: "increase" if m.direction == "higher_is_better" else "decrease" for m in metrics}
+    plan_metrics = [m.name for m, _ in guards]
+    if problem is None and state.row.candidate is None:
+        problem = "a rollout needs exactly one control and one candidate variant"
+    out: list[Verdict] = []
+    for v in state.row.variants:
+        if v.is_control:
+            continue
+        verdict = rollout_verdict(v.name, basis, srm, directions, problem)
+        notes = differences(verdict, basis, table, plan_metrics, section.window)
+        out.append(verdict.model_copy(update={"differences": notes}))
+    return table, out, section
