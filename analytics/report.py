@@ -400,7 +400,7 @@ def build_report(
         from analytics.rollout import view
 
         rows, verdict_list, update["rollout"] = view.judge(
-            conn, state, rows, srm, metrics, guards, problem, generated, opts.srm_grace_s
+            conn, state, rows, stats, srm, metrics, guards, problem, generated, opts.srm_grace_s
         )
     else:
         verdict_list = verdicts(exp, rows, metrics, srm, counts, compare.min_units)

@@ -9,7 +9,8 @@ says what the controller's rules make of it); once it has ended (promoted, rolle
 stopped) it is the evidence recorded with the decision that ended it.
 
 The report's table stays cumulative (every unit since the start). Its plan-guardrail cells
-are the controller's test on cumulative data (:func:`cumulative_checks`), and wherever the
+are the controller's test on the report's cumulative statistics (:func:`cumulative_checks`),
+and wherever the
 cumulative table disagrees with the verdict's evidence, :func:`differences` says so and why
 (a different window, a fixed-horizon request-level quantile, a metric the plan does not
 guard).
@@ -44,7 +45,9 @@ from analytics.report_schema import (
 from analytics.rollout import store
 from analytics.rollout.controller import measure, resolve_guardrails
 from analytics.rollout.decisions import Look, decide
+from analytics.rollout.evidence import check_guardrail, guardrail_alpha
 from analytics.rollout.plan import PlanError, RolloutPlan, parse_plan
+from analytics.stats.sufficient import SampleStats
 
 #: Decisions kept in the report (the dashboard reads the whole timeline from the rollout API).
 RECENT_DECISIONS = 5
@@ -118,14 +121,26 @@ def live_look(conn: Connection, state: RolloutState, now: datetime, grace_s: flo
 
 
 def cumulative_checks(
-    conn: Connection, state: RolloutState, now: datetime, grace_s: float
+    state: RolloutState,
+    guards: Sequence[tuple[Metric, float]],
+    stats: Mapping[str, Mapping[str, SampleStats]],
 ) -> dict[str, Guardrail]:
-    """The controller's guardrail test on every unit since the start, as the table's cells."""
-    if not state.started or state.plan is None:
+    """The controller's guardrail test (:func:`~analytics.rollout.evidence.check_guardrail`,
+    at the alpha it uses with cumulative windows) on the report's cumulative statistics —
+    every unit since the start — as the table's cells."""
+    row, plan = state.row, state.plan
+    if plan is None or row.control is None or row.candidate is None:
         return {}
-    plan = state.plan.model_copy(update={"guardrail_window": "cumulative"})
-    look = _look(conn, state, now, grace_s, plan)
-    return {g["metric"]: _cell(g) for g in look.evidence("cumulative")["guardrails"]}
+    alpha = guardrail_alpha(plan.alpha, guards)
+    out: dict[str, Guardrail] = {}
+    for metric, margin in guards:
+        per_variant = stats.get(metric.name, {})
+        check = check_guardrail(
+            metric, margin, per_variant.get(row.control.name), per_variant.get(row.candidate.name),
+            alpha=alpha, planned_units=plan.planned_units, min_test_units=plan.min_test_units,
+        )  # fmt: skip
+        out[metric.name] = _cell(check.evidence())
+    return out
 
 
 def _cell(g: Mapping[str, Any]) -> Guardrail:
@@ -366,6 +381,7 @@ def judge(
     conn: Connection,
     state: RolloutState,
     rows: Sequence[VariantResult],
+    stats: Mapping[str, Mapping[str, SampleStats]],
     srm: SrmCheck,
     metrics: Sequence[Metric],
     guards: Sequence[tuple[Metric, float]],
@@ -374,8 +390,9 @@ def judge(
     grace_s: float,
 ) -> tuple[list[VariantResult], list[Verdict], RolloutSection]:
     """The report's rollout parts: the table with the controller's cumulative guardrail
-    cells, the verdicts from the controller's evidence (with their differences), the section."""
-    cells = cumulative_checks(conn, state, now, grace_s) if problem is None else {}
+    cells (``stats``: the report's cumulative sufficient statistics), the verdicts from the
+    controller's evidence (with their differences), the section."""
+    cells = cumulative_checks(state, guards, stats) if problem is None else {}
     table = [
         r.model_copy(update={"guardrail": cells[r.metric]}) if not r.is_control and r.metric in cells else r
         for r in rows
