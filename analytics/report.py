@@ -52,6 +52,7 @@ class _Settings(Protocol):
     max_timeseries_points: int
     max_pairs: int
     paired_window_s: float
+    rollout_srm_grace_s: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +79,7 @@ class ReportOptions:
             max_timeseries_points=s.max_timeseries_points,
             max_pairs=s.max_pairs,
             paired_window_s=s.paired_window_s,
+            srm_grace_s=s.rollout_srm_grace_s,
         )
 
     @property

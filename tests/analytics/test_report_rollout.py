@@ -238,3 +238,16 @@ def test_a_rollout_with_an_invalid_plan_is_insufficient_data_with_the_reason(
     assert verdict.verdict == "insufficient_data" and "invalid rollout plan" in verdict.reason
     assert report.rollout is not None and report.rollout.error is not None
     assert report.rollout.error.code == "plan_invalid"
+
+
+def test_the_reports_live_look_uses_the_controllers_srm_grace(monkeypatch: pytest.MonkeyPatch) -> None:
+    from analytics.rollout.service import RolloutSettings
+    from analytics.settings import AnalyticsSettings
+
+    monkeypatch.setenv("LIFTGATE_ROLLOUT_SRM_GRACE_S", "7.5")
+    monkeypatch.setenv("LIFTGATE_ADMIN_TOKEN", "grace-test-token-9f3b2c1a")
+    assert (
+        ReportOptions.from_settings(AnalyticsSettings()).srm_grace_s
+        == RolloutSettings().rollout_srm_grace_s
+        == 7.5
+    )  # type: ignore[call-arg]
