@@ -172,6 +172,7 @@ def srm_rollout(
     stage_started_at: datetime | None,
     weights: StageWeights,
     n_stages: int,
+    grace_s: float = STAGE_GRACE_S,
 ) -> tuple[list[AllocationRow], SrmCheck]:
     """A rollout's allocation (the current stage) and its SRM, per stage (see module doc)."""
     per_stage = stage_units(conn, experiment_id, max(n_stages, (stage or 0) + 1))
@@ -196,7 +197,7 @@ def srm_rollout(
             chi2=None, p_value=None, flagged=False, method="first_exposure", error=empty
         )
     shown = _variants_at(variants, None if stage is None else weights.get(stage))
-    counts = first_exposure_units(conn, experiment_id, stage_started_at + timedelta(seconds=STAGE_GRACE_S))
+    counts = first_exposure_units(conn, experiment_id, stage_started_at + timedelta(seconds=grace_s))
     return allocation_rows(shown, counts), _check(shown, counts, "first_exposure")
 
 

@@ -393,7 +393,7 @@ def build_report(
     stats, counts = _overall_stats(conn, exp, metrics, _has_preperiod(conn, exp.id))
     rows = _table(conn, exp, metrics, "", compare, stats, counts, previous)
     rows = apply_corrections(rows, opts.alpha)
-    allocation, srm = _allocation(conn, exp, counts, state)
+    allocation, srm = _allocation(conn, exp, counts, state, opts.srm_grace_s)
     units = sum(counts.values())
     if units == 0:
         errors.append(error("no_data", "no units have been recorded for this experiment yet"))
@@ -423,7 +423,7 @@ def build_report(
 
 
 def _allocation(
-    conn: Connection, exp: _Experiment, counts: Mapping[str, int], state: RolloutState | None
+    conn: Connection, exp: _Experiment, counts: Mapping[str, int], state: RolloutState | None, grace_s: float
 ) -> tuple[list[AllocationRow], SrmCheck]:
     if exp.mode != "rollout":
         return srm_all_units(exp.variants, counts, exp.mode)
@@ -437,7 +437,9 @@ def _allocation(
         # No usable plan: only the current stage's weights are known (the configured ones).
         weights = {exp.stage: {n: w for n, w, _ in exp.variants}}
     n_stages = len(plan.stages) if plan is not None else (exp.stage or 0) + 1
-    return srm_rollout(conn, exp.id, exp.variants, exp.stage, exp.stage_started_at, weights, n_stages)
+    return srm_rollout(
+        conn, exp.id, exp.variants, exp.stage, exp.stage_started_at, weights, n_stages, grace_s
+    )
 
 
 __all__ = ["ExperimentNotFound", "ReportOptions", "build_report"]
