@@ -78,7 +78,9 @@ def prepare(admin_url: str, units: int, reuse: bool) -> str:
         if conn.execute("SELECT 1 FROM experiments WHERE name = 'bench-rollout'").fetchone() is not None:
             _log(f"reusing the data in {DB_NAME}")
             return url
-        up = conn.execute("INSERT INTO upstreams (name, base_url) VALUES ('sim', 'http://127.0.0.1:9') RETURNING id")
+        up = conn.execute(
+            "INSERT INTO upstreams (name, base_url) VALUES ('sim', 'http://127.0.0.1:9') RETURNING id"
+        )
         up_id = up.fetchone()[0]  # type: ignore[index]
         eid = conn.execute(
             "INSERT INTO experiments (name, route, mode, status, salt, rollout_plan, rollout_stage, stage_started_at,"
