@@ -5,6 +5,15 @@ Turns the SQL sufficient statistics of one metric (or its latency histograms) in
 (``analytics.stats``): Welch lift and CIs, confidence sequences, sequential
 non-inferiority for guardrails, CUPED with θ pooled over all variants. Multiple-testing
 corrections and verdicts need every row and are applied afterwards (``analytics.report``).
+
+A comparison the tests cannot support is ``insufficient_data`` (the row's ``error``), with
+its point estimates but no interval, p-value or chance to beat control, so it can never be
+significant nor fail or pass a guardrail:
+
+- an arm with fewer than ``min_units`` units (default :data:`MIN_TEST_UNITS`, the rollout
+  controller's ``min_test_units``): every test here is asymptotic (CLT);
+- a zero-width interval: no variation within either arm (e.g. every response of every
+  unit equally long) while the means differ; the "interval" is floating-point noise.
 """
 
 from __future__ import annotations
@@ -18,13 +27,13 @@ from analytics.metrics import Metric
 from analytics.report_schema import Cuped, ErrorInfo, Guardrail, Interval, Progress, VariantResult
 from analytics.stats.bayes import chance_to_beat
 from analytics.stats.cuped import cuped_estimates
-from analytics.stats.errors import finite
+from analytics.stats.errors import ErrorCode, finite
 from analytics.stats.estimate import VariantEstimate, estimate
 from analytics.stats.lift import Interval as StatsInterval
 from analytics.stats.lift import welch_lift
 from analytics.stats.power import required_sample_size
 from analytics.stats.quantile import quantile_ci, quantile_diff
-from analytics.stats.sequential import sequential_lift, sequential_noninferiority
+from analytics.stats.sequential import DEFAULT_PLANNED_UNITS, sequential_lift, sequential_noninferiority
 from analytics.stats.sufficient import SampleStats
 
 _MESSAGES = {
@@ -39,6 +48,12 @@ _MESSAGES = {
 
 # Fewest units per arm for which two constant, equal arms count as a passed guardrail.
 MIN_UNITS_CONSTANT_PASS = 100
+#: Fewest units per arm for any test (the rollout plan's default ``min_test_units``): the
+#: Welch, delta-method and confidence-sequence tests are asymptotic.
+MIN_TEST_UNITS = 30
+#: An interval narrower than this share of the means is floating-point noise around a
+#: constant metric, not information (real data would need ~10¹³ units to get there).
+ZERO_WIDTH = 1e-6
 
 
 def error(code: str, message: str | None = None) -> ErrorInfo:
@@ -54,7 +69,35 @@ class CompareOptions:
     alpha: float = 0.05
     power: float = 0.8
     mde: float = 0.05  # relative minimum detectable effect for the progress figures
-    planned_units: int = 10_000  # tunes the confidence sequence (fixed so looks are comparable)
+    # Units (both arms together) the experiment plans to collect: tunes the confidence
+    # sequences, and is when a fixed-horizon test (quantile guardrails) becomes valid.
+    planned_units: int = DEFAULT_PLANNED_UNITS
+    min_units: int = MIN_TEST_UNITS  # per arm, for any test
+    # The experiment has stopped: this look is its last, so fixed-horizon tests are valid.
+    final_look: bool = False
+
+
+def too_few_units(n_control: int, n_candidate: int, opts: CompareOptions) -> ErrorInfo | None:
+    if min(n_control, n_candidate) >= opts.min_units:
+        return None
+    return error(
+        "insufficient_data",
+        f"{n_control} control and {n_candidate} candidate units: the tests need at least "
+        f"{opts.min_units} per arm",
+    )
+
+
+def zero_width(control: VariantEstimate, treatment: VariantEstimate) -> bool:
+    """No variation left to test: both arms' standard errors are noise next to their means."""
+    scale = max(abs(control.mean or 0.0), abs(treatment.mean or 0.0))
+    se = ((control.variance or 0.0) + (treatment.variance or 0.0)) ** 0.5
+    return scale > 0.0 and 2.0 * se <= ZERO_WIDTH * scale
+
+
+_ZERO_WIDTH_MESSAGE = (
+    "zero-width interval: no variation within either arm, so no test is possible; "
+    "the difference is shown but cannot be significant"
+)
 
 
 def _iv(i: StatsInterval | None) -> Interval | None:
@@ -90,6 +133,8 @@ def _progress(units: int, control: VariantEstimate, kind: str, opts: CompareOpti
 
 def _guardrail(metric: Metric, c: VariantEstimate, t: VariantEstimate, opts: CompareOptions) -> Guardrail:
     direction = direction_of(metric)
+    if (few := too_few_units(c.n, t.n, opts)) is not None:
+        return Guardrail(outcome="inconclusive", margin=metric.margin, bound=None, error=few)
     res = sequential_noninferiority(c, t, metric.margin, direction, opts.alpha, opts.planned_units)
     if res.error == "zero_variance" and c.mean == t.mean and min(c.n, t.n) >= MIN_UNITS_CONSTANT_PASS:
         # Both arms constant and equal (e.g. not one error anywhere): no test is possible,
@@ -156,8 +201,23 @@ def _candidate_row(
 ) -> VariantResult:
     direction = direction_of(metric)
     fixed = welch_lift(c, t, opts.alpha)
-    seq = sequential_lift(c, t, opts.alpha, opts.planned_units)
     progress = _progress(min(c.n, t.n), c, metric.kind, opts)
+    insufficient = too_few_units(c.n, t.n, opts)
+    flat = fixed.error == ErrorCode.ZERO_VARIANCE or (fixed.error is None and zero_width(c, t))
+    if insufficient is None and flat and c.mean != t.mean:
+        insufficient = error("insufficient_data", _ZERO_WIDTH_MESSAGE)
+    if insufficient is not None and c.mean is not None and t.mean is not None:
+        # Point estimates only: nothing here may look like evidence.
+        diff = t.mean - c.mean
+        guard = None
+        if metric.guardrail:
+            guard = Guardrail(outcome="inconclusive", margin=metric.margin, bound=None, error=insufficient)
+        return VariantResult(
+            **base, lift_absolute=diff, lift_relative=diff / abs(c.mean) if c.mean else None,
+            better=_good(diff, direction) > 0 if diff != 0 else None, guardrail=guard, progress=progress,
+            error=insufficient,
+        )  # fmt: skip
+    seq = sequential_lift(c, t, opts.alpha, opts.planned_units)
     if fixed.error is not None or fixed.absolute is None:
         guard = _guardrail(metric, c, t, opts) if metric.guardrail else None
         return VariantResult(
@@ -223,18 +283,32 @@ def compare_quantile(
             rows.append(VariantResult(**base, mean=own.estimate, std_error=own.std_error,
                                       error=error(str(d.error or "no_data"), d.message)))  # fmt: skip
             continue
+        insufficient = too_few_units(units.get(control, 0), units.get(v, 0), opts)
+        width = d.absolute.upper - d.absolute.lower
+        if (
+            insufficient is None
+            and width <= ZERO_WIDTH * max(abs(own.estimate or 0.0), 1e-12)
+            and d.absolute.estimate
+        ):
+            insufficient = error("insufficient_data", _ZERO_WIDTH_MESSAGE)
+        if insufficient is not None:
+            rel_est = d.relative.estimate if d.relative else None
+            guard = None
+            if metric.guardrail:
+                guard = Guardrail(outcome="inconclusive", margin=metric.margin, bound=None,
+                                  test="fixed_horizon", error=insufficient)  # fmt: skip
+            rows.append(VariantResult(**base, mean=own.estimate, std_error=own.std_error,
+                                      lift_absolute=d.absolute.estimate, lift_relative=rel_est,
+                                      better=_good(d.absolute.estimate, direction) > 0 if d.absolute.estimate else None,
+                                      guardrail=guard, error=insufficient))  # fmt: skip
+            continue
         rel = d.relative
         effect = rel or d.absolute
         chance = finite(float(sps.norm.cdf(_good(effect.estimate, direction) / effect.std_error)))
         guard = None
         if metric.guardrail and rel is not None:
-            harm_hi = -rel.lower if direction == "increase" else rel.upper
-            harm_lo = -rel.upper if direction == "increase" else rel.lower
-            outcome = (
-                "pass" if harm_hi < metric.margin else "fail" if harm_lo > metric.margin else "inconclusive"
-            )
-            bound = rel.lower if direction == "increase" else rel.upper
-            guard = Guardrail(outcome=outcome, margin=metric.margin, bound=bound)
+            n_both = units.get(control, 0) + units.get(v, 0)
+            guard = _fixed_horizon_guardrail(metric, rel, direction, n_both, opts)
         rows.append(
             VariantResult(
                 **base, mean=own.estimate, std_error=own.std_error,
@@ -245,3 +319,29 @@ def compare_quantile(
             )
         )  # fmt: skip
     return rows
+
+
+def _fixed_horizon_guardrail(
+    metric: Metric, rel: StatsInterval, direction: str, n_both: int, opts: CompareOptions
+) -> Guardrail:
+    """Non-inferiority from a fixed-horizon interval: valid only at the planned look.
+
+    Looking at it before the planned sample and stopping on a "fail" is peeking (the
+    false-alarm rate grows with every look), so until then it is shown, never acted on.
+    """
+    harm_hi = -rel.lower if direction == "increase" else rel.upper
+    harm_lo = -rel.upper if direction == "increase" else rel.lower
+    outcome = "pass" if harm_hi < metric.margin else "fail" if harm_lo > metric.margin else "inconclusive"
+    bound = rel.lower if direction == "increase" else rel.upper
+    if opts.final_look or n_both >= opts.planned_units:
+        return Guardrail(outcome=outcome, margin=metric.margin, bound=bound, test="fixed_horizon")
+    says = {"fail": "would fail", "pass": "would pass", "inconclusive": "is inconclusive"}[outcome]
+    why = error(
+        "not_yet_valid",
+        f"fixed-horizon, not yet valid: {n_both:,} of {opts.planned_units:,} planned units; the "
+        f"interval {says} at this look, which counts only at the planned sample or once the "
+        "experiment stops",
+    )
+    return Guardrail(
+        outcome="inconclusive", margin=metric.margin, bound=bound, test="fixed_horizon", error=why
+    )

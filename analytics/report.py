@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import Connection, text
 
 from analytics.aggregate import histograms, unit_counts, variant_stats
-from analytics.comparison import CompareOptions, compare_metric, compare_quantile, error
+from analytics.allocation import STAGE_GRACE_S, srm_all_units, srm_rollout, stage_weights
+from analytics.comparison import MIN_TEST_UNITS, CompareOptions, compare_metric, compare_quantile, error
 from analytics.metrics import BUILTINS, DEFAULT_METRICS, Metric, MetricError, MetricSpec, parse_spec
 from analytics.paired import paired_comparisons
 from analytics.report_schema import (
@@ -35,11 +36,14 @@ from analytics.report_schema import (
 from analytics.segment_stats import segment_stats
 from analytics.snapshot import load_timeseries, with_current_point
 from analytics.stats.correction import benjamini_hochberg, holm
-from analytics.stats.srm import SRM_THRESHOLD
-from analytics.stats.srm import srm_check as srm_test
+from analytics.stats.sequential import DEFAULT_PLANNED_UNITS
 from analytics.stats.sufficient import SampleStats
 
-STAGE_GRACE_S = 2.0
+if TYPE_CHECKING:
+    from analytics.rollout.view import RolloutState
+
+#: Statuses after which the current look is an experiment's last (fixed-horizon tests valid).
+FINAL_STATUSES = frozenset({"stopped", "completed", "rolled_back"})
 
 
 class _Settings(Protocol):
@@ -48,6 +52,7 @@ class _Settings(Protocol):
     max_timeseries_points: int
     max_pairs: int
     paired_window_s: float
+    rollout_srm_grace_s: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +66,10 @@ class ReportOptions:
     paired_window_s: float = 86_400.0
     segments: bool = True
     timeseries: bool = True
+    # Units (both arms) an experiment plans to collect; a rollout's plan sets its own.
+    planned_units: int = DEFAULT_PLANNED_UNITS
+    min_units: int = MIN_TEST_UNITS  # per arm, for any test (a rollout's min_test_units)
+    srm_grace_s: float = STAGE_GRACE_S  # the rollout controller's SRM grace after a stage change
 
     @classmethod
     def from_settings(cls, s: _Settings) -> ReportOptions:
@@ -70,11 +79,15 @@ class ReportOptions:
             max_timeseries_points=s.max_timeseries_points,
             max_pairs=s.max_pairs,
             paired_window_s=s.paired_window_s,
+            srm_grace_s=s.rollout_srm_grace_s,
         )
 
     @property
     def compare(self) -> CompareOptions:
-        return CompareOptions(alpha=self.alpha, power=self.power, mde=self.mde)
+        return CompareOptions(
+            alpha=self.alpha, power=self.power, mde=self.mde, planned_units=self.planned_units,
+            min_units=self.min_units,
+        )  # fmt: skip
 
 
 class ExperimentNotFound(LookupError):
@@ -162,55 +175,6 @@ def metric_info(m: Metric, mde: float) -> MetricInfo:
     )  # fmt: skip
 
 
-def srm_check(exp: _Experiment, counts: Mapping[str, int]) -> tuple[list[AllocationRow], SrmCheck]:
-    weights = {n: w for n, w, _ in exp.variants}
-    total_w = sum(weights.values())
-    total_n = sum(counts.get(n, 0) for n in weights)
-    rows = [
-        AllocationRow(
-            variant=n, is_control=c, expected_weight=w,
-            expected_share=w / total_w if total_w > 0 else 0.0, observed_units=counts.get(n, 0),
-            observed_share=counts.get(n, 0) / total_n if total_n else None,
-        )
-        for n, w, c in exp.variants
-    ]  # fmt: skip
-    if exp.mode == "shadow":
-        na = error("not_applicable", "shadow experiments serve every unit the control")
-        return rows, SrmCheck(chi2=None, p_value=None, flagged=False, error=na)
-    names = [n for n, _, _ in exp.variants]
-    stray = sum(v for k, v in counts.items() if k not in weights)
-    res = srm_test([counts.get(n, 0) for n in names], [weights[n] for n in names], SRM_THRESHOLD)
-    if stray:
-        # Units logged under a variant the experiment does not have: logging is broken.
-        bad = error("unexpected_variant", f"{stray} units in variants the experiment does not define")
-        return rows, SrmCheck(chi2=None, p_value=0.0, flagged=True, threshold=SRM_THRESHOLD, error=bad)
-    err = error(str(res.error), res.message) if res.error is not None else None
-    if err is None and res.message:
-        err = error("unexpected_variant", res.message)
-    return rows, SrmCheck(
-        chi2=res.chi2, p_value=res.p_value, flagged=res.flagged, threshold=SRM_THRESHOLD, error=err
-    )
-
-
-def _srm_counts(conn: Connection, exp: _Experiment, overall: Mapping[str, int]) -> dict[str, int]:
-    """Units per variant to test against the weights.
-
-    A rollout's weights change per stage, so only units first seen in the current stage
-    were assigned with the current weights (assignment is monotone under ramp); the
-    gateway applies new weights within 1 s, hence the grace period.
-    """
-    if exp.mode != "rollout" or exp.stage_started_at is None:
-        return dict(overall)
-    rows = conn.execute(
-        text(
-            "SELECT variant, count(*) FROM unit_rollups WHERE experiment_id = :e"
-            " AND first_ts >= :t GROUP BY variant"
-        ),
-        {"e": exp.id, "t": exp.stage_started_at + timedelta(seconds=STAGE_GRACE_S)},
-    )
-    return {str(v): int(n) for v, n in rows}
-
-
 def _driver(conn: Connection) -> Any:
     """The psycopg connection under ``conn`` (same transaction) for ``analytics.aggregate``."""
     return conn.connection.driver_connection
@@ -234,7 +198,7 @@ def _units(stats: Mapping[str, Mapping[str, SampleStats]]) -> dict[str, int]:
 
 
 def _table(
-    conn: Connection, exp: _Experiment, metrics: Sequence[Metric], segment: str, opts: ReportOptions,
+    conn: Connection, exp: _Experiment, metrics: Sequence[Metric], segment: str, opts: CompareOptions,
     stats: Mapping[str, Mapping[str, SampleStats]], counts: Mapping[str, int],
     previous_p: Mapping[tuple[str, str], float] | None,
 ) -> list[VariantResult]:  # fmt: skip
@@ -244,9 +208,9 @@ def _table(
     for m in metrics:
         if m.kind == "quantile":
             hist = histograms(_driver(conn), exp.id, m, segment)
-            rows += compare_quantile(m, hist, counts, names, exp.control, opts.compare)
+            rows += compare_quantile(m, hist, counts, names, exp.control, opts)
         else:
-            rows += compare_metric(m, stats.get(m.name, {}), names, exp.control, opts.compare, previous_p)
+            rows += compare_metric(m, stats.get(m.name, {}), names, exp.control, opts, previous_p)
     return rows
 
 
@@ -268,7 +232,7 @@ def apply_corrections(rows: list[VariantResult], alpha: float) -> list[VariantRe
 
 
 def verdicts(exp: _Experiment, rows: Sequence[VariantResult], metrics: Sequence[Metric], srm: SrmCheck,
-             counts: Mapping[str, int]) -> list[Verdict]:  # fmt: skip
+             counts: Mapping[str, int], min_units: int = MIN_TEST_UNITS) -> list[Verdict]:  # fmt: skip
     guard = {m.name for m in metrics if m.guardrail}
     out: list[Verdict] = []
     for name, _, is_control in exp.variants:
@@ -287,10 +251,12 @@ def verdicts(exp: _Experiment, rows: Sequence[VariantResult], metrics: Sequence[
         if exp.mode == "shadow":
             out.append(Verdict(**kw, verdict="no_difference_yet",
                                reason="shadow: compare candidate and baseline in the paired comparison"))  # fmt: skip
-        elif counts.get(name, 0) < 2 or counts.get(exp.control or "", 0) < 2:
+        elif (n_min := min(counts.get(name, 0), counts.get(exp.control or "", 0))) < min_units:
             out.append(
                 Verdict(
-                    **kw, verdict="insufficient_data", reason="candidate or control has fewer than 2 units"
+                    **kw,
+                    verdict="insufficient_data",
+                    reason=f"{n_min} units in the smaller arm; the tests need at least {min_units} per arm",
                 )
             )
         elif srm.flagged:
@@ -345,7 +311,7 @@ def _has_preperiod(conn: Connection, eid: int) -> bool:
 
 
 def _segment_tables(conn: Connection, exp: _Experiment, metrics: Sequence[Metric], opts: ReportOptions,
-                    errors: list[ErrorInfo]) -> list[SegmentBreakdown]:  # fmt: skip
+                    compare: CompareOptions, errors: list[ErrorInfo]) -> list[SegmentBreakdown]:  # fmt: skip
     plain = [m for m in metrics if m.kind != "quantile"]
     stats, units = segment_stats(_driver(conn), exp.id, plain)
     names = sorted((s for s in units if "=" in s), key=lambda s: (-units[s], s))
@@ -357,7 +323,7 @@ def _segment_tables(conn: Connection, exp: _Experiment, metrics: Sequence[Metric
     tables: list[tuple[str, list[VariantResult], int]] = []
     for seg in sorted(names):
         per_metric = stats.get(seg, {})
-        rows = _table(conn, exp, metrics, seg, opts, per_metric, _units(per_metric), None)
+        rows = _table(conn, exp, metrics, seg, compare, per_metric, _units(per_metric), None)
         tables.append((seg, rows, units[seg]))
     # One correction family over metrics × candidates × segments.
     flat = [r for _, rows, _ in tables for r in rows]
@@ -375,6 +341,22 @@ def _segment_tables(conn: Connection, exp: _Experiment, metrics: Sequence[Metric
     return out
 
 
+def _with_plan_guardrails(metrics: list[Metric], guards: Sequence[tuple[Metric, float]]) -> list[Metric]:
+    """A rollout's metrics: the plan's guardrails (the controller's definitions and margins)
+    replace the catalogue's flags for those metrics, and are added when not listed."""
+    margins = {m.name: margin for m, margin in guards}
+    out = [replace(m, guardrail=True, margin=margins[m.name]) if m.name in margins else m for m in metrics]
+    names = {m.name for m in out}
+    return out + [replace(m, guardrail=True, margin=margin) for m, margin in guards if m.name not in names]
+
+
+def _compare_options(opts: ReportOptions, exp: _Experiment, state: RolloutState | None) -> CompareOptions:
+    base = replace(opts.compare, final_look=exp.status in FINAL_STATUSES)
+    if state is None or state.plan is None:
+        return base
+    return replace(base, planned_units=state.plan.planned_units, min_units=state.plan.min_test_units)
+
+
 def build_report(
     conn: Connection, experiment_id: int, *, now: datetime | None = None, options: ReportOptions | None = None
 ) -> Report:
@@ -384,31 +366,51 @@ def build_report(
     generated = now or datetime.now(UTC)
     exp = _load_experiment(conn, experiment_id)
     metrics, errors = resolve_metrics(conn, exp.metrics)
+    state: RolloutState | None = None
+    guards: list[tuple[Metric, float]] = []
+    problem: str | None = None
+    if exp.mode == "rollout":
+        # Imported here: the rollout controller imports this module (resolve_metrics).
+        from analytics.rollout import view
+
+        state = view.load_state(conn, exp.id)
+        if state is not None:
+            guards, problem = view.plan_guardrails(conn, state)
+            metrics = _with_plan_guardrails(metrics, guards)
+    compare = _compare_options(opts, exp, state)
     head: dict[str, Any] = {
         "experiment_id": exp.id, "name": exp.name, "route": exp.route, "mode": exp.mode, "status": exp.status,
         "stage": exp.stage, "started_at": exp.started_at, "generated_at": generated, "alpha": opts.alpha,
         "control": exp.control, "metrics": [metric_info(m, opts.mde) for m in metrics],
+        "planned_units": compare.planned_units, "min_units": compare.min_units,
     }  # fmt: skip
     if exp.control is None:
-        allocation, srm = srm_check(exp, {})
+        allocation, srm = srm_all_units(exp.variants, {}, exp.mode)
         errors.append(error("no_control", "the experiment has no control variant"))
         return Report(**head, units=0, allocation=allocation, srm=srm, results=[], verdicts=[], errors=errors,
                       build_seconds=time.perf_counter() - started)  # fmt: skip
     previous = _previous_sequential_p(conn, exp.id)
     stats, counts = _overall_stats(conn, exp, metrics, _has_preperiod(conn, exp.id))
-    rows = _table(conn, exp, metrics, "", opts, stats, counts, previous)
+    rows = _table(conn, exp, metrics, "", compare, stats, counts, previous)
     rows = apply_corrections(rows, opts.alpha)
-    allocation, srm = srm_check(exp, _srm_counts(conn, exp, counts))
+    allocation, srm = _allocation(conn, exp, counts, state, opts.srm_grace_s)
     units = sum(counts.values())
     if units == 0:
         errors.append(error("no_data", "no units have been recorded for this experiment yet"))
-    report = Report(
-        **head, units=units, allocation=allocation, srm=srm, results=rows,
-        verdicts=verdicts(exp, rows, metrics, srm, counts), errors=errors,
-    )  # fmt: skip
     update: dict[str, Any] = {}
+    if state is not None:
+        from analytics.rollout import view
+
+        rows, verdict_list, update["rollout"] = view.judge(
+            conn, state, rows, stats, srm, metrics, guards, problem, generated, opts.srm_grace_s
+        )
+    else:
+        verdict_list = verdicts(exp, rows, metrics, srm, counts, compare.min_units)
+    report = Report(
+        **head, units=units, allocation=allocation, srm=srm, results=rows, verdicts=verdict_list, errors=errors,
+    )  # fmt: skip
     if opts.segments and units:
-        update["segments"] = _segment_tables(conn, exp, metrics, opts, errors)
+        update["segments"] = _segment_tables(conn, exp, metrics, opts, compare, errors)
     if exp.mode == "shadow":
         update["paired"] = paired_comparisons(conn, exp.id, exp.control, [n for n, _, c in exp.variants if not c],
                                               generated, opts.paired_window_s, opts.max_pairs, opts.alpha)  # fmt: skip
@@ -418,6 +420,26 @@ def build_report(
     update["errors"] = errors
     update["build_seconds"] = time.perf_counter() - started
     return report.model_copy(update=update)
+
+
+def _allocation(
+    conn: Connection, exp: _Experiment, counts: Mapping[str, int], state: RolloutState | None, grace_s: float
+) -> tuple[list[AllocationRow], SrmCheck]:
+    if exp.mode != "rollout":
+        return srm_all_units(exp.variants, counts, exp.mode)
+    control = exp.control
+    candidates = [n for n, _, c in exp.variants if not c]
+    plan = state.plan if state is not None else None
+    weights: dict[int, dict[str, float]] = {}
+    if plan is not None and control is not None and len(candidates) == 1:
+        weights = stage_weights(control, candidates[0], plan.stages)
+    elif exp.stage is not None and exp.status == "running":
+        # No usable plan: only the current stage's weights are known (the configured ones).
+        weights = {exp.stage: {n: w for n, w, _ in exp.variants}}
+    n_stages = len(plan.stages) if plan is not None else (exp.stage or 0) + 1
+    return srm_rollout(
+        conn, exp.id, exp.variants, exp.stage, exp.stage_started_at, weights, n_stages, grace_s
+    )
 
 
 __all__ = ["ExperimentNotFound", "ReportOptions", "build_report"]

@@ -27,13 +27,29 @@ Verdicts (one per candidate, see :class:`Verdict`):
   significantly worse, and every guardrail passed non-inferiority.
 - ``no_difference_yet``: none of the above; ``progress`` says how far the experiment is
   from the sample size needed to detect each metric's MDE.
-- ``insufficient_data``: the candidate or the control has fewer than 2 units.
+- ``insufficient_data``: the candidate or the control has fewer than the tests' minimum
+  of units (``min_units``, 30 by default: the rollout controller's ``min_test_units``).
+
+A comparison row is ``insufficient_data`` (its ``error``) when an arm has fewer than that
+minimum or its interval has zero width: it keeps its point estimates but has no interval
+or p-value, so it is never significant and never fails or passes a guardrail.
+
+Fixed-horizon results (quantile metrics: ``p_value`` and ``ci`` only, ``guardrail.test``
+``fixed_horizon``) are valid at one planned look: before the experiment reaches its planned
+sample (``planned_units``, both arms together) and while it runs, a fixed-horizon guardrail
+is ``inconclusive`` with ``error.code`` ``not_yet_valid`` and never drives a verdict.
+
+Rollouts (``mode: rollout``): ``rollout`` carries the plan's guardrails, the controller's
+evidence on the current stage window (``look``) and its last decisions; the verdict is
+derived from that evidence — the same guardrail definitions and the same window the
+controller acts on — and ``Verdict.basis`` names it. Where the cumulative table (all units
+since the start) disagrees, ``Verdict.differences`` says how and why.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -45,6 +61,8 @@ GuardrailOutcome = Literal["pass", "fail", "inconclusive"]
 VerdictName = Literal["ship", "no_difference_yet", "harm", "srm", "insufficient_data"]
 VerdictPolicy = Literal["sequential_holm"]
 Mode = Literal["ab", "shadow", "rollout"]
+GuardrailTest = Literal["sequential", "fixed_horizon"]
+SrmMethod = Literal["all_units", "per_stage", "first_exposure"]
 
 
 class _Model(BaseModel):
@@ -90,28 +108,54 @@ class AllocationRow(_Model):
     observed_share: float | None
 
 
+class StageSrm(_Model):
+    """One rollout stage's split: units seen in the stage against the stage's weights."""
+
+    stage: int
+    percent: float | None  # the candidate's weight in this stage
+    units: dict[str, int]
+    expected_share: dict[str, float]
+    chi2: float | None
+    p_value: float | None
+    flagged: bool
+    error: ErrorInfo | None = None
+
+
 class SrmCheck(_Model):
-    """Sample-ratio mismatch: chi-square goodness of fit of observed units vs weights."""
+    """Sample-ratio mismatch: chi-square goodness of fit of observed units vs weights.
+
+    ``method``: ``all_units`` (A/B: every unit against the weights); ``per_stage``
+    (rollouts: each stage's units — from the gateway's ``rollout_stage`` tag — against that
+    stage's weights, ``stages`` lists them; ``p_value`` is the smallest stage p-value times
+    the number of stages tested, Bonferroni); ``first_exposure`` (rollouts without stage
+    tags: units whose first call in any variant fell in the current stage, each counted
+    once where it was first served).
+    """
 
     chi2: float | None
     p_value: float | None
     flagged: bool
     threshold: float = 0.001
+    method: SrmMethod | None = None
+    stages: list[StageSrm] = Field(default_factory=list)
     error: ErrorInfo | None = None
 
 
 class Guardrail(_Model):
-    """Non-inferiority of a guardrail metric (one-sided, sequential bound).
+    """Non-inferiority of a guardrail metric (one-sided).
 
-    ``bound`` is the worst-direction end of the relative-lift confidence sequence: the
-    candidate passes when even that bound is within ``margin``, fails when the whole
-    interval is beyond it, and is inconclusive otherwise.
+    ``bound`` is the worst-direction end of the relative-lift interval: the candidate
+    passes when even that bound is within ``margin``, fails when the whole interval is
+    beyond it, and is inconclusive otherwise. ``test``: ``sequential`` (always-valid
+    confidence sequence, per-unit) or ``fixed_horizon`` (quantiles: request-level
+    order-statistic interval, valid only at the planned look — see ``not_yet_valid``).
     """
 
     outcome: GuardrailOutcome
     margin: float
     bound: float | None
     p_value: float | None = None
+    test: GuardrailTest = "sequential"
     error: ErrorInfo | None = None
 
 
@@ -171,6 +215,11 @@ class Verdict(_Model):
     better: list[str] = Field(default_factory=list)
     worse: list[str] = Field(default_factory=list)
     failed_guardrails: list[str] = Field(default_factory=list)
+    # The evidence the verdict rests on, when it is not the report's own table (rollouts:
+    # "promoted at 50% on stage-window evidence (stage 3, …)").
+    basis: str | None = None
+    # Where the cumulative table disagrees with that evidence, and why.
+    differences: list[str] = Field(default_factory=list)
 
 
 class TimePoint(_Model):
@@ -232,6 +281,56 @@ class PairedComparison(_Model):
     error: ErrorInfo | None = None
 
 
+class RolloutGuardrail(_Model):
+    """A guardrail as the rollout plan defines it (the controller's definition)."""
+
+    metric: str
+    margin: float
+
+
+class RolloutDecision(_Model):
+    """One decision of the controller (or an operator) with the evidence it acted on.
+
+    ``evidence`` is the controller's record as stored (guardrails with estimate, bounds,
+    margin and units per arm; SRM counts; stage minimums; …); keys may be added over time.
+    """
+
+    id: int
+    created_at: datetime
+    decision: str
+    reason: str
+    actor: str
+    stage: int | None
+    to_stage: int | None
+    evidence: dict[str, Any] = Field(default_factory=dict)
+
+
+class RolloutLook(_Model):
+    """The controller's evidence on the current stage window at the report's time, and
+    what the controller's rules decide on it (``decision``/``reason``)."""
+
+    at: datetime
+    decision: str
+    reason: str
+    evidence: dict[str, Any]
+
+
+class RolloutSection(_Model):
+    """What the rollout verdict rests on: the plan's guardrails, the live look and the
+    controller's last decisions. ``basis`` names the evidence the verdict used."""
+
+    window: str  # "stage" or "cumulative": the window the controller tests guardrails on
+    stage: int | None
+    stage_percent: float | None
+    min_test_units: int
+    planned_units: int
+    guardrails: list[RolloutGuardrail]
+    look: RolloutLook | None = None
+    decisions: list[RolloutDecision] = Field(default_factory=list)
+    basis: str | None = None
+    error: ErrorInfo | None = None
+
+
 class Report(_Model):
     schema_version: int = SCHEMA_VERSION
     experiment_id: int
@@ -243,6 +342,10 @@ class Report(_Model):
     started_at: datetime | None
     generated_at: datetime
     alpha: float = 0.05
+    # Units per arm below which no comparison is tested (insufficient_data), and the
+    # planned sample (both arms) at which fixed-horizon results become valid.
+    min_units: int = 30
+    planned_units: int = 10_000
     verdict_policy: VerdictPolicy = "sequential_holm"
     control: str | None
     units: int
@@ -254,6 +357,7 @@ class Report(_Model):
     timeseries: list[TimeSeries] = Field(default_factory=list)
     segments: list[SegmentBreakdown] = Field(default_factory=list)
     paired: list[PairedComparison] = Field(default_factory=list)
+    rollout: RolloutSection | None = None
     build_seconds: float | None = None
     errors: list[ErrorInfo] = Field(default_factory=list)
 

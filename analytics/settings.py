@@ -39,6 +39,9 @@ class AnalyticsSettings(BaseSettings):
     max_timeseries_points: int = Field(default=200, ge=2, le=5000)
     max_pairs: int = Field(default=20_000, ge=100, le=1_000_000)
     paired_window_s: float = Field(default=86_400.0, gt=0)
+    # The rollout controller's SRM grace after a stage change (``RolloutSettings`` reads the
+    # same variable): a rollout report's live look measures exactly as the controller does.
+    rollout_srm_grace_s: float = Field(default=2.0, ge=0, le=600)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     @field_validator("admin_token")

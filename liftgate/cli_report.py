@@ -68,9 +68,15 @@ def _status(r: VariantResult) -> str:
     parts = []
     if r.significant:
         parts.append("[green]better[/]" if r.better else "[red]worse[/]")
-    if r.guardrail is not None:
-        style = {"pass": "green", "fail": "red", "inconclusive": "yellow"}[r.guardrail.outcome]
-        parts.append(f"[{style}]guardrail {r.guardrail.outcome}[/]")
+    if r.error is not None and r.error.code == "insufficient_data":
+        parts.append("[dim]insufficient data[/]")
+    g = r.guardrail
+    if g is not None and g.error is not None and g.error.code == "not_yet_valid":
+        parts.append("[yellow]guardrail fixed-horizon, not yet valid[/]")
+    elif g is not None:
+        style = {"pass": "green", "fail": "red", "inconclusive": "yellow"}[g.outcome]
+        kind = " (fixed-horizon)" if g.test == "fixed_horizon" else ""
+        parts.append(f"[{style}]guardrail {g.outcome}{kind}[/]")
     return " ".join(parts) or "[dim]n.s.[/]"
 
 
@@ -82,12 +88,15 @@ def render(report: Report, console: Console) -> None:
         f"{report.generated_at:%Y-%m-%d %H:%M:%S}"
     )
     srm = report.srm
+    per_stage = " per stage" if srm.method == "per_stage" else ""
     if srm.flagged:
+        bad = ", ".join(f"{s.percent:g}%" for s in srm.stages if s.flagged and s.percent is not None)
+        where = f" in stage {bad}" if bad else ""
         console.print(
-            f"[bold red]SRM: sample ratio mismatch (p={_p(srm.p_value)}) — results are not trustworthy[/]"
+            f"[bold red]SRM: sample ratio mismatch{where} (p={_p(srm.p_value)}) — results are not trustworthy[/]"
         )
     elif srm.p_value is not None:
-        console.print(f"SRM: ok (p={_p(srm.p_value)})")
+        console.print(f"SRM: ok{per_stage} (p={_p(srm.p_value)})")
     else:
         console.print(f"SRM: {srm.error.message if srm.error else 'n/a'}")
     split = ", ".join(
@@ -129,6 +138,10 @@ def render(report: Report, console: Console) -> None:
     for v in report.verdicts:
         style = _VERDICT_STYLE.get(v.verdict, "")
         console.print(f"verdict [bold]{v.variant}[/]: [{style}]{v.verdict}[/] — {v.reason}")
+        if v.basis:
+            console.print(f"  [dim]on {v.basis}[/]")
+        for d in v.differences:
+            console.print(f"  [yellow]≠[/] {d}")
     for e in report.errors:
         console.print(f"[yellow]note[/] {e.code}: {e.message}")
 

@@ -334,3 +334,126 @@ def test_a_guardrail_with_no_events_in_either_arm_passes_and_does_not_block_ship
     assert row is not None and row.error is not None and row.error.code == "zero_variance"
     assert row.guardrail is not None and row.guardrail.outcome == "pass"
     assert report.verdicts[0].verdict == "ship"
+
+
+def _latency_histogram(rng: np.random.Generator, calls: int, median_ms: float) -> dict[int, int]:
+    from analytics.aggregate import bucket_of
+
+    counts: dict[int, int] = {}
+    for ms in rng.lognormal(math.log(median_ms), 0.5, calls):
+        b = bucket_of(float(ms))
+        counts[b] = counts.get(b, 0) + 1
+    return counts
+
+
+def _slow_p95_experiment(db: Session, status: str, units: int) -> int:
+    """A/B where the candidate's request latency is 50% higher (the p95 guardrail's case)."""
+    from tests.analytics.report_data import insert_histogram
+
+    rng = np.random.default_rng(41)
+    conn = db.connection()
+    eid, _ = create_experiment(conn, [("control", 1), ("candidate", 1)], status=status,
+                               metrics=["thumbs_up_rate", "latency_p95"])  # fmt: skip
+    for variant, median in (("control", 400.0), ("candidate", 600.0)):
+        insert_units(conn, eid, variant, simulate_units(rng, units, thumbs_p=0.2, tokens=100, error_p=0.02))
+        insert_histogram(conn, eid, variant, "latency", _latency_histogram(rng, units * 4, median))
+    return eid
+
+
+def test_a_fixed_horizon_quantile_guardrail_cannot_fail_a_running_experiment_before_its_planned_sample(
+    db: Session,
+) -> None:
+    eid = _slow_p95_experiment(db, "running", units=200)
+    report = build_report(db.connection(), eid, options=OPTS)
+    row = report.result("latency_p95", "candidate")
+    assert row is not None and row.guardrail is not None
+    # the fixed-horizon interval is far beyond the 10% margin: at the planned look it would fail
+    assert row.ci_relative is not None and row.ci_relative.lower > 0.3
+    assert row.guardrail.test == "fixed_horizon"
+    assert row.guardrail.outcome == "inconclusive"
+    assert row.guardrail.error is not None and row.guardrail.error.code == "not_yet_valid"
+    assert "fixed-horizon" in row.guardrail.error.message
+    [verdict] = report.verdicts
+    assert verdict.verdict != "harm" and verdict.failed_guardrails == []
+    assert report.headline() != "harm"
+
+
+def test_the_same_quantile_guardrail_fails_at_the_planned_sample_or_once_the_experiment_stopped(
+    db: Session,
+) -> None:
+    running = _slow_p95_experiment(db, "running", units=200)
+    planned = build_report(db.connection(), running, options=ReportOptions(segments=False, timeseries=False,
+                                                                           planned_units=400))  # fmt: skip
+    stopped = build_report(db.connection(), _slow_p95_experiment(db, "stopped", units=200), options=OPTS)
+    for report in (planned, stopped):
+        row = report.result("latency_p95", "candidate")
+        assert row is not None and row.guardrail is not None
+        assert row.guardrail.outcome == "fail" and row.guardrail.error is None
+        assert report.verdicts[0].verdict == "harm"
+        assert report.verdicts[0].failed_guardrails == ["latency_p95"]
+
+
+def _constant_ratio_units(n: int, tokens_per_request: float) -> Units:
+    """Units whose every response has the same length: a ratio with no variation at all."""
+    requests = np.arange(1, n + 1, dtype=float) % 5 + 1.0
+    return Units({"requests": requests, "completion_tokens": requests * tokens_per_request,
+                  "errors": np.zeros(n), "thumbs_up": np.zeros(n)})  # fmt: skip
+
+
+def test_a_zero_width_interval_is_insufficient_data_and_never_significant(db: Session) -> None:
+    conn = db.connection()
+    eid, _ = create_experiment(conn, [("control", 1), ("candidate", 1)],
+                               metrics=["completion_tokens_per_response"])  # fmt: skip
+    for variant, tokens in (("control", 100.0), ("candidate", 160.2)):
+        units = _constant_ratio_units(400, tokens)
+        insert_units(conn, eid, variant, units)
+        insert_units(conn, eid, variant, units, segment="task=code")
+    report = build_report(conn, eid, options=OPTS)
+    rows = [report.result("completion_tokens_per_response", "candidate")]
+    rows += [r for s in report.segments for r in s.results if not r.is_control]
+    assert len(rows) == 2
+    for row in rows:
+        assert row is not None
+        assert row.lift_relative == pytest.approx(0.602)
+        assert row.error is not None and row.error.code == "insufficient_data", row
+        assert "zero-width" in row.error.message
+        assert not row.significant and row.p_value is None and row.p_sequential_holm is None
+        assert row.ci_relative is None and row.sequential_ci_relative is None
+    assert report.verdicts[0].verdict != "harm" and report.verdicts[0].worse == []
+
+
+def test_an_arm_below_the_tests_minimum_is_insufficient_data_never_significant(db: Session) -> None:
+    rng = np.random.default_rng(43)
+    conn = db.connection()
+    eid, _ = create_experiment(
+        conn, [("control", 1), ("candidate", 1)], metrics=["thumbs_up_rate", "error_rate"]
+    )
+    insert_units(conn, eid, "control", simulate_units(rng, 400, thumbs_p=0.05, tokens=100, error_p=0.01))
+    # a handful of units with a huge difference: the asymptotic tests do not hold yet
+    insert_units(conn, eid, "candidate", simulate_units(rng, 12, thumbs_p=0.9, tokens=100, error_p=0.01))
+    insert_units(conn, eid, "control", simulate_units(rng, 400, thumbs_p=0.05, tokens=100, error_p=0.01),
+                 segment="task=chat")  # fmt: skip
+    insert_units(conn, eid, "candidate", simulate_units(rng, 12, thumbs_p=0.9, tokens=100, error_p=0.01),
+                 segment="task=chat")  # fmt: skip
+    report = build_report(conn, eid, options=OPTS)
+    rows = [r for r in report.results if not r.is_control]
+    rows += [r for s in report.segments for r in s.results if not r.is_control]
+    assert len(rows) == 4
+    for row in rows:
+        assert row.error is not None and row.error.code == "insufficient_data", row
+        assert "12" in row.error.message and "30" in row.error.message
+        assert not row.significant and row.p_value is None
+        assert row.guardrail is None or row.guardrail.outcome == "inconclusive"
+    up = report.result("thumbs_up_rate", "candidate")
+    assert (
+        up is not None and up.lift_relative is not None and up.lift_relative > 5
+    )  # the estimate is still shown
+    [verdict] = report.verdicts
+    assert verdict.verdict == "insufficient_data" and "30" in verdict.reason
+
+
+def test_the_reports_test_minimum_is_the_controllers() -> None:
+    from analytics.comparison import MIN_TEST_UNITS
+    from analytics.rollout.plan import RolloutPlan
+
+    assert MIN_TEST_UNITS == RolloutPlan().min_test_units == ReportOptions().min_units

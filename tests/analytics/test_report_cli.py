@@ -60,3 +60,26 @@ def test_table_shows_the_paired_comparison_of_a_shadow_experiment(db: Session) -
     assert "shadow pairs: cand vs baseline (50 pairs)" in out
     assert "latency_ms" in out and "agreement 100.0% (same status and finish reason" in out
     assert "SRM: shadow experiments serve every unit the control" in out
+
+
+def test_table_says_which_evidence_a_rollout_verdict_rests_on_and_where_the_table_differs(
+    db: Session,
+) -> None:
+    from analytics.report_schema import ErrorInfo, Guardrail, Verdict
+
+    rng = np.random.default_rng(45)
+    conn = db.connection()
+    eid, _ = create_experiment(conn, [("control", 1), ("candidate", 1)], metrics=["thumbs_up_rate"])
+    for variant in ("control", "candidate"):
+        insert_units(conn, eid, variant, simulate_units(rng, 200, thumbs_p=0.2, tokens=100, error_p=0.05))
+    report = build_report(conn, eid, options=ReportOptions(timeseries=False, segments=False))
+    note = "promoted at 50% on stage-window evidence; the cumulative report now shows latency_p95 failed"
+    verdict = Verdict(variant="candidate", verdict="ship", reason="every plan guardrail shown non-inferior",
+                      basis="promoted at 50% on stage-window evidence (by controller)", differences=[note])  # fmt: skip
+    why = ErrorInfo(code="not_yet_valid", message="fixed-horizon, not yet valid")
+    guard = Guardrail(outcome="inconclusive", margin=0.1, bound=0.3, test="fixed_horizon", error=why)
+    row = report.results[-1].model_copy(update={"guardrail": guard})
+    out = _text(report.model_copy(update={"verdicts": [verdict], "results": [*report.results[:-1], row]}))
+    assert "on promoted at 50% on stage-window evidence (by controller)" in out
+    assert f"≠ {note}" in out
+    assert "guardrail fixed-horizon, not yet valid" in out

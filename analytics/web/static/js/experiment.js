@@ -1,12 +1,12 @@
 // The experiment page: verdicts, SRM banner, allocation, forest plot, lift over time,
-// the metrics table, the rollout timeline and the shadow paired comparison. Everything
-// is drawn from one report (GET /api/experiments/{ref}/report) and, for rollouts, the
-// rollout state (GET /api/experiments/{ref}/rollout).
+// the metrics table, the rollout timeline and evidence, and the shadow paired comparison.
+// Everything is drawn from one report (GET /api/experiments/{ref}/report) and, for
+// rollouts, the rollout state (GET /api/experiments/{ref}/rollout).
 
 import { ForestChart, LiftOverTimeChart, tone } from "./charts.js";
-import { cell, DASH, esc, when } from "./format.js";
+import { cell, DASH, esc, key, when } from "./format.js";
 import { renderPaired } from "./paired.js";
-import { renderRollout } from "./rollout.js";
+import { renderLook, renderRollout } from "./rollout.js";
 import { badge, statusBadge } from "./verdicts.js";
 
 const SKELETON = `
@@ -18,10 +18,12 @@ const SKELETON = `
       <table class="grid compact" id="allocation"><thead><tr>
         <th>variant</th><th class="r">weight</th><th class="r">units</th><th class="r">observed</th>
       </tr></thead><tbody></tbody></table>
+      <div id="stage-srm"></div>
     </section>
   </div>
   <section class="card" id="paired-card" hidden><h2>Shadow: candidate vs baseline on the same prompts</h2><div id="paired"></div></section>
-  <section class="card" id="rollout-card" hidden><h2>Rollout</h2><div id="rollout"></div></section>
+  <section class="card" id="rollout-look-card" hidden><h2>Rollout evidence</h2><div id="rollout-look"></div></section>
+  <section class="card" id="rollout-card" hidden><h2>Rollout decisions</h2><div id="rollout"></div></section>
   <div class="toolbar">
     <label>Segment <select id="segment"><option value="">all units</option></select></label>
     <span class="hint" id="segment-hint"></span>
@@ -54,7 +56,7 @@ const SKELETON = `
     <h2>Metrics</h2>
     <table class="grid" id="results"><thead><tr>
       <th>metric</th><th class="r">units</th><th class="r">control</th><th class="r">candidate</th><th class="r">lift</th>
-      <th class="r">sequential CI</th><th class="r">p</th><th class="r">p Holm</th><th class="r">seq. p Holm</th>
+      <th class="r">sequential CI</th><th class="r" title="fixed-horizon Welch p (one planned look)">p (fixed)</th><th class="r">p Holm</th><th class="r">seq. p Holm</th>
       <th class="r">P(beat control)</th><th>guardrail</th><th>progress to sample size</th>
     </tr></thead><tbody></tbody></table>
   </section>
@@ -99,6 +101,7 @@ export class ExperimentPage {
     srmBanner($("#srm-banner"), r.srm);
     $("#verdicts").innerHTML = verdicts(r);
     $("#allocation tbody").innerHTML = allocation(r.allocation);
+    $("#stage-srm").innerHTML = stageSrm(r.srm);
 
     // A shadow candidate serves no unit: its evidence is the paired comparison alone.
     const shadow = r.mode === "shadow";
@@ -111,7 +114,9 @@ export class ExperimentPage {
     this.renderTimeseries(r, metrics);
     const rolloutCard = $("#rollout-card");
     rolloutCard.hidden = r.mode !== "rollout";
-    if (r.mode === "rollout") $("#rollout").innerHTML = renderRollout(this.rollout);
+    if (r.mode === "rollout") $("#rollout").innerHTML = keepOpen($("#rollout"), () => renderRollout(this.rollout));
+    $("#rollout-look-card").hidden = !r.rollout;
+    if (r.rollout) $("#rollout-look").innerHTML = renderLook(r.rollout);
     const pairedCard = $("#paired-card");
     pairedCard.hidden = !(r.mode === "shadow" || r.paired.length);
     if (!pairedCard.hidden) $("#paired").innerHTML = renderPaired(r.paired);
@@ -173,6 +178,9 @@ function head(r) {
       <h1>${esc(r.name)}</h1>
       ${statusBadge(r.status)}
       ${r.verdicts.map((v) => badge(v.verdict, r.verdicts.length > 1 ? ` · ${esc(v.variant)}` : "")).join(" ")}
+      ${r.verdicts.some((v) => (v.differences || []).length)
+        ? `<span class="pill warn" id="differs" title="the cumulative table differs from the evidence the verdict rests on: see the verdict">cumulative table differs</span>`
+        : ""}
     </div>
     <div class="facts">
       <span>route <code>${esc(r.route)}</code></span>
@@ -187,20 +195,67 @@ function head(r) {
 }
 
 function srmBanner(el, srm) {
-  if (srm.error) {
+  const perStage = srm.method === "per_stage";
+  if (srm.flagged) {
+    const bad = (srm.stages || []).filter((s) => s.flagged).map((s) => `${s.percent ?? "?"}% (stage ${s.stage})`);
+    el.className = "banner bad";
+    el.innerHTML = `<b>Sample ratio mismatch${bad.length ? ` in stage ${esc(bad.join(", "))}` : ""}.</b> The observed split
+      differs from the ${perStage ? "stage's" : "configured"} weights (p = ${cell(srm.p_value, "p", "/srm/p_value")}, threshold
+      ${cell(srm.threshold, "p", "/srm/threshold")}). Find the assignment or logging bug before trusting any result below.`;
+  } else if (srm.error) {
     el.className = "banner neutral";
     el.innerHTML = `Sample-ratio check not available: ${esc(srm.error.message)}`;
-  } else if (srm.flagged) {
-    el.className = "banner bad";
-    el.innerHTML = `<b>Sample ratio mismatch.</b> The observed split differs from the configured weights
-      (χ² = ${cell(srm.chi2, "num", "/srm/chi2")}, p = ${cell(srm.p_value, "p", "/srm/p_value")}, threshold
-      ${cell(srm.threshold, "p", "/srm/threshold")}). Find the assignment or logging bug before trusting any result below.`;
+  } else if (perStage) {
+    el.className = "banner ok";
+    el.innerHTML = `Every stage's split matches that stage's weights (per-stage SRM over ${(srm.stages || []).length} stage(s),
+      combined p = ${cell(srm.p_value, "p", "/srm/p_value")}).`;
+  } else if (srm.method === "first_exposure") {
+    el.className = "banner ok";
+    el.innerHTML = `Units first seen in the current stage match its weights (SRM χ² = ${cell(srm.chi2, "num", "/srm/chi2")},
+      p = ${cell(srm.p_value, "p", "/srm/p_value")}; calls carry no stage tag, so earlier stages are not checked).`;
   } else {
     el.className = "banner ok";
     el.innerHTML = `Allocation matches the configured weights (SRM χ² = ${cell(srm.chi2, "num", "/srm/chi2")},
       p = ${cell(srm.p_value, "p", "/srm/p_value")}).`;
   }
   el.dataset.flagged = String(Boolean(srm.flagged));
+  el.dataset.method = srm.method || "";
+}
+
+// Rollouts: each stage's units against that stage's weights (the banner's evidence).
+function stageSrm(srm) {
+  const stages = srm.stages || [];
+  if (!stages.length) return "";
+  const names = [...new Set(stages.flatMap((s) => Object.keys(s.expected_share).concat(Object.keys(s.units))))];
+  const rows = stages
+    .map((s, i) => {
+      const ptr = `/srm/stages/${i}`;
+      const units = names
+        .map((n) => `<td class="r">${n in s.units ? cell(s.units[n], "count", `${ptr}/units/${key(n)}`) : DASH}</td>`)
+        .join("");
+      return `<tr data-stage-srm="${s.stage}" class="${s.flagged ? "tone-bad" : ""}"${s.error ? ` title="${esc(s.error.message)}"` : ""}>
+        <td>${s.percent == null ? `stage ${s.stage}` : `${cell(s.percent, "num", `${ptr}/percent`)}%`}</td>${units}
+        <td class="r">${cell(s.p_value, "p", `${ptr}/p_value`)}</td></tr>`;
+    })
+    .join("");
+  return `<table class="grid compact" id="srm-stages"><thead><tr><th title="candidate weight in the stage">stage</th>
+      ${names.map((n) => `<th class="r">${esc(n)}</th>`).join("")}<th class="r">SRM p</th></tr></thead>
+      <tbody>${rows}</tbody></table>`;
+}
+
+// Redraw a container without closing the <details> a reader opened.
+function keepOpen(el, draw) {
+  const open = new Set([...el.querySelectorAll("tr[data-evidence-for] details[open]")].map((d) => d.closest("tr").dataset.evidenceFor));
+  const had = el.querySelector("tr[data-evidence-for]") !== null;
+  const html = draw();
+  if (!had) return html;
+  const tmp = document.createElement("div");
+  tmp.innerHTML = html;
+  for (const row of tmp.querySelectorAll("tr[data-evidence-for]")) {
+    const d = row.querySelector("details");
+    if (d) d.open = open.has(row.dataset.evidenceFor);
+  }
+  return tmp.innerHTML;
 }
 
 function verdicts(r) {
@@ -215,8 +270,14 @@ function verdicts(r) {
       (v) => `<div class="verdict" data-variant="${esc(v.variant)}">
         <div><b>${esc(v.variant)}</b> vs ${esc(r.control || DASH)} ${badge(v.verdict)}</div>
         <div class="reason">${esc(v.reason)}</div>
+        ${v.basis ? `<div class="basis" data-basis>on ${esc(v.basis)}</div>` : ""}
         ${list("better", v.better, "good-text")}${list("worse", v.worse, "bad-text")}
         ${list("failed guardrails", v.failed_guardrails, "bad-text")}
+        ${(v.differences || []).length
+          ? `<ul class="differences" aria-label="where the cumulative table differs">${v.differences
+              .map((d) => `<li class="warn-text">${esc(d)}</li>`)
+              .join("")}</ul>`
+          : ""}
       </div>`,
     )
     .join("");
@@ -270,9 +331,12 @@ function resultRows(results, base, metrics, control) {
         ? `${cell(res.sequential_ci_relative.lower, "lift", `${ptr}/sequential_ci_relative/lower`)} … ${cell(res.sequential_ci_relative.upper, "lift", `${ptr}/sequential_ci_relative/upper`)}`
         : DASH;
       const variant = candidates.size > 1 ? ` <span class="tag">${esc(res.variant)}</span>` : "";
+      const insufficient =
+        res.error && res.error.code === "insufficient_data" ? ' <span class="tag" data-insufficient>insufficient data</span>' : "";
+      const fixed = m.kind === "quantile" ? ' <span class="tag" title="request-level order-statistic interval, valid at one planned look">fixed-horizon</span>' : "";
       return `<tr class="tone-${tone(res)}" data-metric="${esc(res.metric)}" data-variant="${esc(res.variant)}"${err}>
         <td><span title="${esc(m.description || m.name || "")}">${esc(m.label)}</span>${variant}
-          ${m.guardrail ? '<span class="tag guard">guardrail</span>' : ""}
+          ${m.guardrail ? '<span class="tag guard">guardrail</span>' : ""}${fixed}${insufficient}
           <span class="dir" title="${m.direction === "increase" ? "higher" : "lower"} is better">${m.direction === "increase" ? "↑" : "↓"}</span></td>
         <td class="r">${cell(res.units, "count", `${ptr}/units`)}</td>
         <td class="r muted">${controlMean}</td>
@@ -292,8 +356,14 @@ function resultRows(results, base, metrics, control) {
 
 function guardrail(g) {
   if (!g) return "";
+  const margin = `non-inferiority margin ${(g.margin * 100).toFixed(1)}%`;
+  if (g.error && g.error.code === "not_yet_valid") {
+    return `<span class="badge neutral" data-guardrail-outcome="not_yet_valid" title="${esc(g.error.message)}">fixed-horizon, not yet valid</span>`;
+  }
   const t = { pass: "good", fail: "bad", inconclusive: "neutral" }[g.outcome];
-  return `<span class="badge ${t}" title="non-inferiority margin ${(g.margin * 100).toFixed(1)}%">${g.outcome}</span>`;
+  const label = g.test === "fixed_horizon" ? `${g.outcome} (fixed-horizon)` : g.outcome;
+  const why = g.error ? ` — ${g.error.message}` : "";
+  return `<span class="badge ${t}" data-guardrail-outcome="${esc(g.outcome)}" title="${esc(margin + why)}">${esc(label)}</span>`;
 }
 
 function progress(pr, ptr) {

@@ -71,6 +71,11 @@ export function cell(value, fmt, pointer, extraClass = "") {
   return `<span class="${cls}" data-fmt="${fmt}" data-ptr="${esc(pointer)}" data-raw="${raw}">${text}</span>`;
 }
 
+// RFC 6901: an object key inside a JSON pointer.
+export function key(k) {
+  return String(k).replaceAll("~", "~0").replaceAll("/", "~1");
+}
+
 export function esc(s) {
   return String(s ?? "")
     .replaceAll("&", "&amp;")

@@ -5,7 +5,11 @@ export const VERDICTS = {
   harm: { label: "harm", tone: "bad", hint: "a guardrail failed or a metric is significantly worse" },
   srm: { label: "SRM", tone: "bad", hint: "sample ratio mismatch: the split is off, trust nothing yet" },
   no_difference_yet: { label: "no difference yet", tone: "neutral", hint: "keep collecting data" },
-  insufficient_data: { label: "insufficient data", tone: "neutral", hint: "fewer than 2 units in a variant" },
+  insufficient_data: {
+    label: "insufficient data",
+    tone: "neutral",
+    hint: "fewer units than the tests need in a variant, or no evidence for a guardrail yet",
+  },
 };
 
 export function badge(verdict, extra = "") {
