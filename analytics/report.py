@@ -33,6 +33,7 @@ from analytics.report_schema import (
     VariantResult,
     Verdict,
 )
+from analytics.rollout.margins import Margin
 from analytics.segment_stats import segment_stats
 from analytics.snapshot import load_timeseries, with_current_point
 from analytics.stats.correction import benjamini_hochberg, holm
@@ -341,13 +342,26 @@ def _segment_tables(conn: Connection, exp: _Experiment, metrics: Sequence[Metric
     return out
 
 
-def _with_plan_guardrails(metrics: list[Metric], guards: Sequence[tuple[Metric, float]]) -> list[Metric]:
+def _with_plan_guardrails(metrics: list[Metric], guards: Sequence[tuple[Metric, Margin]]) -> list[Metric]:
     """A rollout's metrics: the plan's guardrails (the controller's definitions and margins)
-    replace the catalogue's flags for those metrics, and are added when not listed."""
-    margins = {m.name: margin for m, margin in guards}
+    replace the catalogue's flags for those metrics, and are added when not listed. A
+    ``Metric`` carries one relative margin; absolute ones are shown through
+    :func:`_plan_metric_info` (the table's cells come from the controller's own test)."""
+    margins = {m.name: margin.relative or 0.0 for m, margin in guards}
     out = [replace(m, guardrail=True, margin=margins[m.name]) if m.name in margins else m for m in metrics]
     names = {m.name for m in out}
-    return out + [replace(m, guardrail=True, margin=margin) for m, margin in guards if m.name not in names]
+    return out + [
+        replace(m, guardrail=True, margin=margins[m.name]) for m, _ in guards if m.name not in names
+    ]
+
+
+def _plan_metric_info(info: MetricInfo, guards: Sequence[tuple[Metric, Margin]]) -> MetricInfo:
+    """A plan guardrail's margin as the plan states it; ``margin`` (relative) only when it is one."""
+    margin = next((g for m, g in guards if m.name == info.name), None)
+    if margin is None:
+        return info
+    relative = margin.relative if margin.kind == "relative" else None
+    return info.model_copy(update={"margin": relative, "margin_text": margin.spec_text()})
 
 
 def _compare_options(opts: ReportOptions, exp: _Experiment, state: RolloutState | None) -> CompareOptions:
@@ -367,7 +381,7 @@ def build_report(
     exp = _load_experiment(conn, experiment_id)
     metrics, errors = resolve_metrics(conn, exp.metrics)
     state: RolloutState | None = None
-    guards: list[tuple[Metric, float]] = []
+    guards: list[tuple[Metric, Margin]] = []
     problem: str | None = None
     if exp.mode == "rollout":
         # Imported here: the rollout controller imports this module (resolve_metrics).
@@ -381,7 +395,7 @@ def build_report(
     head: dict[str, Any] = {
         "experiment_id": exp.id, "name": exp.name, "route": exp.route, "mode": exp.mode, "status": exp.status,
         "stage": exp.stage, "started_at": exp.started_at, "generated_at": generated, "alpha": opts.alpha,
-        "control": exp.control, "metrics": [metric_info(m, opts.mde) for m in metrics],
+        "control": exp.control, "metrics": [_plan_metric_info(metric_info(m, opts.mde), guards) for m in metrics],
         "planned_units": compare.planned_units, "min_units": compare.min_units,
     }  # fmt: skip
     if exp.control is None:

@@ -97,6 +97,9 @@ class MetricInfo(_Model):
     mde: float | None = None
     quantile: float | None = None
     description: str = ""
+    # How a rollout plan states this guardrail's margin (e.g. "+0.01 absolute"); ``margin``
+    # is then set only when the margin is relative.
+    margin_text: str | None = None
 
 
 class AllocationRow(_Model):
@@ -157,6 +160,10 @@ class Guardrail(_Model):
     p_value: float | None = None
     test: GuardrailTest = "sequential"
     error: ErrorInfo | None = None
+    # "absolute": ``margin`` and ``bound`` are in the metric's unit (a rollout guardrail
+    # with an absolute margin, e.g. +0.01 error rate); "relative" otherwise.
+    scale: Literal["relative", "absolute"] = "relative"
+    margin_text: str | None = None
 
 
 class Cuped(_Model):
@@ -282,10 +289,14 @@ class PairedComparison(_Model):
 
 
 class RolloutGuardrail(_Model):
-    """A guardrail as the rollout plan defines it (the controller's definition)."""
+    """A guardrail as the rollout plan defines it (the controller's definition): a relative
+    ``margin`` (0.1 = 10% worse than the control), an ``absolute_margin`` in the metric's
+    unit (the default for event rates), or both (the larger tolerated harm applies)."""
 
     metric: str
-    margin: float
+    margin: float | None
+    absolute_margin: float | None = None
+    margin_text: str = ""
 
 
 class RolloutDecision(_Model):

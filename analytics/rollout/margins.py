@@ -59,6 +59,14 @@ class Margin:
             return rel
         return self.absolute if rel is None else max(rel, self.absolute)
 
+    def spec_text(self) -> str:
+        """The margin as the plan states it, before any control mean is known."""
+        if self.kind == "absolute":
+            return f"+{self.absolute:.4g} absolute"
+        if self.kind == "relative":
+            return f"{self.relative:.0%} of the control"
+        return f"max({self.relative:.0%} of the control, +{self.absolute:.4g})"
+
     def describe(self, control_mean: float | None) -> str:
         """E.g. ``+0.01 absolute``, ``10% of the control (+41.2)``, ``max(25% × 0.05, 0.01) = +0.0125``."""
         eff = self.effective(control_mean)

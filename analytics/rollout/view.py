@@ -46,6 +46,7 @@ from analytics.rollout import store
 from analytics.rollout.controller import measure, resolve_guardrails
 from analytics.rollout.decisions import Look, decide
 from analytics.rollout.evidence import check_guardrail, guardrail_alpha
+from analytics.rollout.margins import Margin
 from analytics.rollout.plan import PlanError, RolloutPlan, parse_plan
 from analytics.stats.sufficient import SampleStats
 
@@ -94,7 +95,7 @@ def load_state(conn: Connection, experiment_id: int) -> RolloutState | None:
         return RolloutState(row, None, str(exc))
 
 
-def plan_guardrails(conn: Connection, state: RolloutState) -> tuple[list[tuple[Metric, float]], str | None]:
+def plan_guardrails(conn: Connection, state: RolloutState) -> tuple[list[tuple[Metric, Margin]], str | None]:
     """(metric, margin) of the plan's guardrails as the controller resolves them, or why not."""
     if state.plan is None:
         return [], f"invalid rollout plan: {state.plan_error}"
@@ -122,7 +123,7 @@ def live_look(conn: Connection, state: RolloutState, now: datetime, grace_s: flo
 
 def cumulative_checks(
     state: RolloutState,
-    guards: Sequence[tuple[Metric, float]],
+    guards: Sequence[tuple[Metric, Margin]],
     stats: Mapping[str, Mapping[str, SampleStats]],
 ) -> dict[str, Guardrail]:
     """The controller's guardrail test (:func:`~analytics.rollout.evidence.check_guardrail`,
@@ -146,7 +147,8 @@ def cumulative_checks(
 def _cell(g: Mapping[str, Any]) -> Guardrail:
     outcome: GuardrailOutcome = _CELL.get(str(g.get("outcome")), "inconclusive")
     upper = g.get("upper")
-    # The evidence bounds the relative harm; the table shows the worst end as a relative lift.
+    # The evidence bounds the harm (relative, or absolute in metric units: ``harm_scale``);
+    # the table shows the worst end as a lift on the same scale.
     bound = None if upper is None else (-upper if g.get("direction") == "increase" else upper)
     err = None
     if outcome == "inconclusive" and g.get("outcome") != "inconclusive":
@@ -155,6 +157,7 @@ def _cell(g: Mapping[str, Any]) -> Guardrail:
         )
     return Guardrail(
         outcome=outcome, margin=float(g.get("margin") or 0.0), bound=bound, p_value=g.get("p_value"), error=err,
+        scale="absolute" if _absolute(g) else "relative", margin_text=g.get("margin_text") or None,
     )  # fmt: skip
 
 
@@ -219,7 +222,7 @@ def _at(state: RolloutState, d: RolloutDecision) -> str:
 def build_section(
     conn: Connection,
     state: RolloutState,
-    guards: Sequence[tuple[Metric, float]],
+    guards: Sequence[tuple[Metric, Margin]],
     problem: str | None,
     now: datetime,
     grace_s: float,
@@ -234,7 +237,13 @@ def build_section(
     section = RolloutSection(
         window=_window(state), stage=state.row.stage, stage_percent=state.stage_percent(state.row.stage),
         min_test_units=plan.min_test_units if plan else 0, planned_units=plan.planned_units if plan else 0,
-        guardrails=[RolloutGuardrail(metric=m.name, margin=margin) for m, margin in guards],
+        guardrails=[
+            RolloutGuardrail(
+                metric=m.name, margin=margin.relative, absolute_margin=margin.absolute,
+                margin_text=margin.spec_text(),
+            )
+            for m, margin in guards
+        ],
         look=look, decisions=recent, basis=basis.long,
         error=None if problem is None else ErrorInfo(code="plan_invalid", message=problem),
     )  # fmt: skip
@@ -255,6 +264,28 @@ def _with_evidence_back(
 
 def _pct(v: Any) -> str:
     return f"{v:+.1%}" if isinstance(v, int | float) else "n/a"
+
+
+def _absolute(g: Mapping[str, Any]) -> bool:
+    return g.get("harm_scale") == "absolute"
+
+
+def _harm(g: Mapping[str, Any], key: str) -> str:
+    """A harm figure on its own scale: relative (a percentage) or absolute (metric units)."""
+    v = g.get(key)
+    if not isinstance(v, int | float):
+        return "n/a"
+    return f"{v:+.4g}" if _absolute(g) else f"{v:+.1%}"
+
+
+def _margin(g: Mapping[str, Any]) -> str:
+    text = g.get("margin_text")
+    if isinstance(text, str) and text:
+        return text
+    m = g.get("margin")
+    if not isinstance(m, int | float):
+        return "undefined"
+    return f"+{m:.4g}" if _absolute(g) else f"{m:.0%}"
 
 
 def rollout_verdict(
@@ -284,8 +315,8 @@ def rollout_verdict(
     kw |= {"better": better, "worse": worse, "failed_guardrails": sorted(str(g["metric"]) for g in harmed)}
     if harmed or worse:
         why = [
-            f"guardrail {g['metric']} worse than its {g.get('margin', 0):.0%} margin: harm {_pct(g.get('harm'))}, "
-            f"always-valid lower bound {_pct(g.get('lower'))} (n control {g.get('n_control')}, "
+            f"guardrail {g['metric']} worse than its margin ({_margin(g)}): harm {_harm(g, 'harm')}, "
+            f"always-valid lower bound {_harm(g, 'lower')} (n control {g.get('n_control')}, "
             f"candidate {g.get('n_candidate')})"
             for g in harmed
         ] + [
@@ -310,8 +341,7 @@ def rollout_verdict(
     pending = [g for g in guards if g.get("outcome") != "noninferior"]
     if pending:
         open_ = ", ".join(
-            f"{g['metric']} (harm {_pct(g.get('harm'))}, upper bound {_pct(g.get('upper'))} vs margin "
-            f"{g.get('margin', 0):.0%})"
+            f"{g['metric']} (harm {_harm(g, 'harm')}, upper bound {_harm(g, 'upper')} vs margin {_margin(g)})"
             for g in pending
         )
         return Verdict(
@@ -384,7 +414,7 @@ def judge(
     stats: Mapping[str, Mapping[str, SampleStats]],
     srm: SrmCheck,
     metrics: Sequence[Metric],
-    guards: Sequence[tuple[Metric, float]],
+    guards: Sequence[tuple[Metric, Margin]],
     problem: str | None,
     now: datetime,
     grace_s: float,

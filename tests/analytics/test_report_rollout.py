@@ -118,7 +118,7 @@ def test_a_running_rollouts_report_shows_the_plans_guardrails_and_the_controller
     eid, salt = create_rollout(
         engine, FAST, metrics=["thumbs_down_rate", "latency_mean", "latency_p95"], salt="ramp"
     )
-    ramp = population(engine, eid, salt, 400, seed=5)
+    ramp = population(engine, eid, salt, 1500, seed=5)
     clock = Clock()
     _drive(engine, ramp, clock, 40, until_stage=1)
     ramp.send(clock.now, 250, seconds=2.0)
@@ -156,7 +156,7 @@ def test_a_running_rollouts_report_shows_the_plans_guardrails_and_the_controller
 
 def test_a_harmful_candidate_is_harm_on_the_same_evidence_that_rolled_it_back(engine: Engine) -> None:
     eid, salt = create_rollout(engine, FAST, metrics=["error_rate", "thumbs_down_rate"], salt="ramp")
-    ramp = population(engine, eid, salt, 400, seed=6)
+    ramp = population(engine, eid, salt, 1500, seed=6)
     ramp.behaviour["candidate"] = Behaviour(error_p=0.3)
     clock = Clock()
     _drive(engine, ramp, clock, 60)

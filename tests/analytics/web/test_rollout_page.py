@@ -45,7 +45,7 @@ def _ramping(engine: Engine) -> str:
     eid, salt = create_rollout(
         engine, PLAN, metrics=["error_rate", "latency_mean", "thumbs_down_rate"], salt="web"
     )
-    ramp = population(engine, eid, salt, 500, seed=21)
+    ramp = population(engine, eid, salt, 1500, seed=21)
     now = datetime.now(UTC) - timedelta(minutes=30)
     controller = Controller(engine, for_registry(CollectorRegistry()), clock=lambda: now, srm_grace_s=2.0)
     controller.evaluate(eid)

@@ -10,7 +10,7 @@ const OUTCOME_TONE = { harm: "bad", noninferior: "good", inconclusive: "neutral"
 const KNOWN = new Set(["code", "stage_percent", "elapsed_s", "min_duration_s", "min_units", "units", "guardrails", "srm", "success"]);
 const GUARD_KNOWN = new Set([
   "metric", "outcome", "margin", "alpha", "direction", "n_control", "n_candidate", "control_mean",
-  "candidate_mean", "harm", "lower", "upper", "p_value", "message",
+  "candidate_mean", "harm", "lower", "upper", "p_value", "message", "harm_scale", "margin_text",
 ]);
 
 const isObj = (x) => x !== null && typeof x === "object" && !Array.isArray(x);
@@ -61,12 +61,17 @@ function guardrails(list, ptr) {
     .map((g, j) => {
       const p = `${ptr}/guardrails/${j}`;
       const more = isObj(g) ? extras(g, GUARD_KNOWN, p) : "";
+      // Harm, bounds and margin share one scale: relative (a percentage) or absolute
+      // (metric units, e.g. +0.01 error rate = one point).
+      const abs = g.harm_scale === "absolute";
+      const hf = abs ? "num" : "lift";
+      const mf = abs ? "num" : "pct";
       return `<tr data-guardrail="${esc(g.metric)}"${g.message ? ` title="${esc(g.message)}"` : ""}>
         <td>${esc(g.metric)}</td>
         <td>${outcomeBadge(g.outcome)}</td>
-        <td class="r">${at(g, "harm", "lift", p)}</td>
-        <td class="r">${at(g, "lower", "lift", p)} … ${at(g, "upper", "lift", p)}</td>
-        <td class="r">${at(g, "margin", "pct", p)}</td>
+        <td class="r">${at(g, "harm", hf, p)}</td>
+        <td class="r">${at(g, "lower", hf, p)} … ${at(g, "upper", hf, p)}</td>
+        <td class="r"${g.margin_text ? ` title="${esc(g.margin_text)}"` : ""}>${at(g, "margin", mf, p)}${abs ? " abs." : ""}</td>
         <td class="r">${at(g, "n_control", "count", p)}</td>
         <td class="r">${at(g, "n_candidate", "count", p)}</td>
         <td class="r">${at(g, "p_value", "p", p)}</td>
@@ -75,7 +80,7 @@ function guardrails(list, ptr) {
     })
     .join("");
   return `<table class="grid compact evidence-guardrails"><thead><tr>
-      <th>guardrail</th><th>outcome</th><th class="r" title="relative harm: how much worse the candidate is">harm</th>
+      <th>guardrail</th><th>outcome</th><th class="r" title="how much worse the candidate is: relative, or absolute (abs.) in the metric's unit">harm</th>
       <th class="r" title="always-valid bounds of the harm">bounds</th><th class="r">margin</th>
       <th class="r">n control</th><th class="r">n candidate</th><th class="r">p (harm)</th><th></th>
     </tr></thead><tbody>${rows}</tbody></table>`;

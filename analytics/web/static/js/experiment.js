@@ -356,7 +356,7 @@ function resultRows(results, base, metrics, control) {
 
 function guardrail(g) {
   if (!g) return "";
-  const margin = `non-inferiority margin ${(g.margin * 100).toFixed(1)}%`;
+  const margin = `non-inferiority margin ${g.margin_text || (g.scale === "absolute" ? `+${g.margin}` : `${(g.margin * 100).toFixed(1)}%`)}`;
   if (g.error && g.error.code === "not_yet_valid") {
     return `<span class="badge neutral" data-guardrail-outcome="not_yet_valid" title="${esc(g.error.message)}">fixed-horizon, not yet valid</span>`;
   }

@@ -34,6 +34,13 @@ function warnings(list) {
     .join("")}</ul>`;
 }
 
+// The plan check of GET .../rollout: errors (the controller refuses the plan) before warnings.
+function planNotes(state) {
+  const pc = state.plan_check || {};
+  const errs = (Array.isArray(pc.errors) ? pc.errors : []).map((e) => `error: ${typeof e === "string" ? e : JSON.stringify(e)}`);
+  return [...errs, ...(state.warnings || pc.warnings || [])];
+}
+
 export function renderRollout(state) {
   if (!state || state.error) {
     return `<p class="muted">Rollout state unavailable${state ? `: ${esc(state.error)}` : ""}.</p>`;
@@ -78,7 +85,7 @@ export function renderRollout(state) {
       ${state.status_reason ? `<span>${esc(state.status_reason)}</span>` : ""}
       ${state.plan_error ? `<span class="bad-text">plan: ${esc(state.plan_error)}</span>` : ""}
     </div>
-    ${warnings(state.warnings)}
+    ${warnings(planNotes(state))}
     ${ladder}
     <table class="grid compact" id="rollout-timeline"><thead><tr>
       <th>time</th><th>stage</th><th>decision</th><th>reason</th><th>by</th>
@@ -90,7 +97,9 @@ export function renderLook(section) {
   if (!section) return "";
   const guards = section.guardrails.length
     ? section.guardrails
-        .map((g, i) => `<span class="kv" data-plan-guardrail="${esc(g.metric)}">${esc(g.metric)} within ${cell(g.margin, "pct", `/rollout/guardrails/${i}/margin`)}</span>`)
+        .map((g, i) => `<span class="kv" data-plan-guardrail="${esc(g.metric)}">${esc(g.metric)} within ${
+          g.margin_text ? esc(g.margin_text) : cell(g.margin, "pct", `/rollout/guardrails/${i}/margin`)
+        }</span>`)
         .join(" ")
     : `<span class="bad-text">none: the plan tests no guardrail</span>`;
   const look = section.look
