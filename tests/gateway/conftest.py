@@ -19,6 +19,7 @@ from contracts.events import Event, FeedbackEvent, InteractionEvent
 from gateway.app import GatewayApp, create_app
 from gateway.config_source import ConfigSource, StaticConfigSource
 from gateway.metrics import GatewayMetrics
+from gateway.server import uvicorn_options
 from gateway.settings import GatewaySettings
 from gateway.snapshot import ExperimentConfig, UpstreamConfig, VariantConfig, build_snapshot
 from liftgate.simulator_model import SimulatorModel
@@ -76,7 +77,8 @@ def free_port() -> int:
 
 
 class GatewayThread:
-    """The real app served by uvicorn on a free port in a background thread."""
+    """The real app served by uvicorn on a free port in a background thread, with the
+    options every entry point uses (``gateway.server``: its protocol, deadlines, keep-alive)."""
 
     def __init__(self, app: GatewayApp) -> None:
         self.app = app
@@ -84,7 +86,8 @@ class GatewayThread:
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(app, lifespan="on", log_level="warning", access_log=False, loop="asyncio")
+        options = {**uvicorn_options(app.runtime.settings), "log_level": "warning", "loop": "asyncio"}
+        config = uvicorn.Config(app, lifespan="on", **options)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
 
@@ -104,9 +107,11 @@ class GatewayThread:
 
 
 def settings(**kw: Any) -> GatewaySettings:
+    """Test settings: client keys off unless a test asks for them (``client_keys="required"``)."""
     base: dict[str, Any] = {
         "admin_token": ADMIN_TOKEN,
         "database_url": "postgresql+psycopg://unused@127.0.0.1:1/x",
+        "client_keys": "off",
     }
     base.update(kw)
     return GatewaySettings(**base)
