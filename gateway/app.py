@@ -93,7 +93,6 @@ class GatewayApp:
         self.read_limits = ReadLimits.of(s)  # read by gateway.server.GatewayProtocol
         self.keys_required = s.client_keys == "required"
         self.feedback_rate = RateLimit(s.feedback_rate, s.feedback_burst)
-        self._feedback_too_large = errors.too_large(s.max_feedback_body_bytes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":

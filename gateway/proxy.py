@@ -1,11 +1,13 @@
 """The hot path: a raw ASGI handler for ``/v1/chat/completions``, ``/v1/completions`` and
 ``/v1/embeddings`` that runs before FastAPI's router.
 
-Per request: read the body, one pass over the headers, ``orjson.loads``, look the route up in
-the in-memory snapshot, assign the variant (pure hash), rewrite ``model`` (and, for streams,
-``stream_options.include_usage``), ``orjson.dumps``, call the upstream, relay the answer,
-then hand one event to the sink and enqueue shadow mirrors. Unknown request fields pass
-through untouched. No pydantic, no database, no blocking I/O.
+Per request: one pass over the headers — client key, declared size, liftgate headers, the
+client's in-flight limit (refusals here never read the body) — then read the body within its
+limit, ``orjson.loads``, the minimal shape and depth checks (``gateway.inputs``), look the
+route up in the in-memory snapshot, assign the variant (pure hash), rewrite ``model`` (and,
+for streams, ``stream_options.include_usage``), ``orjson.dumps``, call the upstream, relay the
+answer, then hand one event to the sink and enqueue shadow mirrors. Unknown request fields
+pass through untouched. No pydantic, no database, no blocking I/O.
 
 Fallback (experiment ``fallback_to_control``, A/B and rollout): a candidate call that fails
 before anything reached the client (connect error, timeout, 5xx) is retried once on the
