@@ -117,6 +117,7 @@ class GatewayApp:
         path: str = scope["path"]
         headers: list[tuple[bytes, bytes]] = scope["headers"]
         settings = self.runtime.settings
+        refused = self.runtime.metrics.refused
         openai = path.startswith("/v1/")
         limit = settings.max_admin_body_bytes
         if openai:
@@ -124,6 +125,7 @@ class GatewayApp:
             if self.keys_required:
                 digest = client_key_digest(header(headers, b"authorization"))
                 if digest is None or digest not in self.runtime.snapshot().api_key_hashes:
+                    refused["unauthorized"].inc()
                     await send_json(send, *errors.unauthorized(), [CLOSE])
                     return
                 client = digest
@@ -131,6 +133,7 @@ class GatewayApp:
                 limit = settings.max_feedback_body_bytes
                 wait = self.feedback_rate.take(client)
                 if wait:
+                    refused["rate_limited"].inc()
                     retry = (b"retry-after", b"%d" % max(1, math.ceil(wait)))
                     msg = "Too many feedback calls for this client; retry later."
                     await send_json(send, *errors.rate_limited(msg), [retry, CLOSE])
@@ -154,6 +157,7 @@ class GatewayApp:
         await self.api(scope, replay(body, receive), send)
 
     async def _too_large(self, send: Send, openai: bool, limit: int) -> None:
+        self.runtime.metrics.refused["body_too_large"].inc()
         if openai:
             await send_json(send, *errors.too_large(limit), [CLOSE])
         else:

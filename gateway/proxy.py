@@ -129,25 +129,31 @@ class CompletionProxy:
                     conversation = value.decode("utf-8", "replace")[:128]
         snap = self.snapshot()
         digest = self._hashed(authorization) if authorization else None
+        refused = self.metrics.refused
         if self.keys_required and (digest is None or digest not in snap.api_key_hashes):
+            refused["unauthorized"].inc()
             await send_json(send, *_UNAUTHORIZED, [CLOSE])
             return
         if length > self.max_body:
+            refused["body_too_large"].inc()
             await send_json(send, *self._too_large, [CLOSE])
             return
         if unit_header is not None or tags_raw is not None or conversation is not None:
             problem = header_problem(unit_header, tags_raw, conversation)
             if problem is not None:
+                refused["invalid_request"].inc()
                 await send_json(send, *errors.bad_request(*problem), [CLOSE])
                 return
         client = digest if self.keys_required and digest else peer(scope)
         if not self.concurrency.acquire(client):
+            refused["rate_limited"].inc()
             await send_json(send, *_TOO_MANY, [_RETRY_1S, CLOSE])
             return
         try:
             try:
                 body = await read_body(receive, self.max_body)
             except BodyTooLarge:
+                refused["body_too_large"].inc()
                 await send_json(send, *self._too_large, [CLOSE])
                 return
             except ClientGone:
@@ -174,23 +180,26 @@ class CompletionProxy:
         tags_raw: str | None,
         conversation: str | None,
     ) -> None:
+        problem: tuple[str, str | None] | None = None
         try:
             req = orjson.loads(body)
         except orjson.JSONDecodeError:
-            await send_json(send, *errors.bad_request("Request body is not valid JSON."), [])
-            return
-        if not isinstance(req, dict):
-            await send_json(send, *errors.bad_request("Request body must be a JSON object."), [])
-            return
-        problem = completion_problem(req, endpoint)
-        if problem is None and too_deep(body, req):
-            problem = f"Request body is nested too deeply (the limit is {MAX_DEPTH} levels).", None
+            problem = "Request body is not valid JSON.", None
+        else:
+            if not isinstance(req, dict):
+                problem = "Request body must be a JSON object.", None
+            else:
+                problem = completion_problem(req, endpoint)
+                if problem is None and too_deep(body, req):
+                    problem = f"Request body is nested too deeply (the limit is {MAX_DEPTH} levels).", None
         if problem is not None:
+            self.metrics.refused["invalid_request"].inc()
             await send_json(send, *errors.bad_request(*problem), [])
             return
         model: str = req["model"]
         route: RouteConfig | None = snap.routes.get(model)
         if route is None:
+            self.metrics.refused["model_not_found"].inc()
             await send_json(send, *errors.model_not_found(model), [])
             return
         facts = RequestFacts(

@@ -44,7 +44,8 @@ async def models(request: Request) -> Response:
     return Response(orjson.dumps({"object": "list", "data": data}), media_type="application/json")
 
 
-def _bad(message: str, param: str | None = None) -> Response:
+def _bad(request: Request, message: str, param: str | None = None) -> Response:
+    _runtime(request).metrics.refused["invalid_request"].inc()
     return _error(*errors.bad_request(message, param))
 
 
@@ -61,12 +62,12 @@ async def feedback(request: Request) -> Response:
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        return _bad("Request body is not valid JSON.")
+        return _bad(request, "Request body is not valid JSON.")
     if isinstance(data, dict) and too_deep(raw, data):
-        return _bad(f"Request body is nested too deeply (the limit is {MAX_DEPTH} levels).")
+        return _bad(request, f"Request body is nested too deeply (the limit is {MAX_DEPTH} levels).")
     checked = validate_feedback(data)
     if isinstance(checked, str):
-        return _bad(checked)
+        return _bad(request, checked)
     rid, kind, value, unit, tags = checked
     rt = _runtime(request)
     known = rt.recorder.recent.get(rid) if rt.recorder is not None else None

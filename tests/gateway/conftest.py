@@ -311,3 +311,12 @@ class PeakRss:
         self._stop.set()
         self._thread.join(timeout=5)
         self.peak = max(self.peak, self.gateway.rss())
+
+
+def refused(url: str, reason: str) -> float:
+    """``liftgate_gateway_refused_total{reason=...}`` as the gateway at ``url`` reports it."""
+    prefix = f'liftgate_gateway_refused_total{{reason="{reason}"}} '
+    for line in get(url + "/metrics").text.splitlines():
+        if line.startswith(prefix):
+            return float(line[len(prefix) :])
+    return 0.0

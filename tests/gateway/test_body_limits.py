@@ -23,6 +23,7 @@ from tests.gateway.conftest import (
     PeakRss,
     experiment,
     http,
+    refused,
     start_gateway,
     static_source,
 )
@@ -116,11 +117,12 @@ def test_a_chunked_body_is_counted_as_it_streams_and_refused_past_the_limit(
     gw: tuple[str, MemorySink], path: str, limit: int
 ) -> None:
     url, sink = gw
-    before = len(sink.events)
+    before, counted = len(sink.events), refused(url, "body_too_large")
     answer = upload(_port(url), path, 50 * MiB, chunked=True)
     assert answer.startswith(b"HTTP/1.1 413") and b'"body_too_large"' in answer, answer[:300]
     assert b"(the limit is %d bytes)" % limit in answer
     assert len(sink.events) == before
+    assert refused(url, "body_too_large") == counted + 1
 
 
 def test_a_body_within_the_limit_is_served(gw: tuple[str, MemorySink]) -> None:

@@ -25,6 +25,7 @@ from tests.gateway.conftest import (
     get,
     http,
     post,
+    refused,
     start_gateway,
     static_source,
 )
@@ -80,7 +81,7 @@ def test_with_keys_required_and_no_key_at_all_every_call_is_refused(
 ) -> None:
     url, sink, route = keyed
     _until(lambda: route in get(url + "/readyz").json()["routes"])  # the route is loaded
-    before = len(sink.events)
+    before, counted = len(sink.events), refused(url, "unauthorized")
     for key in (None, "sk-made-up-key-123456"):
         r = post(url + "/v1/chat/completions", {"model": route, "messages": MSG},
                  headers={"Authorization": f"Bearer {key}"} if key else {})  # fmt: skip
@@ -88,6 +89,7 @@ def test_with_keys_required_and_no_key_at_all_every_call_is_refused(
     assert get(url + "/v1/models").status_code == 401
     assert post(url + "/v1/feedback", {"request_id": "req-x", "kind": "thumbs_up"}).status_code == 401
     assert len(sink.events) == before  # nothing refused became an event
+    assert refused(url, "unauthorized") == counted + 4
 
 
 def test_revoking_the_last_key_closes_the_door_for_every_key(keyed: tuple[str, MemorySink, str]) -> None:

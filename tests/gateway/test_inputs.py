@@ -16,7 +16,7 @@ import pytest
 
 from gateway.inputs import MAX_DEPTH, completion_problem, too_deep
 from gateway.snapshot import UpstreamConfig, VariantConfig
-from tests.gateway.conftest import MemorySink, experiment, post, start_gateway, static_source
+from tests.gateway.conftest import MemorySink, experiment, post, refused, start_gateway, static_source
 
 MSG = [{"role": "user", "content": "hi"}]
 CHAT, COMPLETIONS, EMBEDDINGS = "/v1/chat/completions", "/v1/completions", "/v1/embeddings"
@@ -61,10 +61,11 @@ def test_control_characters_in_the_user_field_are_refused_and_never_become_an_ev
     gw: tuple[str, MemorySink], user: str
 ) -> None:
     url, sink = gw
-    before = len(sink.events)
+    before, counted = len(sink.events), refused(url, "invalid_request")
     err = _refused(url, CHAT, {"model": "assistant", "messages": MSG, "user": user})
     assert err["param"] == "user"
     assert len(sink.events) == before
+    assert refused(url, "invalid_request") == counted + 1
 
 
 @pytest.mark.parametrize(
