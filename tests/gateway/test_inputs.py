@@ -119,9 +119,10 @@ def test_json_nested_deeper_than_the_limit_is_a_400_not_a_500(gw: tuple[str, Mem
 
 
 def test_json_at_the_depth_limit_is_relayed(gw: tuple[str, MemorySink]) -> None:
-    url, _ = gw
+    url, sink = gw
     r = post(url + CHAT, content=_nested(MAX_DEPTH), headers={"content-type": "application/json"})
     assert r.status_code == 200
+    assert sink.wait_for(lambda e: e.request_id == r.headers["x-request-id"])  # recorded after the answer
 
 
 @pytest.mark.parametrize(
@@ -158,10 +159,15 @@ def test_requests_without_the_minimal_openai_shape_are_refused_with_the_param_na
 
 
 def test_well_formed_requests_of_every_endpoint_still_pass(gw: tuple[str, MemorySink]) -> None:
-    url, _ = gw
-    assert post(url + CHAT, {"model": "assistant", "messages": MSG, "stream": False}).status_code == 200
-    assert post(url + COMPLETIONS, {"model": "assistant", "prompt": ["a", "b"]}).status_code == 200
-    assert post(url + EMBEDDINGS, {"model": "assistant", "input": "hello"}).status_code == 200
+    url, sink = gw
+    for path, body in (
+        (CHAT, {"model": "assistant", "messages": MSG, "stream": False}),
+        (COMPLETIONS, {"model": "assistant", "prompt": ["a", "b"]}),
+        (EMBEDDINGS, {"model": "assistant", "input": "hello"}),
+    ):
+        r = post(url + path, body)
+        assert r.status_code == 200
+        assert sink.wait_for(lambda e, rid=r.headers["x-request-id"]: e.request_id == rid)
 
 
 def test_depth_is_measured_exactly_also_past_the_bracket_count_shortcut() -> None:

@@ -128,7 +128,7 @@ def test_slowloris_never_ending_and_short_bodies_are_all_closed_within_the_deadl
         waited = c.closed_at - c.opened
         deadline = HEADER_S if c.kind in ("slowloris", "silent") else BODY_S
         # Closed by the deadline: not before it, and not much after.
-        assert deadline - 0.1 <= waited <= deadline + SLACK_S, (c.kind, waited)
+        assert deadline - 0.3 <= waited <= deadline + SLACK_S, (c.kind, waited)
     assert all(c.answer.startswith(b"HTTP/1.1 408") for c in clients if c.kind == "slowloris")
     assert all(c.answer == b"" for c in clients if c.kind in ("silent", "chunked", "short"))
 
@@ -137,7 +137,7 @@ def test_an_idle_keep_alive_connection_is_closed(gw: GatewayThread) -> None:
     c = _open(gw.port, "idle", b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
     _watch([c], limit_s=KEEP_ALIVE_S + 2 * SLACK_S)
     assert c.answer.startswith(b"HTTP/1.1 200") and c.closed_at is not None
-    assert KEEP_ALIVE_S - 0.1 <= c.closed_at - c.opened <= KEEP_ALIVE_S + SLACK_S
+    assert KEEP_ALIVE_S - 0.3 <= c.closed_at - c.opened <= KEEP_ALIVE_S + SLACK_S
 
 
 def test_oversized_headers_are_refused_with_431(gw: GatewayThread) -> None:
