@@ -1,4 +1,5 @@
-"""``python -m gateway``: uvicorn (uvloop + httptools, access log off), one or more workers.
+"""``python -m gateway``: uvicorn (uvloop + httptools, access log off, the read deadlines of
+``gateway.server``), one or more workers.
 
 Events go to Kafka (``gateway.kafka_sink.KafkaSink``) when ``LIFTGATE_KAFKA_BOOTSTRAP`` is set;
 otherwise nowhere (``NullSink``) — ``liftgate up`` injects the Direct sink instead.
@@ -18,6 +19,7 @@ from pydantic import ValidationError
 
 from gateway.app import GatewayApp, create_app
 from gateway.null_sink import NullSink
+from gateway.server import uvicorn_options
 from gateway.settings import GatewaySettings
 from gateway.sink import EventSink
 
@@ -76,13 +78,7 @@ def main(argv: list[str] | None = None) -> None:
         host=settings.host,
         port=settings.port,
         workers=settings.workers,
-        loop="uvloop",
-        http="httptools",
-        access_log=False,
-        log_level=settings.log_level,
-        server_header=False,
-        proxy_headers=False,
-        date_header=False,
+        **uvicorn_options(settings),
     )
 
 

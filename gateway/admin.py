@@ -1,7 +1,11 @@
 """Admin API (bearer ``LIFTGATE_ADMIN_TOKEN``): upstreams, experiments, client API keys.
 
 401 without (or with a malformed) ``Authorization: Bearer`` header, 403 with a wrong token
-(constant-time compare). Invalid definitions answer 422 ``{"detail": reason}``. Every change
+(constant-time compare; checked from the headers before the body is read, see
+``gateway.app``). Invalid definitions answer 422 ``{"detail": reason}`` (``admin_models``).
+A name or id in the path that cannot exist (control characters, too long, an id beyond the
+column's range) is a 404 without a database round trip. ``GET /admin/openapi.json`` serves
+the OpenAPI document of the admin API and the public non-completion routes. Every change
 writes an ``audit_log`` row with the state before and after; upstream API keys never appear
 there or in responses (masked), client API keys are returned once and stored as SHA-256.
 The gateway picks changes up through its snapshot refresh (≤ 1 s).
@@ -9,12 +13,12 @@ The gateway picks changes up through its snapshot refresh (≤ 1 s).
 
 from __future__ import annotations
 
-import hmac
 import secrets
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import Engine, create_engine, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
@@ -29,21 +33,37 @@ from gateway.admin_models import (
     VariantIn,
     check_experiment,
 )
+from gateway.auth import admin_denial, header
+from gateway.inputs import has_control
 from gateway.routing import key_hash
+
+MAX_ID = 2**31 - 1  # ids are 32-bit integer columns
+# Declares the scheme in the OpenAPI document; the check itself is admin_denial's.
+_bearer = HTTPBearer(auto_error=False, description="LIFTGATE_ADMIN_TOKEN")
 
 
 def _runtime(request: Request) -> Any:
     return request.app.state.runtime
 
 
-def require_admin(request: Request) -> str:
-    header = request.headers.get("authorization")
-    if not header or not header[:7].lower() == "bearer " or not header[7:].strip():
-        raise HTTPException(401, "missing bearer admin token", headers={"WWW-Authenticate": "Bearer"})
-    expected = _runtime(request).settings.admin_token
-    if not hmac.compare_digest(header[7:].strip().encode(), expected.encode()):
-        raise HTTPException(403, "invalid admin token")
-    return request.headers.get("x-liftgate-actor", "admin")[:128]
+def require_admin(
+    request: Request, _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> str:
+    denial = admin_denial(
+        header(request.scope["headers"], b"authorization"), _runtime(request).settings.admin_token
+    )
+    if denial is not None:
+        status, reason = denial
+        raise HTTPException(status, reason, headers={"WWW-Authenticate": "Bearer"} if status == 401 else None)
+    actor = request.headers.get("x-liftgate-actor", "admin")[:128]
+    return "admin" if has_control(actor) else actor
+
+
+def _path_name(value: str, what: str) -> str:
+    """A name from the URL path, or 404 when no row could have it (nothing reaches the database)."""
+    if not value or len(value) > 128 or has_control(value):
+        raise HTTPException(404, f"no {what} with that name")
+    return value
 
 
 def _engine(request: Request) -> Engine:
@@ -63,6 +83,13 @@ def get_session(request: Request) -> Any:
 Actor = Annotated[str, Depends(require_admin)]
 Db = Annotated[Session, Depends(get_session)]
 admin_router = APIRouter(prefix="/admin")
+
+
+@admin_router.get("/openapi.json", include_in_schema=False)
+def openapi_document(request: Request, actor: Actor) -> dict[str, Any]:
+    """The OpenAPI document of the admin API and the public non-completion routes."""
+    document: dict[str, Any] = request.app.openapi()
+    return document
 
 
 def _audit(
@@ -101,6 +128,7 @@ def upstream_out(u: Upstream) -> dict[str, Any]:
 
 
 def _upstream(db: Session, name: str) -> Upstream:
+    name = _path_name(name, "upstream")
     u = db.scalar(select(Upstream).where(Upstream.name == name))
     if u is None:
         raise HTTPException(404, f"no upstream named {name!r}")
@@ -197,7 +225,12 @@ def experiment_out(e: Experiment) -> dict[str, Any]:
 
 def _experiment(db: Session, id_or_name: str) -> Experiment:
     q = select(Experiment).options(selectinload(Experiment.variants).selectinload(Variant.upstream))
-    cond = Experiment.id == int(id_or_name) if id_or_name.isdigit() else Experiment.name == id_or_name
+    if id_or_name.isascii() and id_or_name.isdigit():
+        if len(id_or_name) > 10 or int(id_or_name) > MAX_ID:
+            raise HTTPException(404, f"no experiment {id_or_name!r}")
+        cond = Experiment.id == int(id_or_name)
+    else:
+        cond = Experiment.name == _path_name(id_or_name, "experiment")
     e = db.scalar(q.where(cond))
     if e is None:
         raise HTTPException(404, f"no experiment {id_or_name!r}")
@@ -355,6 +388,7 @@ def create_key(body: ApiKeyIn, actor: Actor, db: Db) -> dict[str, Any]:
 
 @admin_router.delete("/api-keys/{name}")
 def revoke_key(name: str, actor: Actor, db: Db) -> dict[str, Any]:
+    name = _path_name(name, "api key")
     k = db.scalar(select(ApiKey).where(ApiKey.name == name))
     if k is None:
         raise HTTPException(404, f"no api key named {name!r}")

@@ -1,85 +1,211 @@
-"""Admin API bodies (pydantic: they cross a process boundary) and the domain checks behind 422s."""
+"""Admin API bodies (pydantic: they cross a process boundary) and the domain checks behind 422s.
+
+Every field is typed strictly (``true`` is not an integer, ``"1"`` not a number, no NaN or
+infinity) and range-checked; names, keys and other text carry no control characters; the
+free-form JSON fields (targeting, metrics, rollout plan) hold finite numbers, NUL-free
+strings and at most 64 levels. A PATCH may set to ``null`` only what may be empty
+(``description``, ``rollout_plan``, ``rollout_stage``, an upstream's ``api_key``). So every
+invalid input is a 422 with a reason and never reaches the database.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import math
+import re
+from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from contracts.rollout_plan import plan_problems
 from gateway.assignment import validate_rules
+from gateway.inputs import MAX_DEPTH, has_control
+from gateway.upstreams import key_problem, url_problem
 
 MODES = ("ab", "shadow", "rollout")
 UNIT_KEYS = ("auto", "header", "user", "api_key")
 CONTENT_LOGGING = ("none", "hashed", "full")
+MAX_JSON_INT = 2**63 - 1
+_TEXT_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # tabs and newlines allowed
+
+
+def _no_control(value: str) -> str:
+    if has_control(value):
+        raise ValueError("must not contain control characters")
+    return value
+
+
+def _text(value: str) -> str:
+    if _TEXT_CONTROL.search(value):
+        raise ValueError("must not contain control characters other than tabs and newlines")
+    return value
+
+
+def _json_problem(value: Any) -> str | None:
+    """Why a free-form JSON value cannot be stored (as JSONB) and read back safely, or None."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return f"is nested deeper than {MAX_DEPTH} levels"
+        if isinstance(item, str):
+            if "\x00" in item:
+                return "must not contain NUL characters"
+        elif isinstance(item, bool) or item is None:
+            continue
+        elif isinstance(item, int):
+            if abs(item) > MAX_JSON_INT:
+                return "holds an integer outside the 64-bit range"
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                return "holds a number that is not finite"
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                if not isinstance(key, str) or "\x00" in key:
+                    return "has a key that is not a NUL-free string"
+                stack.append((child, depth + 1))
+        elif isinstance(item, list):
+            stack.extend((child, depth + 1) for child in item)
+        else:
+            return f"holds a {type(item).__name__}, which is not JSON"
+    return None
+
+
+def _json(value: Any) -> Any:
+    problem = _json_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+def _base_url(value: str) -> str:
+    problem = url_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+def _api_key(value: str) -> str:
+    problem = key_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+UpstreamName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.\-]+$")]
+BaseUrl = Annotated[str, Field(min_length=1, max_length=1024), AfterValidator(_base_url)]
+ApiKey = Annotated[str, Field(min_length=1, max_length=4096), AfterValidator(_api_key)]
+Name128 = Annotated[str, Field(min_length=1, max_length=128), AfterValidator(_no_control)]
+Name64 = Annotated[str, Field(min_length=1, max_length=64), AfterValidator(_no_control)]
+Name256 = Annotated[str, Field(min_length=1, max_length=256), AfterValidator(_no_control)]
+Word = Annotated[str, Field(min_length=1, max_length=16), AfterValidator(_no_control)]
+Description = Annotated[str, Field(max_length=10_000), AfterValidator(_text)]
+Json = Annotated[Any, AfterValidator(_json)]
+Share = Annotated[float, Field(ge=0.0, le=1.0)]
+Weight = Annotated[float, Field(ge=0.0, le=1e6)]
+Timeout = Annotated[float, Field(gt=0, le=3600)]
+ConnectTimeout = Annotated[float, Field(gt=0, le=600)]
+Connections = Annotated[int, Field(ge=1, le=100_000)]
+Forced = Annotated[dict[Name256, Name64], Field(max_length=10_000)]
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+    # Fields a PATCH may not set to null (their columns are NOT NULL; "unset" is "omit it").
+    not_null: ClassVar[frozenset[str]] = frozenset()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_nulls(cls, data: Any) -> Any:
+        if isinstance(data, dict) and cls.not_null:
+            nulls = sorted(k for k in cls.not_null if k in data and data[k] is None)
+            if nulls:
+                raise ValueError(f"{', '.join(nulls)} cannot be null (omit a field to leave it unchanged)")
+        return data
 
 
 class UpstreamIn(_Body):
-    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.\-]+$")
-    base_url: str = Field(min_length=1, max_length=1024, pattern=r"^https?://")
-    api_key: str | None = None
-    timeout_s: float = Field(default=60.0, gt=0, le=3600)
-    connect_timeout_s: float = Field(default=5.0, gt=0, le=600)
-    max_connections: int = Field(default=100, ge=1, le=100_000)
+    name: UpstreamName
+    base_url: BaseUrl
+    api_key: ApiKey | None = None
+    timeout_s: Timeout = 60.0
+    connect_timeout_s: ConnectTimeout = 5.0
+    max_connections: Connections = 100
 
 
 class UpstreamPatch(_Body):
-    base_url: str | None = Field(default=None, min_length=1, max_length=1024, pattern=r"^https?://")
-    api_key: str | None = None
-    timeout_s: float | None = Field(default=None, gt=0, le=3600)
-    connect_timeout_s: float | None = Field(default=None, gt=0, le=600)
-    max_connections: int | None = Field(default=None, ge=1, le=100_000)
+    not_null: ClassVar[frozenset[str]] = frozenset(
+        {"base_url", "timeout_s", "connect_timeout_s", "max_connections"}
+    )
+
+    base_url: BaseUrl | None = None
+    api_key: ApiKey | None = None  # null removes the key
+    timeout_s: Timeout | None = None
+    connect_timeout_s: ConnectTimeout | None = None
+    max_connections: Connections | None = None
 
 
 class VariantIn(_Body):
-    name: str = Field(min_length=1, max_length=64)
-    upstream: str
-    model: str = Field(min_length=1, max_length=256)
-    weight: float = 0.0
+    name: Name64
+    upstream: Name128
+    model: Name256
+    weight: Weight = 0.0
     is_control: bool = False
 
 
 class ExperimentIn(_Body):
-    name: str = Field(min_length=1, max_length=128)
-    route: str = Field(min_length=1, max_length=128)
-    mode: str
-    description: str | None = None
-    salt: str | None = Field(default=None, min_length=1, max_length=64)
-    unit_key: str = "auto"
-    coverage: float = 1.0
-    targeting: list[Any] = Field(default_factory=list)
-    forced: dict[str, str] = Field(default_factory=dict)
-    shadow_sample_rate: float = 1.0
+    name: Name128
+    route: Name128
+    mode: Word
+    description: Description | None = None
+    salt: Annotated[str, Field(min_length=1, max_length=64), AfterValidator(_no_control)] | None = None
+    unit_key: Word = "auto"
+    coverage: Share = 1.0
+    targeting: Annotated[list[Json], Field(max_length=64)] = Field(default_factory=list)
+    forced: Forced = Field(default_factory=dict)
+    shadow_sample_rate: Share = 1.0
     fallback_to_control: bool = False
-    content_logging: str = "none"
-    metrics: list[Any] = Field(default_factory=list)
-    rollout_plan: dict[str, Any] | None = None
-    variants: list[VariantIn]
+    content_logging: Word = "none"
+    metrics: Annotated[list[Json], Field(max_length=256)] = Field(default_factory=list)
+    rollout_plan: dict[str, Json] | None = None
+    variants: Annotated[list[VariantIn], Field(min_length=1, max_length=64)]
 
 
 class ExperimentPatch(_Body):
-    description: str | None = None
-    route: str | None = Field(default=None, min_length=1, max_length=128)
-    mode: str | None = None
-    unit_key: str | None = None
-    coverage: float | None = None
-    targeting: list[Any] | None = None
-    forced: dict[str, str] | None = None
-    shadow_sample_rate: float | None = None
+    not_null: ClassVar[frozenset[str]] = frozenset(
+        {
+            "route",
+            "mode",
+            "unit_key",
+            "coverage",
+            "targeting",
+            "forced",
+            "shadow_sample_rate",
+            "fallback_to_control",
+            "content_logging",
+            "metrics",
+            "variants",
+        }
+    )
+
+    description: Description | None = None
+    route: Name128 | None = None
+    mode: Word | None = None
+    unit_key: Word | None = None
+    coverage: Share | None = None
+    targeting: Annotated[list[Json], Field(max_length=64)] | None = None
+    forced: Forced | None = None
+    shadow_sample_rate: Share | None = None
     fallback_to_control: bool | None = None
-    content_logging: str | None = None
-    metrics: list[Any] | None = None
-    rollout_plan: dict[str, Any] | None = None
-    rollout_stage: int | None = Field(default=None, ge=0)
-    variants: list[VariantIn] | None = None
+    content_logging: Word | None = None
+    metrics: Annotated[list[Json], Field(max_length=256)] | None = None
+    rollout_plan: dict[str, Json] | None = None
+    rollout_stage: Annotated[int, Field(ge=0, le=10_000)] | None = None
+    variants: Annotated[list[VariantIn], Field(min_length=1, max_length=64)] | None = None
 
 
 class ApiKeyIn(_Body):
-    name: str = Field(min_length=1, max_length=128)
+    name: Name128
 
 
 def check_rollout_plan(plan: Any) -> str | None:

@@ -13,21 +13,39 @@ import asyncio
 import contextlib
 import gc
 import logging
+import math
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from starlette.requests import Request
+from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
 
 from gateway import errors
+from gateway.auth import admin_denial, client_key_digest, header, peer
+from gateway.bodies import (
+    CLOSE,
+    BodyTooLarge,
+    ClientGone,
+    Receive,
+    Scope,
+    Send,
+    content_length,
+    read_body,
+    replay,
+)
 from gateway.config_source import ConfigSource, DatabaseConfigSource, SnapshotHolder
+from gateway.limits import ConcurrencyLimit, RateLimit
 from gateway.metrics import GatewayMetrics
-from gateway.proxy import CompletionProxy, Receive, Scope, Send, send_json
+from gateway.proxy import CompletionProxy, send_json
 from gateway.recorder import Recorder
+from gateway.server import ReadLimits
 from gateway.settings import GatewaySettings
 from gateway.shadow import ShadowMirror
 from gateway.sink import EventSink
@@ -60,25 +78,91 @@ class Runtime:
 
 
 class GatewayApp:
-    """ASGI entry: hot paths to the raw proxy, the rest to FastAPI."""
+    """ASGI entry: hot paths to the raw proxy, the rest to FastAPI behind one guard.
+
+    The guard decides from the headers alone — client key on ``/v1/*``, admin token on
+    ``/admin/*``, per-client feedback rate, declared body size — and then reads the body
+    within its path's limit before FastAPI sees it. Refusals before the body is read close
+    the connection, so an unread upload is never parsed.
+    """
 
     def __init__(self, api: FastAPI, runtime: Runtime) -> None:
         self.api = api
         self.runtime = runtime
+        s = runtime.settings
+        self.read_limits = ReadLimits.of(s)  # read by gateway.server.GatewayProtocol
+        self.keys_required = s.client_keys == "required"
+        self.feedback_rate = RateLimit(s.feedback_rate, s.feedback_burst)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST":
-            endpoint = HOT_PATHS.get(scope["path"])
-            proxy = self.runtime.proxy
-            if endpoint is not None and proxy is not None:
-                try:
-                    await proxy(scope, receive, send, endpoint)
-                except Exception:
-                    log.exception("unexpected error in the proxy")
-                    with contextlib.suppress(Exception):  # fails harmlessly if the response started
-                        await send_json(send, 500, errors.error_body("Internal error.", "server_error"), [])
-                return
+        if scope["type"] == "http":
+            if scope["method"] == "POST":
+                endpoint = HOT_PATHS.get(scope["path"])
+                proxy = self.runtime.proxy
+                if endpoint is not None and proxy is not None:
+                    try:
+                        await proxy(scope, receive, send, endpoint)
+                    except Exception:
+                        log.exception("unexpected error in the proxy")
+                        with contextlib.suppress(Exception):  # fails harmlessly if the response started
+                            await send_json(
+                                send, 500, errors.error_body("Internal error.", "server_error"), []
+                            )
+                    return
+            await self._guarded(scope, receive, send)
+            return
         await self.api(scope, receive, send)
+
+    async def _guarded(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path: str = scope["path"]
+        headers: list[tuple[bytes, bytes]] = scope["headers"]
+        settings = self.runtime.settings
+        refused = self.runtime.metrics.refused
+        openai = path.startswith("/v1/")
+        limit = settings.max_admin_body_bytes
+        if openai:
+            client = peer(scope)
+            if self.keys_required:
+                digest = client_key_digest(header(headers, b"authorization"))
+                if digest is None or digest not in self.runtime.snapshot().api_key_hashes:
+                    refused["unauthorized"].inc()
+                    await send_json(send, *errors.unauthorized(), [CLOSE])
+                    return
+                client = digest
+            if path == "/v1/feedback":
+                limit = settings.max_feedback_body_bytes
+                wait = self.feedback_rate.take(client)
+                if wait:
+                    refused["rate_limited"].inc()
+                    retry = (b"retry-after", b"%d" % max(1, math.ceil(wait)))
+                    msg = "Too many feedback calls for this client; retry later."
+                    await send_json(send, *errors.rate_limited(msg), [retry, CLOSE])
+                    return
+        elif path.startswith("/admin"):
+            denial = admin_denial(header(headers, b"authorization"), settings.admin_token)
+            if denial is not None:
+                extra = [(b"www-authenticate", b"Bearer")] if denial[0] == 401 else []
+                await send_json(send, denial[0], orjson.dumps({"detail": denial[1]}), [*extra, CLOSE])
+                return
+        if content_length(headers) > limit:
+            await self._too_large(send, openai, limit)
+            return
+        try:
+            body = await read_body(receive, limit)
+        except BodyTooLarge:
+            await self._too_large(send, openai, limit)
+            return
+        except ClientGone:
+            return
+        await self.api(scope, replay(body, receive), send)
+
+    async def _too_large(self, send: Send, openai: bool, limit: int) -> None:
+        self.runtime.metrics.refused["body_too_large"].inc()
+        if openai:
+            await send_json(send, *errors.too_large(limit), [CLOSE])
+        else:
+            detail = orjson.dumps({"detail": f"request body too large (the limit is {limit} bytes)"})
+            await send_json(send, 413, detail, [CLOSE])
 
 
 def create_app(
@@ -96,8 +180,8 @@ def create_app(
     gm = metrics if metrics is not None else GatewayMetrics()
     pool = UpstreamPool()
 
-    def on_change(snap: Snapshot) -> None:
-        pool.sync(snap.upstreams)
+    def apply(snap: Snapshot) -> dict[str, str]:
+        problems = pool.sync(snap.upstreams)
         gm.variant_weight.clear()
         for route in snap.routes.values():
             exp = route.experiment
@@ -107,6 +191,7 @@ def create_app(
                 )
             if exp.rollout_stage is not None:
                 gm.rollout_stage.labels(route.route, exp.name).set(exp.rollout_stage)
+        return problems
 
     def on_tick(ok: bool) -> None:
         gm.config_reloads.labels("ok" if ok else "error").inc()
@@ -114,7 +199,7 @@ def create_app(
         with contextlib.suppress(Exception):
             gm.update_sink(sink.stats())
 
-    holder = SnapshotHolder(source, settings.refresh_interval_s, on_change=on_change, on_tick=on_tick)
+    holder = SnapshotHolder(source, settings.refresh_interval_s, apply=apply, on_tick=on_tick)
     runtime = Runtime(settings=settings, sink=sink, metrics=gm, source=source, holder=holder, pool=pool)
 
     @contextlib.asynccontextmanager
@@ -123,7 +208,12 @@ def create_app(
         recorder = Recorder(sink, gm, memory=settings.feedback_memory)
         runtime.recorder = recorder
         runtime.shadow = ShadowMirror(
-            runtime.pool, recorder, gm, settings.shadow_concurrency, settings.shadow_queue_size
+            runtime.pool,
+            recorder,
+            gm,
+            settings.shadow_concurrency,
+            settings.shadow_queue_size,
+            settings.shadow_queue_bytes,
         )
         runtime.shadow.start()
         try:
@@ -133,7 +223,15 @@ def create_app(
                 "initial config load failed: %s: %s", type(exc).__name__, (str(exc) or "").split("\n")[0]
             )
         refresher = asyncio.get_running_loop().create_task(runtime.holder.run())
-        runtime.proxy = CompletionProxy(runtime.snapshot, runtime.pool, recorder, runtime.shadow)
+        runtime.proxy = CompletionProxy(
+            runtime.snapshot,
+            runtime.pool,
+            recorder,
+            runtime.shadow,
+            keys_required=settings.client_keys == "required",
+            max_body=settings.max_body_bytes,
+            concurrency=ConcurrencyLimit(settings.client_max_concurrency),
+        )
         # Everything built so far lives as long as the process: move it out of the cyclic
         # GC's reach so full collections stay short on the request path.
         gc.freeze()
@@ -153,7 +251,21 @@ def create_app(
             if admin_engine is not None:
                 admin_engine.dispose()
 
-    api = FastAPI(lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    api = FastAPI(
+        title="liftgate gateway",
+        summary="Admin API and public non-completion routes of the liftgate gateway",
+        description=(
+            "Admin routes need `Authorization: Bearer $LIFTGATE_ADMIN_TOKEN`; `/v1/*` routes need a "
+            "client API key when `LIFTGATE_CLIENT_KEYS=required`. The OpenAI-compatible completion "
+            "routes (`/v1/chat/completions`, `/v1/completions`, `/v1/embeddings`) are served before "
+            "this application and are not described here. Limits: docs/operations.md."
+        ),
+        version="1",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,  # served, behind the admin token, at /admin/openapi.json
+    )
     api.state.runtime = runtime
 
     @api.exception_handler(RequestValidationError)
@@ -165,6 +277,28 @@ def create_app(
         if request.url.path.startswith("/v1/"):
             return JSONResponse(errors_json(reasons), status_code=400)
         return JSONResponse({"detail": reasons or "invalid request"}, status_code=422)
+
+    @api.exception_handler(SQLAlchemyError)
+    async def _database(request: Request, exc: SQLAlchemyError) -> JSONResponse:
+        # Never the exception's text: it carries the statement's parameters and the
+        # database's "failing row" detail (an upstream's API key, say). Inputs are validated
+        # before they reach the database; this is the backstop.
+        orig = getattr(exc, "orig", None)
+        sqlstate = getattr(orig, "sqlstate", None) or "-"
+        log.error(
+            "database error on %s: %s (SQLSTATE %s)", request.url.path, type(orig or exc).__name__, sqlstate
+        )
+        if isinstance(exc, IntegrityError):
+            return JSONResponse({"detail": "conflicts with an existing row or a constraint"}, status_code=409)
+        if isinstance(exc, DBAPIError) and str(sqlstate).startswith("22"):  # data exception
+            return JSONResponse({"detail": "a value is not acceptable to the database"}, status_code=422)
+        if (isinstance(exc, DBAPIError) and exc.connection_invalidated) or str(sqlstate).startswith("08"):
+            return JSONResponse({"detail": "the database is unavailable; retry later"}, status_code=503)
+        return JSONResponse({"detail": "database error"}, status_code=500)
+
+    @api.exception_handler(ClientDisconnect)
+    async def _gone(request: Request, exc: ClientDisconnect) -> Response:
+        return Response(status_code=400)  # nobody is listening any more
 
     @api.exception_handler(Exception)
     async def _crash(request: Request, exc: Exception) -> JSONResponse:

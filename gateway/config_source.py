@@ -126,36 +126,59 @@ def _experiment(row: dict[str, Any], variants: tuple[VariantConfig, ...]) -> Exp
 
 
 class SnapshotHolder:
-    """Holds the current snapshot; ``run`` refreshes it every ``interval`` seconds."""
+    """Holds the current snapshot; ``run`` refreshes it every ``interval`` seconds.
+
+    ``apply`` prepares the process for a new snapshot (upstream clients) *before* it is
+    installed, so a request never sees routes whose clients are missing; it returns the parts
+    it could not apply (upstream -> reason). The snapshot is installed anyway — the other
+    upstreams and every route take effect — and the failed parts are retried every tick,
+    also when the database's version has not changed, until they apply (``problems``).
+    """
 
     def __init__(
         self,
         source: ConfigSource,
         interval: float = 0.5,
-        on_change: Callable[[Snapshot], None] | None = None,
+        apply: Callable[[Snapshot], dict[str, str]] | None = None,
         on_tick: Callable[[bool], None] | None = None,
     ) -> None:
         self.source = source
         self.interval = interval
         self.current: Snapshot = EMPTY
         self.loaded_at = 0.0
-        self._on_change = on_change
+        self.problems: dict[str, str] = {}
+        self._apply = apply
         self._on_tick = on_tick
         self._last_error = ""
         self._last_logged = 0.0
 
     async def refresh(self) -> bool:
-        """One refresh; True when a new snapshot was installed."""
+        """One refresh; True when a new snapshot was installed (or failed parts retried)."""
         version = await asyncio.to_thread(self.source.version)
-        if version == self.current.version and self.loaded_at:
+        unchanged = version == self.current.version and bool(self.loaded_at)
+        if unchanged and not self.problems:
             self.loaded_at = time.monotonic()
             return False
-        snap = await asyncio.to_thread(self.source.load)
+        snap = self.current if unchanged else await asyncio.to_thread(self.source.load)
+        problems = self._apply(snap) if self._apply is not None else {}
         self.current = snap
         self.loaded_at = time.monotonic()
-        if self._on_change is not None:
-            self._on_change(snap)
-        log.info("config snapshot loaded: %s routes, %s upstreams", len(snap.routes), len(snap.upstreams))
+        if problems != self.problems:
+            if problems:
+                log.warning(
+                    "config snapshot installed (%s routes, %s upstreams), but %s kept the previous "
+                    "client or none (retrying every %.1f s): %s",
+                    len(snap.routes),
+                    len(snap.upstreams),
+                    ", ".join(sorted(problems)),
+                    self.interval,
+                    "; ".join(f"{name}: {reason}" for name, reason in sorted(problems.items())),
+                )
+            elif self.problems:
+                log.info("every upstream's config is applied now")
+        elif not unchanged:
+            log.info("config snapshot loaded: %s routes, %s upstreams", len(snap.routes), len(snap.upstreams))
+        self.problems = problems
         return True
 
     async def run(self) -> None:
@@ -165,7 +188,7 @@ class SnapshotHolder:
                 await self.refresh()
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # keep serving the last good snapshot
+            except Exception as exc:  # nothing was installed: keep serving the last good snapshot
                 ok = False
                 reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
                 now = time.monotonic()
@@ -178,5 +201,5 @@ class SnapshotHolder:
                     log.info("config refresh recovered")
                 self._last_error = ""
             if self._on_tick is not None:
-                self._on_tick(ok)
+                self._on_tick(ok and not self.problems)
             await asyncio.sleep(self.interval)

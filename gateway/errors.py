@@ -26,6 +26,16 @@ def unauthorized(message: str = "Missing or invalid API key.") -> tuple[int, byt
     return 401, error_body(message, "invalid_request_error", "invalid_api_key")
 
 
+def too_large(limit: int) -> tuple[int, bytes]:
+    return 413, error_body(
+        f"Request body too large (the limit is {limit} bytes).", "invalid_request_error", "body_too_large"
+    )
+
+
+def rate_limited(message: str) -> tuple[int, bytes]:
+    return 429, error_body(message, "rate_limit_error", "rate_limit_exceeded")
+
+
 def upstream_down(upstream: str) -> tuple[int, bytes]:
     return 502, error_body(f"Upstream {upstream!r} is unreachable.", "upstream_error", "upstream_unavailable")
 

@@ -13,6 +13,9 @@ liftgate_gateway_upstream_errors_total         counter    route, experiment, var
 liftgate_gateway_fallbacks_total               counter    route, experiment, variant (the failed candidate)
 liftgate_gateway_shadow_total                  counter    route, experiment, variant, outcome
                                                           (sent|dropped|ok|failed)
+liftgate_gateway_refused_total                 counter    reason (unauthorized|body_too_large|rate_limited|
+                                                          invalid_request|model_not_found): requests
+                                                          answered by the gateway itself, no upstream called
 liftgate_gateway_events_emitted_total          counter    type (interaction|feedback)
 liftgate_gateway_sink_events                   gauge      state (queued|spooled|delivered|dropped|...)
                                                           as reported by ``sink.stats()``
@@ -54,6 +57,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 _STATUS_CLASSES = ("2xx", "4xx", "5xx")
+REFUSALS = ("unauthorized", "body_too_large", "rate_limited", "invalid_request", "model_not_found")
 
 
 def multiprocess_enabled() -> bool:
@@ -110,6 +114,13 @@ class GatewayMetrics:
         self.events = Counter(
             "liftgate_gateway_events_emitted", "Events handed to the sink", ["type"], registry=r
         )
+        refused = Counter(
+            "liftgate_gateway_refused",
+            "Requests answered by the gateway itself (no upstream called)",
+            ["reason"],
+            registry=r,
+        )
+        self.refused = {reason: refused.labels(reason) for reason in REFUSALS}
         self.sink_events = Gauge(
             "liftgate_gateway_sink_events",
             "Event sink counters",

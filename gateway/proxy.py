@@ -1,11 +1,13 @@
 """The hot path: a raw ASGI handler for ``/v1/chat/completions``, ``/v1/completions`` and
 ``/v1/embeddings`` that runs before FastAPI's router.
 
-Per request: read the body, one pass over the headers, ``orjson.loads``, look the route up in
-the in-memory snapshot, assign the variant (pure hash), rewrite ``model`` (and, for streams,
-``stream_options.include_usage``), ``orjson.dumps``, call the upstream, relay the answer,
-then hand one event to the sink and enqueue shadow mirrors. Unknown request fields pass
-through untouched. No pydantic, no database, no blocking I/O.
+Per request: one pass over the headers — client key, declared size, liftgate headers, the
+client's in-flight limit (refusals here never read the body) — then read the body within its
+limit, ``orjson.loads``, the minimal shape and depth checks (``gateway.inputs``), look the
+route up in the in-memory snapshot, assign the variant (pure hash), rewrite ``model`` (and,
+for streams, ``stream_options.include_usage``), ``orjson.dumps``, call the upstream, relay the
+answer, then hand one event to the sink and enqueue shadow mirrors. Unknown request fields
+pass through untouched. No pydantic, no database, no blocking I/O.
 
 Fallback (experiment ``fallback_to_control``, A/B and rollout): a candidate call that fails
 before anything reached the client (connect error, timeout, 5xx) is retried once on the
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Callable
 from time import perf_counter
 from typing import Any
 
@@ -29,8 +31,12 @@ import orjson
 
 from contracts.events import ROLLOUT_STAGE_TAG
 from gateway import errors
+from gateway.auth import peer
+from gateway.bodies import CLOSE, BodyTooLarge, ClientGone, Receive, Scope, Send, read_body
 from gateway.http_client import StreamResponse
 from gateway.ids import request_id
+from gateway.inputs import MAX_DEPTH, completion_problem, header_problem, too_deep
+from gateway.limits import ConcurrencyLimit
 from gateway.recorder import CallInfo, Recorder, prompt_text
 from gateway.relay import CallResult, SseFilter, call_json, classify, open_stream, summarize_json
 from gateway.routing import Decision, RequestFacts, api_key_of, decide, key_hash, parse_tags
@@ -38,38 +44,15 @@ from gateway.shadow import ShadowJob, ShadowMirror
 from gateway.snapshot import RouteConfig, VariantConfig
 from gateway.upstreams import UpstreamPool
 
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
-
 MAX_BODY = 32 * 1024 * 1024
 _JSON = (b"content-type", b"application/json")
 _SSE = (b"content-type", b"text/event-stream; charset=utf-8")
 _NO_CACHE = (b"cache-control", b"no-cache")
+_RETRY_1S = (b"retry-after", b"1")
 _DONE = b"data: [DONE]\n\n"
 _FALLBACK_MODES = ("ab", "rollout")
-
-
-class BodyTooLarge(Exception):
-    pass
-
-
-async def read_body(receive: Receive) -> bytes:
-    msg = await receive()
-    body: bytes = msg.get("body", b"")
-    if not msg.get("more_body"):
-        return body
-    parts = [body]
-    size = len(body)
-    while True:
-        msg = await receive()
-        chunk = msg.get("body", b"")
-        size += len(chunk)
-        if size > MAX_BODY:
-            raise BodyTooLarge
-        parts.append(chunk)
-        if not msg.get("more_body"):
-            return b"".join(parts)
+_UNAUTHORIZED = errors.unauthorized()
+_TOO_MANY = errors.rate_limited("Too many requests in flight for this client; retry later.")
 
 
 async def send_json(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
@@ -106,6 +89,10 @@ class CompletionProxy:
         recorder: Recorder,
         shadow: ShadowMirror | None,
         rng: Callable[[], float] = random.random,
+        *,
+        keys_required: bool = True,
+        max_body: int = MAX_BODY,
+        concurrency: ConcurrencyLimit | None = None,
     ) -> None:
         self.snapshot = snapshot
         self.pool = pool
@@ -113,23 +100,26 @@ class CompletionProxy:
         self.shadow = shadow
         self.rng = rng
         self.metrics = recorder.metrics
+        self.keys_required = keys_required
+        self.max_body = max_body
+        self.concurrency = concurrency if concurrency is not None else ConcurrencyLimit(0)
+        self._too_large = errors.too_large(max_body)
         self._key_cache: dict[bytes, str] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send, endpoint: str) -> None:
+        """Headers first — key, declared size, liftgate headers, per-client limit — and only
+        then the body: a request refused on its headers is answered without reading it (and
+        its connection closed, so the unread body is never parsed)."""
         t0 = perf_counter()
-        try:
-            body = await read_body(receive)
-        except BodyTooLarge:
-            await send_json(
-                send, 413, errors.error_body("Request body too large.", "invalid_request_error"), []
-            )
-            return
         unit_header = tags_raw = conversation = None
         authorization: bytes | None = None
+        length = -1
         headers: list[tuple[bytes, bytes]] = scope["headers"]
         for name, value in headers:
             if name == b"authorization":
                 authorization = value
+            elif name == b"content-length":
+                length = int(value) if value.isdigit() else -1
             elif name.startswith(b"x-liftgate-"):
                 if name == b"x-liftgate-unit":
                     unit_header = value.decode("utf-8", "replace")
@@ -138,34 +128,89 @@ class CompletionProxy:
                 elif name == b"x-liftgate-conversation":
                     conversation = value.decode("utf-8", "replace")[:128]
         snap = self.snapshot()
-        if snap.api_key_hashes and (
-            authorization is None or self._hashed(authorization) not in snap.api_key_hashes
-        ):
-            await send_json(send, *errors.unauthorized(), [])
+        digest = self._hashed(authorization) if authorization else None
+        refused = self.metrics.refused
+        if self.keys_required and (digest is None or digest not in snap.api_key_hashes):
+            refused["unauthorized"].inc()
+            await send_json(send, *_UNAUTHORIZED, [CLOSE])
             return
+        if length > self.max_body:
+            refused["body_too_large"].inc()
+            await send_json(send, *self._too_large, [CLOSE])
+            return
+        if unit_header is not None or tags_raw is not None or conversation is not None:
+            problem = header_problem(unit_header, tags_raw, conversation)
+            if problem is not None:
+                refused["invalid_request"].inc()
+                await send_json(send, *errors.bad_request(*problem), [CLOSE])
+                return
+        client = digest if self.keys_required and digest else peer(scope)
+        if not self.concurrency.acquire(client):
+            refused["rate_limited"].inc()
+            await send_json(send, *_TOO_MANY, [_RETRY_1S, CLOSE])
+            return
+        try:
+            try:
+                body = await read_body(receive, self.max_body)
+            except BodyTooLarge:
+                refused["body_too_large"].inc()
+                await send_json(send, *self._too_large, [CLOSE])
+                return
+            except ClientGone:
+                return
+            await self._serve(
+                send, receive, endpoint, body, snap, t0, headers, authorization, digest,
+                unit_header, tags_raw, conversation,
+            )  # fmt: skip
+        finally:
+            self.concurrency.release(client)
+
+    async def _serve(
+        self,
+        send: Send,
+        receive: Receive,
+        endpoint: str,
+        body: bytes,
+        snap: Any,
+        t0: float,
+        headers: list[tuple[bytes, bytes]],
+        authorization: bytes | None,
+        digest: str | None,
+        unit_header: str | None,
+        tags_raw: str | None,
+        conversation: str | None,
+    ) -> None:
+        problem: tuple[str, str | None] | None = None
         try:
             req = orjson.loads(body)
         except orjson.JSONDecodeError:
-            await send_json(send, *errors.bad_request("Request body is not valid JSON."), [])
+            problem = "Request body is not valid JSON.", None
+        else:
+            if not isinstance(req, dict):
+                problem = "Request body must be a JSON object.", None
+            else:
+                problem = completion_problem(req, endpoint)
+                if problem is None and too_deep(body, req):
+                    problem = f"Request body is nested too deeply (the limit is {MAX_DEPTH} levels).", None
+        if problem is not None:
+            self.metrics.refused["invalid_request"].inc()
+            await send_json(send, *errors.bad_request(*problem), [])
             return
-        if not isinstance(req, dict):
-            await send_json(send, *errors.bad_request("Request body must be a JSON object."), [])
-            return
-        model = req.get("model")
-        route: RouteConfig | None = snap.routes.get(model) if isinstance(model, str) else None
+        model: str = req["model"]
+        route: RouteConfig | None = snap.routes.get(model)
         if route is None:
+            self.metrics.refused["model_not_found"].inc()
             await send_json(send, *errors.model_not_found(model), [])
             return
-        user = req.get("user")
         facts = RequestFacts(
             unit_header=unit_header,
-            user=user if isinstance(user, str) else None,
+            user=req.get("user"),
             authorization=authorization,
             headers=headers,
             tags=parse_tags(tags_raw) if tags_raw else {},
-            model=model,  # type: ignore[arg-type]
+            model=model,
             metadata=req.get("metadata") if route.experiment.targeting else None,
-            key_digest=self._hashed(authorization) if authorization else None,
+            key_digest=digest,
         )
         d = decide(route, facts)
         exp = route.experiment

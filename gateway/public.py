@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import math
-import re
 import time
 from typing import Any
 
@@ -13,18 +11,19 @@ import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from contracts.events import FEEDBACK_KINDS, FeedbackEvent
+from contracts.events import FeedbackEvent
 from gateway import errors
+from gateway.feedback import SCHEMA as FEEDBACK_SCHEMA
+from gateway.feedback import validate_feedback
 from gateway.ids import uuid7
-from gateway.routing import api_key_of, key_hash, parse_tags
+from gateway.inputs import MAX_DEPTH, too_deep
+from gateway.snapshot import RouteConfig, Snapshot
+from gateway.upstreams import UpstreamPool
 
 public_router = APIRouter()
 
-_CUSTOM_KIND = re.compile(r"^[a-z][a-z0-9_.\-]{0,63}$")
-_BINARY_KINDS = frozenset(
-    {"thumbs_up", "thumbs_down", "regenerate", "copy", "edit", "continued", "task_success"}
-)
-RATING_RANGE = (0.0, 10.0)
+_FALLBACK_MODES = ("ab", "rollout")
+_PROBE_TTL_S = 2.0
 
 
 def _error(status: int, body: bytes) -> Response:
@@ -35,21 +34,9 @@ def _runtime(request: Request) -> Any:
     return request.app.state.runtime
 
 
-def _auth_error(request: Request) -> Response | None:
-    snap = _runtime(request).snapshot()
-    if not snap.api_key_hashes:
-        return None
-    key = api_key_of(request.headers.get("authorization", "").encode("latin-1"))
-    if key is None or key_hash(key) not in snap.api_key_hashes:
-        return _error(*errors.unauthorized())
-    return None
-
-
 @public_router.get("/v1/models")
 async def models(request: Request) -> Response:
-    denied = _auth_error(request)
-    if denied is not None:
-        return denied
+    """The routes this gateway serves (the client key is checked before the route runs)."""
     snap = _runtime(request).snapshot()
     data = [
         {"id": name, "object": "model", "created": 0, "owned_by": "liftgate"} for name in sorted(snap.routes)
@@ -57,62 +44,30 @@ async def models(request: Request) -> Response:
     return Response(orjson.dumps({"object": "list", "data": data}), media_type="application/json")
 
 
-def _bad(message: str, param: str | None = None) -> Response:
+def _bad(request: Request, message: str, param: str | None = None) -> Response:
+    _runtime(request).metrics.refused["invalid_request"].inc()
     return _error(*errors.bad_request(message, param))
 
 
-def validate_feedback(data: Any) -> tuple[str, str, float, str | None, dict[str, str]] | str:
-    """(request_id, kind, value, unit_id, tags) or the reason it is invalid."""
-    if not isinstance(data, dict):
-        return "body must be a JSON object"
-    rid = data.get("request_id")
-    if not isinstance(rid, str) or not rid or len(rid) > 64:
-        return "request_id must be a non-empty string of at most 64 characters"
-    kind = data.get("kind")
-    if not isinstance(kind, str) or not (kind in FEEDBACK_KINDS or _CUSTOM_KIND.match(kind)):
-        return (
-            "kind must be one of "
-            + ", ".join(sorted(FEEDBACK_KINDS))
-            + " or a custom name (lowercase letters, digits, _ . -; at most 64 characters)"
-        )
-    value = data.get("value", None)
-    if value is None:
-        if kind == "rating":
-            return "value is required for kind 'rating'"
-        value = 1.0
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return "value must be a finite number"
-    if kind == "rating" and not RATING_RANGE[0] <= value <= RATING_RANGE[1]:
-        return f"rating value must be between {RATING_RANGE[0]:g} and {RATING_RANGE[1]:g}"
-    if kind in _BINARY_KINDS and value not in (0, 1):
-        return f"value for kind '{kind}' must be 0 or 1"
-    unit = data.get("unit_id")
-    if unit is not None and (not isinstance(unit, str) or len(unit) > 256):
-        return "unit_id must be a string of at most 256 characters"
-    tags = data.get("tags", {})
-    if isinstance(tags, str):
-        tags = parse_tags(tags)
-    if not isinstance(tags, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in tags.items()
-    ):
-        return "tags must be an object mapping strings to strings"
-    if len(tags) > 16:
-        return "at most 16 tags"
-    return rid, kind, float(value), unit, {k[:64]: v[:64] for k, v in tags.items()}
-
-
-@public_router.post("/v1/feedback")
+@public_router.post(
+    "/v1/feedback",
+    status_code=202,
+    openapi_extra={
+        "requestBody": {"required": True, "content": {"application/json": {"schema": FEEDBACK_SCHEMA}}}
+    },
+)
 async def feedback(request: Request) -> Response:
-    denied = _auth_error(request)
-    if denied is not None:
-        return denied
+    """A user's signal about one response (see ``gateway.feedback`` for the value rules)."""
+    raw = await request.body()
     try:
-        data = orjson.loads(await request.body())
+        data = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        return _bad("Request body is not valid JSON.")
+        return _bad(request, "Request body is not valid JSON.")
+    if isinstance(data, dict) and too_deep(raw, data):
+        return _bad(request, f"Request body is nested too deeply (the limit is {MAX_DEPTH} levels).")
     checked = validate_feedback(data)
     if isinstance(checked, str):
-        return _bad(checked)
+        return _bad(request, checked)
     rid, kind, value, unit, tags = checked
     rt = _runtime(request)
     known = rt.recorder.recent.get(rid) if rt.recorder is not None else None
@@ -148,38 +103,85 @@ async def _probe(session: aiohttp.ClientSession, url: Any, headers: Any) -> bool
         async with session.get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=2)) as resp:
             await resp.read()
             return resp.status < 500
-    except (TimeoutError, aiohttp.ClientError):
+    except Exception:  # whatever the reason, the upstream cannot be used now
         return False
+
+
+def route_upstreams(route: RouteConfig) -> frozenset[str]:
+    """The upstreams a route's users depend on: its control (or baseline), and each candidate
+    with a share of a running A/B or rollout — unless a failed candidate call falls back to
+    the control. Shadow candidates never answer a user."""
+    needed = {route.control.upstream}
+    exp = route.experiment
+    if (
+        route.active
+        and exp.mode != "shadow"
+        and not (exp.fallback_to_control and exp.mode in _FALLBACK_MODES)
+    ):
+        needed.update(
+            v.upstream for v in exp.variants if not v.is_control and route.layout.shares.get(v.name, 0.0) > 0
+        )
+    return frozenset(needed)
+
+
+async def _probe_all(pool: UpstreamPool, names: set[str]) -> dict[str, bool]:
+    clients = {n: pool.clients[n] for n in names if n in pool.clients}
+    results = await asyncio.gather(
+        *(_probe(c.session, c.urls["models"], c.headers) for c in clients.values())
+    )
+    return dict(zip(clients, results, strict=True))
+
+
+def route_problems(
+    snap: Snapshot, reachable: dict[str, bool], config_errors: dict[str, str]
+) -> dict[str, str | None]:
+    """Route -> why it cannot serve now (None: it can)."""
+    out: dict[str, str | None] = {}
+    for name, route in snap.routes.items():
+        reasons = []
+        for up in sorted(route_upstreams(route)):
+            if up not in reachable:
+                why = config_errors.get(up, "no client")
+                reasons.append(f"upstream {up!r} cannot be used ({why})")
+            elif not reachable[up]:
+                reasons.append(f"upstream {up!r} is unreachable")
+        out[name] = "; ".join(reasons) or None
+    return out
 
 
 @public_router.get("/readyz")
 async def readyz(request: Request) -> JSONResponse:
+    """200 when the config is loaded, events are safe and every route can serve; else 503
+    with the reasons. An upstream no route depends on does not count."""
     rt = _runtime(request)
+    snap: Snapshot = rt.snapshot()
     loaded = bool(rt.holder.loaded_at) and time.monotonic() - rt.holder.loaded_at < 10
+    needed = set().union(*(route_upstreams(r) for r in snap.routes.values()))
     cache = rt.extra.get("probe_cache")
-    if cache is None or time.monotonic() - cache[0] > 2.0:
-        names = list(rt.pool.clients)
-        results = await asyncio.gather(
-            *(
-                _probe(
-                    rt.pool.clients[n].session, rt.pool.clients[n].urls["models"], rt.pool.clients[n].headers
-                )
-                for n in names
-            )
-        )
-        cache = (time.monotonic(), dict(zip(names, results, strict=True)))
+    if cache is None or time.monotonic() - cache[0] > _PROBE_TTL_S or not needed <= cache[1].keys():
+        cache = (time.monotonic(), await _probe_all(rt.pool, needed))
         rt.extra["probe_cache"] = cache
-    upstreams: dict[str, bool] = cache[1]
+    reachable: dict[str, bool] = {n: ok for n, ok in cache[1].items() if n in needed}
+    config_errors: dict[str, str] = dict(rt.pool.errors)
+    routes = route_problems(snap, reachable, config_errors)
     sink_ok = bool(rt.sink.healthy())
-    ready = loaded and sink_ok and all(upstreams.values())
+    reasons = [f"route {name!r}: {why}" for name, why in sorted(routes.items()) if why]
+    if not loaded:
+        reasons.insert(0, "config not loaded (or not refreshed for 10 s)")
+    if not sink_ok:
+        reasons.append("the event sink is losing events")
     body = {
-        "ready": ready,
+        "ready": not reasons,
+        "reasons": reasons,
         "config_loaded": loaded,
-        "routes": len(rt.snapshot().routes),
-        "upstreams": upstreams,
+        "routes": {
+            name: {"ok": why is None, **({"reason": why} if why else {})} for name, why in routes.items()
+        },
+        "upstreams": reachable,
+        "config_errors": config_errors,
         "sink": {"healthy": sink_ok, **rt.sink.stats()},
     }
-    return JSONResponse(body, status_code=200 if ready else 503)
+    return JSONResponse(body, status_code=200 if not reasons else 503)
 
 
 @public_router.get("/metrics")

@@ -82,7 +82,11 @@ class Recorder:
         if text is None or policy == "none":
             return None
         text = self.redact(text)
-        return sha256(text.encode()).hexdigest() if policy == "hashed" else text
+        if policy == "hashed":
+            return sha256(text.encode()).hexdigest()
+        # Stored as text, which PostgreSQL cannot hold with a NUL in it (orjson, which parsed
+        # the request and the answer, already refuses lone surrogates).
+        return text.replace("\x00", "\ufffd") if "\x00" in text else text
 
     def record(
         self,

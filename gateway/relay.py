@@ -50,11 +50,25 @@ def classify(exc: BaseException) -> str:
     return "protocol"
 
 
+_MAX_COUNT = 2**31 - 1  # token counts are stored as 32-bit integers
+_MAX_FINISH_REASON = 32
+
+
+def _count(value: Any) -> int | None:
+    return value if value.__class__ is int and 0 <= value <= _MAX_COUNT else None
+
+
+def _finish_reason(value: Any) -> str | None:
+    """An upstream's finish reason, if it is a short printable word (it becomes an event field)."""
+    if isinstance(value, str) and value and len(value) <= _MAX_FINISH_REASON and value.isprintable():
+        return value
+    return None
+
+
 def _usage(res: CallResult, usage: Any) -> None:
     if isinstance(usage, dict):
-        pt, ct = usage.get("prompt_tokens"), usage.get("completion_tokens")
-        res.prompt_tokens = pt if isinstance(pt, int) else None
-        res.completion_tokens = ct if isinstance(ct, int) else None
+        res.prompt_tokens = _count(usage.get("prompt_tokens"))
+        res.completion_tokens = _count(usage.get("completion_tokens"))
 
 
 def summarize_json(res: CallResult, endpoint: str, keep_text: bool) -> None:
@@ -83,8 +97,8 @@ def summarize_json(res: CallResult, endpoint: str, keep_text: bool) -> None:
                 if res.texts is None:
                     res.texts = []
                 res.texts.append(text)
-        if res.finish_reason is None and isinstance(choice.get("finish_reason"), str):
-            res.finish_reason = choice["finish_reason"]
+        if res.finish_reason is None:
+            res.finish_reason = _finish_reason(choice.get("finish_reason"))
 
 
 async def call_json(client: UpstreamClient, endpoint: str, payload: bytes, res: CallResult) -> None:
@@ -209,6 +223,6 @@ class SseFilter:
                         res.texts = []
                     res.texts.append(text)
             fr = choice.get("finish_reason")
-            if fr and isinstance(fr, str):
-                res.finish_reason = fr
+            if fr:
+                res.finish_reason = _finish_reason(fr) or res.finish_reason
         return True

@@ -1,4 +1,8 @@
-"""Gateway settings (environment prefix ``LIFTGATE_``), built once in the entry point."""
+"""Gateway settings (environment prefix ``LIFTGATE_``), built once in the entry point.
+
+Every limit below is documented in docs/operations.md ("Limits"); the defaults are meant for
+a gateway exposed to a network of clients it does not fully trust.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 _WEAK_TOKENS = frozenset({"changeme", "change-me", "admin", "secret", "token", "password", "liftgate"})
 MIN_TOKEN_LENGTH = 16
+KiB = 1024
+MiB = 1024 * KiB
 
 
 class GatewaySettings(BaseSettings):
@@ -19,13 +25,37 @@ class GatewaySettings(BaseSettings):
     database_url: str = "postgresql+psycopg://postgres@127.0.0.1:15432/liftgate"
     # Required: the admin API refuses to run with a missing, short or default token.
     admin_token: str = Field(min_length=MIN_TOKEN_LENGTH)
+    # Client API keys on /v1/*: ``required`` (default: fail closed — no valid key, no
+    # service, also when no key exists at all) or ``off`` (anyone who can reach the port).
+    # Never inferred from how many keys exist.
+    client_keys: Literal["off", "required"] = "required"
     kafka_bootstrap: str | None = None
     # Durable spool of the Kafka sink while the broker is unreachable (one claimed subdir per process).
     spool_dir: str = ".liftgate/spool"
     refresh_interval_s: float = Field(default=0.5, gt=0, le=1.0)
     shadow_concurrency: int = Field(default=32, ge=1, le=10_000)
     shadow_queue_size: int = Field(default=1000, ge=1, le=1_000_000)
+    # Bytes of mirrored request bodies queued or in flight; a mirror that would exceed it is dropped.
+    shadow_queue_bytes: int = Field(default=64 * MiB, ge=64 * KiB, le=16 * 1024 * MiB)
     feedback_memory: int = Field(default=100_000, ge=0, le=10_000_000)
+    # Request bodies: the completion paths, /v1/feedback, everything else (admin, ...).
+    max_body_bytes: int = Field(default=32 * MiB, ge=KiB, le=1024 * MiB)
+    max_feedback_body_bytes: int = Field(default=64 * KiB, ge=KiB, le=16 * MiB)
+    max_admin_body_bytes: int = Field(default=1 * MiB, ge=KiB, le=64 * MiB)
+    # Request line + headers of one request.
+    max_header_bytes: int = Field(default=64 * KiB, ge=4 * KiB, le=16 * MiB)
+    # Server timeouts: a request's headers must arrive within header_timeout_s of its first
+    # byte (or of the connection's opening), its body within body_timeout_s of the headers;
+    # an idle keep-alive connection is closed after keep_alive_timeout_s.
+    header_timeout_s: float = Field(default=10.0, gt=0, le=600)
+    body_timeout_s: float = Field(default=60.0, gt=0, le=3600)
+    keep_alive_timeout_s: int = Field(default=5, ge=1, le=600)
+    # Per client (its API key, or its IP address when keys are off), per worker process:
+    # completion requests in flight (0 = no limit) and /v1/feedback calls per second
+    # (token bucket of feedback_burst; 0 = no limit).
+    client_max_concurrency: int = Field(default=64, ge=0, le=1_000_000)
+    feedback_rate: float = Field(default=100.0, ge=0, le=1_000_000)
+    feedback_burst: int = Field(default=200, ge=1, le=10_000_000)
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
     workers: int = Field(default=1, ge=1, le=64)

@@ -1,8 +1,11 @@
 """Shadow mirroring: off the hot path, bounded queue + bounded concurrency, overflow dropped.
 
 The user's request only does ``put_nowait`` (after its response is complete); a fixed pool
-of worker tasks sends the mirrored calls. A full queue drops the mirror and counts it. A
-hanging, failing or unreachable candidate therefore only occupies workers and fills the
+of worker tasks sends the mirrored calls. The queue is bounded twice: by count
+(``shadow_queue_size``) and by the bytes of the mirrored bodies (and prompts) queued *or in
+flight* (``shadow_queue_bytes``), so large requests cannot turn it into gigabytes. A mirror
+that does not fit is dropped and counted (``liftgate_gateway_shadow_total{outcome="dropped"}``).
+A hanging, failing or unreachable candidate therefore only occupies workers and fills the
 queue — it never delays or changes a user's response.
 """
 
@@ -32,6 +35,10 @@ class ShadowJob:
     prompt: str | None
 
 
+def _size(job: ShadowJob) -> int:
+    return len(job.payload) + (len(job.prompt) if job.prompt else 0)
+
+
 class ShadowMirror:
     def __init__(
         self,
@@ -40,12 +47,15 @@ class ShadowMirror:
         metrics: GatewayMetrics,
         concurrency: int,
         queue_size: int,
+        queue_bytes: int = 64 * 1024 * 1024,
     ) -> None:
         self.pool = pool
         self.recorder = recorder
         self.metrics = metrics
         self.concurrency = concurrency
         self.queue: asyncio.Queue[ShadowJob] = asyncio.Queue(maxsize=queue_size)
+        self.max_bytes = queue_bytes
+        self.held_bytes = 0  # bodies and prompts queued or in flight
         self._workers: list[asyncio.Task[None]] = []
         self._children: dict[tuple[str, str, str, str], Any] = {}
 
@@ -70,17 +80,19 @@ class ShadowMirror:
         return child
 
     def full(self) -> bool:
-        return self.queue.full()
+        return self.queue.full() or self.held_bytes >= self.max_bytes
 
     def drop(self, route: str, experiment: str, variant: str) -> None:
         self.outcome(route, experiment, variant, "dropped").inc()
 
     def submit(self, job: ShadowJob) -> bool:
         info = job.info
-        if self.queue.full():
+        size = _size(job)
+        if self.queue.full() or self.held_bytes + size > self.max_bytes:
             self.drop(info.route, info.experiment or "", job.variant.name)
             return False
         self.queue.put_nowait(job)
+        self.held_bytes += size
         self.outcome(info.route, info.experiment or "", job.variant.name, "sent").inc()
         return True
 
@@ -94,6 +106,7 @@ class ShadowMirror:
             except Exception:  # a broken mirror must not kill the worker
                 log.exception("shadow call failed unexpectedly")
             finally:
+                self.held_bytes -= _size(job)
                 self.queue.task_done()
 
     async def _call(self, job: ShadowJob) -> None:

@@ -6,6 +6,7 @@ import asyncio
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import aiohttp
 from yarl import URL
@@ -33,7 +34,43 @@ def _base(url: str) -> str:
     return url if url.endswith("/v1") else url + "/v1"
 
 
+def url_problem(base_url: str) -> str | None:
+    """Why ``base_url`` cannot be an upstream's address, or None."""
+    if not base_url.isascii() or not base_url.isprintable() or " " in base_url:
+        return "base_url must be printable ASCII without spaces (use punycode for international names)"
+    try:
+        parts = urlsplit(base_url)
+        port = parts.port  # raises ValueError when out of range or not a number
+    except ValueError:
+        return "base_url has an invalid port"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "base_url must be an http:// or https:// URL with a host"
+    if port == 0:
+        return "base_url has an invalid port"
+    if parts.username is not None or parts.password is not None:
+        return "base_url must not carry credentials (set api_key instead)"
+    if parts.query or parts.fragment:
+        return "base_url must not have a query or fragment"
+    return None
+
+
+def key_problem(api_key: str) -> str | None:
+    """Why ``api_key`` cannot be sent as ``Authorization: Bearer <key>``, or None. Never quotes it."""
+    try:
+        api_key.encode("latin-1")
+    except UnicodeEncodeError:
+        return "api_key has characters that cannot be sent in an HTTP header (not Latin-1)"
+    if any(c < " " or c == "\x7f" for c in api_key) or api_key != api_key.strip() or not api_key:
+        return "api_key must be non-empty, without control characters or surrounding whitespace"
+    return None
+
+
 def make_client(cfg: UpstreamConfig) -> UpstreamClient:
+    """The client of one upstream; ValueError (with a reason that never quotes the key) when
+    the config cannot be used — checked before anything is opened."""
+    problem = url_problem(cfg.base_url) or (key_problem(cfg.api_key) if cfg.api_key else None)
+    if problem is not None:
+        raise ValueError(problem)
     connector = aiohttp.TCPConnector(limit=4, ttl_dns_cache=300)
     # aiohttp only serves readiness probes; completions go through the lean HttpPool.
     session = aiohttp.ClientSession(
@@ -58,23 +95,38 @@ def make_client(cfg: UpstreamConfig) -> UpstreamClient:
 
 
 class UpstreamPool:
-    """Maps upstream name -> client; ``sync`` opens sessions for new/changed upstreams and closes old ones."""
+    """Maps upstream name -> client; ``sync`` opens sessions for new/changed upstreams and closes old ones.
+
+    One upstream whose new config cannot be used never stops the others from being synced:
+    it keeps its previous client (if it had one: last known good), and ``errors`` says why,
+    until a later ``sync`` succeeds.
+    """
 
     def __init__(self) -> None:
         self.clients: dict[str, UpstreamClient] = {}
+        self.errors: dict[str, str] = {}  # upstream -> why its current config is not applied
         self._closing: set[asyncio.Task[None]] = set()
         self._retired: list[UpstreamClient] = []
 
-    def sync(self, upstreams: Mapping[str, UpstreamConfig]) -> None:
+    def sync(self, upstreams: Mapping[str, UpstreamConfig]) -> dict[str, str]:
+        """Apply ``upstreams``; returns (and keeps in ``errors``) the ones that could not be."""
+        errors: dict[str, str] = {}
         for name, cfg in upstreams.items():
             cur = self.clients.get(name)
             if cur is not None and cur.config == cfg:
                 continue
-            self.clients[name] = make_client(cfg)
+            try:
+                client = make_client(cfg)
+            except Exception as exc:  # one bad row must not stop the others
+                errors[name] = str(exc) if type(exc) is ValueError else type(exc).__name__
+                continue
+            self.clients[name] = client
             if cur is not None:
                 self._close_later(cur)
         for name in [n for n in self.clients if n not in upstreams]:
             self._close_later(self.clients.pop(name))
+        self.errors = errors
+        return errors
 
     def _close_later(self, client: UpstreamClient) -> None:
         self._retired.append(client)

@@ -12,6 +12,7 @@ import logging
 import uvicorn
 
 from gateway.app import GatewayApp, create_app
+from gateway.server import uvicorn_options
 from gateway.settings import GatewaySettings
 from gateway.sink import EventSink
 from liftgate.direct_sink import DirectSink
@@ -38,12 +39,7 @@ def main() -> None:
         host=settings.host,
         port=settings.port,
         workers=1,
-        loop="uvloop",
-        http="httptools",
-        access_log=False,
-        log_level=settings.log_level,
-        server_header=False,
-        date_header=False,
+        **uvicorn_options(settings),
     )
 
 

@@ -309,6 +309,9 @@ def _start_services(stack: RunningStack) -> None:
         "LIFTGATE_HOST": opts.host,
         "LIFTGATE_PORT": str(opts.gateway_port),
         "LIFTGATE_SPOOL_DIR": str(opts.state_dir / "spool"),
+        # The embedded stack is a local sandbox (127.0.0.1 by default, the simulated users send
+        # no key): client keys are off unless the caller's environment asks for them.
+        "LIFTGATE_CLIENT_KEYS": os.environ.get("LIFTGATE_CLIENT_KEYS", "off"),
     }
     sup.start(
         Child(

@@ -32,6 +32,7 @@ from gateway.app import create_app
 from gateway.config_source import StaticConfigSource
 from gateway.null_sink import NullSink
 from gateway.routing import key_hash
+from gateway.server import uvicorn_options
 from gateway.settings import GatewaySettings
 from gateway.snapshot import ExperimentConfig, UpstreamConfig, VariantConfig, build_snapshot
 
@@ -121,6 +122,9 @@ def main() -> None:
         port=a.port,
         shadow_concurrency=64,
         spool_dir=tempfile.mkdtemp(prefix="liftgate-bench-spool-"),
+        client_keys="required",
+        # The load generator is one client sending up to 32 requests at once from one address.
+        client_max_concurrency=1024,
     )
     sink = make_sink(settings) if a.kafka else NullSink()
     print(f"bench gateway: sink={type(sink).__name__}", file=sys.stderr)
@@ -130,14 +134,8 @@ def main() -> None:
         app,
         host="127.0.0.1",
         port=a.port,
-        loop="uvloop",
-        http="httptools",
-        access_log=False,
-        log_level="warning",
-        server_header=False,
-        proxy_headers=False,
-        date_header=False,
         lifespan="on",
+        **{**uvicorn_options(settings), "log_level": "warning"},
     )
 
 

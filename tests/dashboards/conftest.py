@@ -225,6 +225,7 @@ def stack(
     gw_env: dict[str, str | None] = {
         "LIFTGATE_DATABASE_URL": database_url,
         "LIFTGATE_ADMIN_TOKEN": token,
+        "LIFTGATE_CLIENT_KEYS": "off",
         "LIFTGATE_KAFKA_BOOTSTRAP": kafka_bootstrap,
         "LIFTGATE_SPOOL_DIR": str(workdir / "spool"),
         "LIFTGATE_LOG_LEVEL": "warning",

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import http.client as httpclient
 import json
+import os
 import secrets
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 import urllib.parse
 from collections.abc import Iterator
 from typing import Any
 
+import psutil
 import pytest
 import uvicorn
 
@@ -19,6 +24,7 @@ from contracts.events import Event, FeedbackEvent, InteractionEvent
 from gateway.app import GatewayApp, create_app
 from gateway.config_source import ConfigSource, StaticConfigSource
 from gateway.metrics import GatewayMetrics
+from gateway.server import uvicorn_options
 from gateway.settings import GatewaySettings
 from gateway.snapshot import ExperimentConfig, UpstreamConfig, VariantConfig, build_snapshot
 from liftgate.simulator_model import SimulatorModel
@@ -76,7 +82,8 @@ def free_port() -> int:
 
 
 class GatewayThread:
-    """The real app served by uvicorn on a free port in a background thread."""
+    """The real app served by uvicorn on a free port in a background thread, with the
+    options every entry point uses (``gateway.server``: its protocol, deadlines, keep-alive)."""
 
     def __init__(self, app: GatewayApp) -> None:
         self.app = app
@@ -84,7 +91,8 @@ class GatewayThread:
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(app, lifespan="on", log_level="warning", access_log=False, loop="asyncio")
+        options = {**uvicorn_options(app.runtime.settings), "log_level": "warning", "loop": "asyncio"}
+        config = uvicorn.Config(app, lifespan="on", **options)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
 
@@ -104,9 +112,11 @@ class GatewayThread:
 
 
 def settings(**kw: Any) -> GatewaySettings:
+    """Test settings: client keys off unless a test asks for them (``client_keys="required"``)."""
     base: dict[str, Any] = {
         "admin_token": ADMIN_TOKEN,
         "database_url": "postgresql+psycopg://unused@127.0.0.1:1/x",
+        "client_keys": "off",
     }
     base.update(kw)
     return GatewaySettings(**base)
@@ -221,3 +231,92 @@ def post(url: str, json_body: Any = None, **kw: Any) -> Resp:
 
 def get(url: str, **kw: Any) -> Resp:
     return http("GET", url, **kw)
+
+
+class GatewayProcess:
+    """``python -m gateway`` as a real process (config from PostgreSQL; no Kafka: events are
+    counted and dropped), for what only a separate process shows: its memory, its timeouts."""
+
+    def __init__(self, database_url: str, **env: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {
+            **{
+                k: v
+                for k, v in os.environ.items()
+                if k not in ("LIFTGATE_KAFKA_BOOTSTRAP", "PROMETHEUS_MULTIPROC_DIR")
+            },
+            "LIFTGATE_ADMIN_TOKEN": ADMIN_TOKEN,
+            "LIFTGATE_DATABASE_URL": database_url,
+            "LIFTGATE_LOG_LEVEL": "warning",
+            "LIFTGATE_REFRESH_INTERVAL_S": "0.2",
+            **env,
+        }
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> GatewayProcess:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "--port", str(self.port), "--workers", "1"],
+            env=self.env,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if get(self.url + "/healthz", timeout=1).status_code == 200:
+                    return self
+            except OSError:
+                pass
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                self.__exit__()
+                raise RuntimeError("gateway process did not start")
+            time.sleep(0.05)
+
+    def rss(self) -> int:
+        assert self.proc is not None
+        return int(psutil.Process(self.proc.pid).memory_info().rss)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+
+class PeakRss:
+    """Samples a process's RSS in a background thread; ``peak`` is the highest seen."""
+
+    def __init__(self, gateway: GatewayProcess, every_s: float = 0.01) -> None:
+        self.gateway = gateway
+        self.every_s = every_s
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self.gateway.rss())
+            self._stop.wait(self.every_s)
+
+    def __enter__(self) -> PeakRss:
+        self.peak = self.gateway.rss()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self.peak = max(self.peak, self.gateway.rss())
+
+
+def refused(url: str, reason: str) -> float:
+    """``liftgate_gateway_refused_total{reason=...}`` as the gateway at ``url`` reports it."""
+    prefix = f'liftgate_gateway_refused_total{{reason="{reason}"}} '
+    for line in get(url + "/metrics").text.splitlines():
+        if line.startswith(prefix):
+            return float(line[len(prefix) :])
+    return 0.0

@@ -29,6 +29,7 @@ def test_metrics_count_requests_of_all_workers(
         "LIFTGATE_DATABASE_URL": database_url,
         "LIFTGATE_LOG_LEVEL": "warning",
         "LIFTGATE_REFRESH_INTERVAL_S": "0.2",
+        "LIFTGATE_CLIENT_KEYS": "off",
     }
     env.pop("LIFTGATE_KAFKA_BOOTSTRAP", None)
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)

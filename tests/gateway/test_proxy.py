@@ -155,16 +155,19 @@ def test_paused_route_serves_the_control_without_attribution(gw: tuple[str, Memo
         assert event.experiment_id is None and event.mode == "none"
 
 
+_MSGS = b'[{"role": "user", "content": "hi"}]'
+
+
 @pytest.mark.parametrize(
     ("body", "status", "code"),
     [
         (b"{not json", 400, "invalid_request"),
         (b"[1, 2]", 400, "invalid_request"),
-        (b'{"messages": []}', 404, "model_not_found"),
-        (b'{"model": "nope", "messages": []}', 404, "model_not_found"),
-        (b'{"model": "gone", "messages": []}', 404, "model_not_found"),
-        (b'{"model": "down", "messages": []}', 502, "upstream_unavailable"),
-        (b'{"model": "slow", "messages": []}', 504, "upstream_timeout"),
+        (b'{"messages": ' + _MSGS + b"}", 400, "invalid_request"),
+        (b'{"model": "nope", "messages": ' + _MSGS + b"}", 404, "model_not_found"),
+        (b'{"model": "gone", "messages": ' + _MSGS + b"}", 404, "model_not_found"),
+        (b'{"model": "down", "messages": ' + _MSGS + b"}", 502, "upstream_unavailable"),
+        (b'{"model": "slow", "messages": ' + _MSGS + b"}", 504, "upstream_timeout"),
     ],
 )
 def test_bad_inputs_get_openai_shaped_errors(
@@ -236,7 +239,7 @@ def test_health_endpoints(gw: tuple[str, MemorySink]) -> None:
     assert 'liftgate_gateway_requests_total{experiment="exp-assistant"' in text
 
 
-def test_client_api_keys_are_required_once_any_exists(simulator: str) -> None:
+def test_client_api_keys_are_checked_when_required(simulator: str) -> None:
     sink = MemorySink()
     ups = [UpstreamConfig("sim", simulator)]
     exps = [
@@ -245,7 +248,8 @@ def test_client_api_keys_are_required_once_any_exists(simulator: str) -> None:
             [VariantConfig("control", "sim", "base", 1, True), VariantConfig("c", "sim", "cand", 0)],
         )
     ]
-    with start_gateway(sink, static_source(exps, ups, frozenset({key_hash("sk-good")}))) as g:
+    source = static_source(exps, ups, frozenset({key_hash("sk-good")}))
+    with start_gateway(sink, source, client_keys="required") as g:
         good = openai.OpenAI(base_url=g.url + "/v1", api_key="sk-good")
         assert good.chat.completions.create(model="assistant", messages=MSG).choices
         bad = openai.OpenAI(base_url=g.url + "/v1", api_key="sk-bad", max_retries=0)

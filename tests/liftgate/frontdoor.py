@@ -25,7 +25,9 @@ class Gateway(GatewayThread):
 
     def __init__(self, database_url: str) -> None:
         self.sink = MemorySink()
-        settings = GatewaySettings(admin_token=ADMIN_TOKEN, database_url=database_url, refresh_interval_s=0.2)
+        settings = GatewaySettings(
+            admin_token=ADMIN_TOKEN, database_url=database_url, refresh_interval_s=0.2, client_keys="off"
+        )
         super().__init__(create_app(settings, self.sink, metrics=GatewayMetrics()))
 
 

@@ -19,6 +19,7 @@ from sqlalchemy import create_engine
 from analytics.ingest import ingest
 from contracts.events import Event, InteractionEvent
 from gateway.app import GatewayApp, create_app
+from gateway.server import uvicorn_options
 from gateway.settings import GatewaySettings
 from gateway.sink import EventSink
 
@@ -124,10 +125,7 @@ def main() -> None:
         factory=True,
         host=settings.host,
         port=settings.port,
-        loop="uvloop",
-        http="httptools",
-        access_log=False,
-        log_level="warning",
+        **{**uvicorn_options(settings), "log_level": "warning"},
     )
 
 

@@ -76,6 +76,7 @@ def service_env(database_url: str, **extra: str) -> dict[str, str]:
         LIFTGATE_ROLLOUT_TICK_S="0.3",
         LIFTGATE_ROLLOUT_SRM_GRACE_S="1.5",
         LIFTGATE_REFRESH_INTERVAL_S="0.5",
+        LIFTGATE_CLIENT_KEYS="off",
         PYTHONUNBUFFERED="1",
         **extra,
     )
