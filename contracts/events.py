@@ -305,7 +305,7 @@ def _bounded(what: str, name: str, t: Any) -> Any:
     elif get_origin(base) is dict:
         key = Annotated[str, msgspec.Meta(max_length=TAG_KEY_MAX)]
         val = Annotated[str, msgspec.Meta(max_length=TAG_VALUE_MAX)]
-        base = Annotated[dict[key, val], msgspec.Meta(max_length=TAGS_MAX)]  # type: ignore[valid-type]
+        base = Annotated[dict[key, val], msgspec.Meta(max_length=TAGS_MAX)]
     else:
         return t
     return base | None if optional else base
