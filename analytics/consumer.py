@@ -445,8 +445,8 @@ class Consumer:
         self._commit(batch.offsets)
         for topic, n in batch.per_topic.items():
             self.metrics.consumed.labels(topic).inc(n)
-        for d in batch.dead:
-            self.metrics.dead_lettered.labels(d.topic).inc()
+        for topic in [*(d.topic for d in batch.dead), *res.refused]:
+            self.metrics.dead_lettered.labels(topic).inc()
         self.metrics.duplicates.inc(res.duplicates)
 
     def run(self) -> None:
