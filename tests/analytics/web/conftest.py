@@ -12,6 +12,7 @@ import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, ViewportSize, sync_playwright
 from sqlalchemy import Engine, text
 
+from analytics.access import login_ticket
 from tests.analytics.web.seed import (
     ExperimentSpec,
     VariantSpec,
@@ -20,7 +21,7 @@ from tests.analytics.web.seed import (
     add_units,
     create_experiment,
 )
-from tests.analytics.web.services import analytics_service, http
+from tests.analytics.web.services import READ_TOKEN, analytics_service, http
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -167,9 +168,11 @@ class WatchedPage:
 
 
 @pytest.fixture
-def watched(browser: Browser) -> Iterator[WatchedPage]:
+def watched(browser: Browser, analytics_url: str, admin_token: str) -> Iterator[WatchedPage]:
+    """A signed-in page: the one-time sign-in link ``liftgate up`` would print, opened first."""
     context = browser.new_context(viewport=LAPTOP, device_scale_factor=1)
     page = context.new_page()
+    page.goto(f"{analytics_url}/dashboard/login?ticket={login_ticket(admin_token, READ_TOKEN)}")
     errors: list[str] = []
 
     def on_console(msg: ConsoleMessage) -> None:
