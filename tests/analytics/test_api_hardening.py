@@ -23,9 +23,10 @@ from contracts.events import FeedbackEvent
 from tests.analytics.ingest_helpers import interaction
 from tests.analytics.report_data import create_experiment, insert_units, simulate_units
 from tests.analytics.web.services import analytics_service
+from tests.known_secrets import secret
 
-ADMIN = "adm-" + secrets.token_hex(16)
-READ = "rd-" + secrets.token_hex(16)
+ADMIN = secret("adm")
+READ = secret("rd")
 MAX_BODY = 64 * 1024
 HEADER_TIMEOUT_S = 1.0
 BODY_TIMEOUT_S = 1.5

@@ -22,10 +22,11 @@ from sqlalchemy import Engine, text
 
 from analytics.report_schema import Report
 from tests.analytics.report_data import create_experiment, insert_units, simulate_units
+from tests.known_secrets import secret
 
 ROOT = Path(__file__).resolve().parents[2]
-TOKEN = "test-" + secrets.token_hex(16)
-READ_TOKEN = "read-" + secrets.token_hex(16)
+TOKEN = secret("test")
+READ_TOKEN = secret("read")
 DEADLINE_S = 30.0
 
 

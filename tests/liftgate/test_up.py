@@ -226,6 +226,10 @@ def test_liftgate_up_demo_end_to_end(state_root: Path) -> None:
 
         demo_units = report["units"]
         assert up.interrupt() == 0, up.output()
+        # Every service's log of the whole run holds neither token.
+        logged = "".join(p.read_text(errors="replace") for p in (state / "logs").glob("*.log"))
+        read = (state / "read_token").read_text().strip()
+        assert logged and token not in logged and read not in logged
     finally:
         up.kill()
     assert _left_behind(tree) == {}, "processes left behind"

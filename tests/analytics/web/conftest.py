@@ -3,7 +3,6 @@ subprocess on a free port, and a real headless Chromium driven by Playwright."""
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -22,6 +21,7 @@ from tests.analytics.web.seed import (
     create_experiment,
 )
 from tests.analytics.web.services import READ_TOKEN, analytics_service, http
+from tests.known_secrets import secret
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -82,7 +82,7 @@ SHADOW = ExperimentSpec(
 
 @pytest.fixture(scope="session")
 def admin_token() -> str:
-    return "dash-" + secrets.token_hex(16)
+    return secret("dash")
 
 
 @pytest.fixture(scope="session")

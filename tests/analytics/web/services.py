@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import secrets
 import socket
 import subprocess
 import sys
@@ -17,9 +16,11 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from tests.known_secrets import secret
+
 ROOT = Path(__file__).resolve().parents[3]
 #: The read token of every analytics service these helpers start (reads need one).
-READ_TOKEN = "read-" + secrets.token_hex(16)
+READ_TOKEN = secret("read")
 
 
 def free_port() -> int:
