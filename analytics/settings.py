@@ -56,6 +56,11 @@ class AnalyticsSettings(BaseSettings):
     paired_window_s: float = Field(default=86_400.0, gt=0)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
+    @field_validator("read_token", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: object) -> object:
+        return None if value == "" else value  # compose passes an unset variable as ""
+
     @field_validator("admin_token", "read_token")
     @classmethod
     def _refuse_weak_token(cls, value: str | None) -> str | None:
