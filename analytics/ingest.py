@@ -14,12 +14,13 @@
    ``latency_histograms``.
 
 Events ``contracts.events.decode`` refuses never get here (the consumer dead-letters them
-at decode). Should the database still refuse a batch for one event's values (a class 22
-or 23 error: a value it cannot hold, a constraint), the batch is bisected in savepoints:
-each half is written on its own, a half that fails is split again, and an event that
-fails alone goes to ``dead_letters`` with its raw bytes and the database's reason (the
-primary message only: no row values, no bound parameters). A bad event costs O(log n)
-sub-batches, and every other event is written exactly once, in its batch's transaction.
+at decode). Should the database still refuse a batch for some events' values (a class 22
+or 23 error: a value it cannot hold, a constraint), the refused events are isolated in
+savepoints (``_isolating``): the batch is screened once in Python and written without its
+suspects, each suspect alone; what the screen misses is found by bisection, O(log n)
+attempts per refused event. An event refused alone goes to ``dead_letters`` with its raw
+bytes and the database's reason (the primary message only: no row values, no bound
+parameters); every other event is written exactly once, in its batch's transaction.
 """
 
 from __future__ import annotations
@@ -432,7 +433,7 @@ def ingest_raw(
 
     Commits when ``pg`` had no transaction open; inside a caller's transaction it uses a
     savepoint and leaves the commit to the caller. Events the database refuses are
-    isolated by bisection and stored as dead letters with the others.
+    isolated (``_isolating``) and stored as dead letters with the others.
     """
     nested = pg.info.transaction_status != pq.TransactionStatus.IDLE
     with pg.transaction():
