@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Final
 
 import orjson
-from fastapi import APIRouter, Body, Depends, HTTPException, Query, Request, Response
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
 from sqlalchemy import Connection, text
 
 from analytics.access import Admin, Reader
@@ -193,12 +193,24 @@ def list_metrics(ctx: Ctx, _: Reader) -> list[dict[str, Any]]:
     return out
 
 
+async def _json_body(request: Request) -> Any:
+    """The request's JSON, parsed by orjson: its nesting limit (1,024) answers 422, where the
+    standard library's parser raises RecursionError on ``[[[…`` 50,000 deep."""
+    try:
+        return orjson.loads(await request.body())
+    except orjson.JSONDecodeError as exc:
+        raise HTTPException(422, f"body: invalid JSON ({exc})") from None
+
+
 # Handlers are sync (FastAPI runs them in its thread pool) because they talk to the DB;
 # the JSON body arrives parsed.
-MetricBody = Annotated[Any, Body()]
+MetricBody = Annotated[Any, Depends(_json_body)]
+_METRIC_DOC: Final[dict[str, Any]] = {
+    "requestBody": {"required": True, "content": {"application/json": {"schema": {"type": "object"}}}}
+}
 
 
-@router.post("/api/metrics", status_code=201)
+@router.post("/api/metrics", status_code=201, openapi_extra=_METRIC_DOC)
 def create_metric(ctx: Ctx, actor: Admin, body: MetricBody) -> dict[str, Any]:
     spec = _validated(body)
     with ctx.engine.begin() as conn:
@@ -220,7 +232,7 @@ def create_metric(ctx: Ctx, actor: Admin, body: MetricBody) -> dict[str, Any]:
     return spec | {"builtin": False}
 
 
-@router.put("/api/metrics/{name}")
+@router.put("/api/metrics/{name}", openapi_extra=_METRIC_DOC)
 def update_metric(ctx: Ctx, actor: Admin, name: str, body: MetricBody) -> dict[str, Any]:
     if name in BUILTINS:
         raise HTTPException(422, f"{name!r} is a built-in metric and cannot be changed")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import random
 import secrets
 import socket
 import time
@@ -230,7 +231,10 @@ def test_unbounded_metric_definitions_are_refused_with_a_reason(
 def test_non_finite_numbers_in_a_definition_body_are_refused(url: str) -> None:
     raw = b'{"name": "m_inf", "kind": "mean", "numerator": "requests", "guardrail": true, "margin": 1e999}'
     status, _, body = call(url, "POST", "/api/metrics", token=ADMIN, body=raw)
-    assert status == 422 and "margin" in json.loads(body)["detail"]
+    assert status == 422 and "infinity" in json.loads(body)["detail"]
+    for nested in (b"[" * 30_000 + b"]" * 30_000, b'{"a":' * 5_000 + b"1" + b"}" * 5_000):
+        status, _, body = call(url, "POST", "/api/metrics", token=ADMIN, body=nested)
+        assert status == 422 and "invalid JSON" in json.loads(body)["detail"]
 
 
 def test_reports_answer_200_after_1_7e308_feedback_and_with_overflowing_rollups(
@@ -389,3 +393,62 @@ def test_a_request_head_over_the_limit_is_refused(url: str) -> None:
     answer = _answer(s, 5)
     s.close()
     assert answer.startswith(b"HTTP/1.1 431"), answer[:200]
+
+
+def test_random_requests_never_get_a_server_error(url: str, experiment: dict[str, Any]) -> None:
+    """Seeded random requests over every route: odd path segments, methods, queries,
+    credentials and bodies. Bounded: 600 requests on keep-alive connections."""
+    rng = random.Random(13)
+    segments = ["", "²", "%00", "%C2%B2", "%FF", "9" * 20, "-1", "0", "2147483648", str(experiment["id"]),
+                experiment["name"], "a" * 300, "..%2F..", "%2e%2e", "x y", "ü", "%", "%zz", "\u202e", "advance",
+                "thumbs_up_rate", "%0A", "static/js/api.js"]  # fmt: skip
+    templates = ["/api/experiments", "/api/experiments/{}/report", "/api/experiments/{}/snapshot",
+                 "/api/experiments/{}/rollout", "/api/experiments/{}/rollout/{}", "/api/metrics",
+                 "/api/metrics/{}", "/dashboard/experiments/{}", "/dashboard/static/{}", "/dashboard/login",
+                 "/dashboard/logout", "/docs", "/openapi.json", "/{}", "/healthz", "/metrics"]  # fmt: skip
+    queries = [
+        "",
+        "?fresh=1",
+        "?fresh=maybe",
+        "?fresh=%00",
+        "?next=//evil&ticket=" + "x" * 300,
+        "?ticket=1.2.3",
+    ]
+    numbers: list[Any] = [0, -0.0, 1e308, -1, 2**70, 0.5, "1e999", None, True]
+    exprs = [
+        "requests",
+        "requests * 1e999",
+        "-" * 500 + "requests",
+        "counters['x']",
+        "a" * 2000,
+        "1/0",
+        "\x00",
+    ]
+
+    def body() -> bytes | None:
+        pick = rng.randrange(6)
+        if pick == 0:
+            return None
+        if pick == 1:
+            return rng.choice([b"", b"{", b"[]", b"null", b"[" * 5000 + b"]" * 5000, b"\xff\xfe", b"NaN"])
+        spec = {"name": rng.choice(["m_" + str(rng.randrange(99)), "Bad Name", "", "thumbs_up_rate"]),
+                "kind": rng.choice(["mean", "ratio", "proportion", "quantile", "x"]),
+                "numerator": rng.choice(exprs), "denominator": rng.choice([None, *exprs]),
+                "q": rng.choice(numbers), "margin": rng.choice(numbers), "histogram": rng.choice([None, "latency"]),
+                "guardrail": rng.choice(numbers), "description": rng.choice(["", "\x00", "d" * 5000])}  # fmt: skip
+        return json.dumps({k: v for k, v in spec.items() if rng.random() < 0.8}).encode()
+
+    def path() -> str:
+        template = rng.choice(templates)
+        filled = template.format(*(rng.choice(segments) for _ in range(template.count("{}"))))
+        return urllib.parse.quote(filled, safe="/%?=&'") + rng.choice(queries)
+
+    failures = []
+    for _ in range(600):
+        method = rng.choice(["GET", "GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"])
+        token = rng.choice([None, READ, ADMIN, ADMIN, "wrong-token-0123456789"])
+        p, b = path(), body()
+        status, _, _ = call(url, method, p, token=token, body=b)
+        if status >= 500:
+            failures.append((status, method, p, token == ADMIN, (b or b"")[:120]))
+    assert failures == []
