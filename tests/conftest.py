@@ -164,8 +164,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         return
     for title, content in report.sections:
         found = known_secrets.leaks(content)
-        if found:
-            _secret_leaks.append(f"{report.nodeid} [{title}]: {', '.join(found)}")
+        line = f"{report.nodeid} [{title}]: {', '.join(sorted(found))}"
+        if found and line not in _secret_leaks:  # a later phase's report repeats earlier sections
+            _secret_leaks.append(line)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -75,8 +75,8 @@ def test_a_feedback_value_of_1_7e308_is_dead_lettered_and_the_report_computes(db
         events.append(FeedbackEvent(request_id=ev.request_id, unit_id=ev.unit_id, kind="sig", value=2.0))
     res = ingest(db, events)  # type: ignore[arg-type]
     reasons = db.execute(
-        text("SELECT reason FROM dead_letters WHERE convert_from(payload, 'UTF8') LIKE :p"),
-        {"p": f'%"kind":"sig","value":{HUGE},%'},
+        text("SELECT reason FROM dead_letters WHERE position(CAST(:p AS bytea) IN payload) > 0"),
+        {"p": f'"kind":"sig","value":{HUGE},'.encode()},
     ).all()
     assert res.dead_lettered == 20 and res.feedback == 20
     assert len(reasons) >= 20 and all(

@@ -116,9 +116,10 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 def _check_sign_in(up: Up) -> None:
     """The banner's one-time link signs a browser in; reads need a credential; the read token
     is private in the state dir."""
-    banner = Path(up.log.name).read_text(errors="replace")
-    link = re.search(r"(http://\S+/dashboard/login\?ticket=\S+)", banner)
-    assert link is not None, banner[-2000:]
+    deadline = time.monotonic() + 30  # the run file is written just before the banner
+    while (link := re.search(r"(http://\S+/dashboard/login\?ticket=\S+)", up.output())) is None:
+        assert time.monotonic() < deadline, f"no sign-in link in the banner:\n{up.output()}"
+        time.sleep(0.2)
     opener = urllib.request.build_opener(_NoRedirect)
     with pytest.raises(urllib.error.HTTPError) as first:
         opener.open(link.group(1), timeout=30)
