@@ -5,11 +5,12 @@ from __future__ import annotations
 import logging
 import sys
 
-import uvicorn
 from pydantic import ValidationError
 
 from analytics.app import create_app
+from analytics.server import ServerLimits, serve
 from analytics.settings import AnalyticsSettings
+from contracts import redaction
 
 
 def main() -> int:
@@ -19,16 +20,18 @@ def main() -> int:
         reasons = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
         sys.stderr.write(f"analytics: invalid settings ({reasons}); set LIFTGATE_ADMIN_TOKEN etc.\n")
         return 2
+    # Before anything logs: no configured secret may reach a log line.
+    redaction.install(settings.admin_token, settings.read_token, database_url=settings.database_url)
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
-    uvicorn.run(
-        create_app(settings),
-        host=settings.analytics_host,
-        port=settings.analytics_port,
-        log_level=settings.log_level,
-        access_log=False,
+    limits = ServerLimits(
+        header_timeout_s=settings.header_timeout_s,
+        keep_alive_s=settings.keep_alive_s,
+        max_head_bytes=settings.max_head_bytes,
+        max_connections=settings.max_connections,
     )
+    serve(create_app(settings), settings.analytics_host, settings.analytics_port, settings.log_level, limits)
     return 0
 
 

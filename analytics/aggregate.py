@@ -9,18 +9,37 @@ query is a parallel seq scan of a few hundred ms (bench/ingest/README.md).
 
 Quantile metrics have no per-unit sums here: ``histograms`` returns their request-level
 log-bucketed counts (``bucket_bounds`` maps a bucket to its ms range).
+
+A metric whose SQL the database cannot evaluate on this data (a float overflow: a user
+expression multiplying large sums, or rollups stored before values were bounded) must not
+take the others down: given a ``failed`` dict, ``isolated`` reruns each metric alone in a
+savepoint after such an error, records why the failing ones failed, and computes the rest.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TypeVar
+
+import psycopg
+from sqlalchemy import Connection, Engine
+from sqlalchemy.orm import Session
 
 from analytics.metrics import Metric, expression_sql
 from analytics.sql import AnyConn, fetch_all
 from analytics.stats.sufficient import SampleStats
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# What a metric's expression can make the database refuse: data errors (numeric overflow,
+# class 22) and, for a definition stored by an older version, SQL it cannot run (class 42).
+_METRIC_ERRORS = (psycopg.DataError, psycopg.ProgrammingError)
 
 #: Histogram resolution: bucket b holds values in [exp(b/20), exp((b+1)/20)) ms (≈5% wide).
 BUCKETS_PER_E = 20.0
@@ -103,6 +122,52 @@ def _stats(n: int, roles: list[tuple[str, int]], pair_values: Sequence[Sequence[
     return SampleStats(n=n, **kw)
 
 
+@contextlib.contextmanager
+def _savepoint(conn: AnyConn) -> Iterator[None]:
+    """A savepoint in the caller's transaction (an Engine runs each query in its own)."""
+    if isinstance(conn, psycopg.Connection):
+        with conn.transaction():
+            yield
+    elif isinstance(conn, Connection | Session):
+        with conn.begin_nested():
+            yield
+    else:
+        assert isinstance(conn, Engine)
+        yield
+
+
+def _reason(exc: Exception) -> str:
+    diag = getattr(exc, "diag", None)
+    text = diag.message_primary if diag is not None and diag.message_primary else str(exc).splitlines()[0]
+    return f"the database could not compute it: {text}"
+
+
+def isolated(
+    conn: AnyConn,
+    metrics: Sequence[Metric],
+    run: Callable[[Sequence[Metric]], T],
+    failed: dict[str, str] | None,
+) -> T:
+    """``run(metrics)``; with ``failed`` given, a metric the database cannot compute is
+    dropped (its reason recorded in ``failed``) instead of failing the whole call."""
+    if failed is None:
+        return run(metrics)
+    try:
+        with _savepoint(conn):
+            return run(metrics)
+    except _METRIC_ERRORS as exc:
+        log.warning("metric statistics failed (%s); computing each metric alone", type(exc).__name__)
+    ok: list[Metric] = []
+    for m in metrics:
+        try:
+            with _savepoint(conn):
+                run([m])
+            ok.append(m)
+        except _METRIC_ERRORS as exc:
+            failed[m.name] = _reason(exc)
+    return run(ok)
+
+
 def variant_stats(
     conn: AnyConn,
     experiment_id: int,
@@ -111,6 +176,7 @@ def variant_stats(
     *,
     with_covariate: bool = False,
     until: datetime | None = None,
+    failed: dict[str, str] | None = None,
 ) -> dict[str, dict[str, SampleStats]]:
     """metric name -> variant -> SampleStats over units (quantile metrics are skipped).
 
@@ -119,8 +185,24 @@ def variant_stats(
     (the indicator for proportions) from the unit's pre-period rollup, 0 for units
     without history (see ``analytics.preperiod``). ``until`` keeps only units first seen
     at or before it (their sums still include later activity — the exact time series
-    comes from stored snapshots).
+    comes from stored snapshots). ``failed``: see ``isolated``.
     """
+    return isolated(
+        conn,
+        metrics,
+        lambda ms: _variant_stats(conn, experiment_id, ms, segment, with_covariate, until),
+        failed,
+    )
+
+
+def _variant_stats(
+    conn: AnyConn,
+    experiment_id: int,
+    metrics: Sequence[Metric],
+    segment: str,
+    with_covariate: bool,
+    until: datetime | None,
+) -> dict[str, dict[str, SampleStats]]:
     plan = _plan(metrics, with_covariate)
     cols = ", ".join(["count(*)", *(f"{f}({b}, {a})" for a, b in plan.pairs for f in _REGR)])
     join = (

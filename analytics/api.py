@@ -1,21 +1,25 @@
 """The analytics HTTP API: experiments, reports, snapshots, health and Prometheus metrics.
 
-Reads are open; mutating calls need ``Authorization: Bearer <LIFTGATE_ADMIN_TOKEN>``
-(401 without a bearer token, 403 with a wrong one) and are written to ``audit_log``.
-Errors are ``{"detail": reason}``.
+Reads need a read credential (``analytics.access``: the read or admin token as a bearer
+header, or the dashboard's session; anyone with ``LIFTGATE_READ_ACCESS=open``); mutating
+calls and ``?fresh=true`` need ``Authorization: Bearer <LIFTGATE_ADMIN_TOKEN>`` (401 without
+a bearer token, 403 with a wrong one) and changes are written to ``audit_log``.
+``/healthz`` and ``/metrics`` (Prometheus) stay open. Errors are ``{"detail": reason}``.
 """
 
 from __future__ import annotations
 
-import hmac
+import math
+import re
 import time
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 import orjson
-from fastapi import APIRouter, Body, Depends, HTTPException, Query, Request, Response
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
 from sqlalchemy import Connection, text
 
+from analytics.access import Admin, Reader
 from analytics.app import ServiceContext
 from analytics.audit import write_audit
 from analytics.metrics import BUILTINS, MetricError, parse_spec, spec_dict
@@ -33,27 +37,27 @@ def get_ctx(request: Request) -> ServiceContext:
 Ctx = Annotated[ServiceContext, Depends(get_ctx)]
 
 
-def require_admin(request: Request, ctx: Ctx) -> str:
-    """The actor name for the audit log; raises 401/403 unless the admin token is presented."""
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token:
-        raise HTTPException(401, "admin token required", headers={"WWW-Authenticate": "Bearer"})
-    if not hmac.compare_digest(token.strip().encode(), ctx.settings.admin_token.encode()):
-        raise HTTPException(403, "invalid admin token")
-    return "admin"
+__all__ = ["Admin", "Ctx", "Reader", "resolve_experiment", "router"]
 
-
-Admin = Annotated[str, Depends(require_admin)]
+_ID: Final = re.compile(r"[0-9]{1,10}")  # ASCII digits only: "²".isdigit() is True
+_ID_MAX: Final = 2**31 - 1  # experiments.id is an int4
+_NAME_MAX: Final = 128  # experiments.name
 
 
 def resolve_experiment(conn: Connection, id_or_name: str) -> int:
-    if id_or_name.isdigit():
+    """The experiment's id; 404 when there is none. An id beyond the column's range, or a
+    name no experiment can have (too long, control characters), is simply not found."""
+    missing = HTTPException(404, f"experiment {id_or_name[:_NAME_MAX]!r} not found")
+    if _ID.fullmatch(id_or_name):
+        if int(id_or_name) > _ID_MAX:
+            raise missing
         row = conn.execute(text("SELECT id FROM experiments WHERE id = :v"), {"v": int(id_or_name)}).first()
+    elif len(id_or_name) > _NAME_MAX or not id_or_name.isprintable():
+        raise missing
     else:
         row = conn.execute(text("SELECT id FROM experiments WHERE name = :v"), {"v": id_or_name}).first()
     if row is None:
-        raise HTTPException(404, f"experiment {id_or_name!r} not found")
+        raise missing
     return int(row[0])
 
 
@@ -86,7 +90,7 @@ _LIST_SQL = text(
 
 
 @router.get("/api/experiments", response_model=list[ExperimentSummary])
-def list_experiments(ctx: Ctx) -> list[ExperimentSummary]:
+def list_experiments(ctx: Ctx, _: Reader) -> list[ExperimentSummary]:
     out: list[ExperimentSummary] = []
     with ctx.engine.connect() as conn:
         for eid, name, route, mode, status, stage, started, at, units, verdicts in conn.execute(_LIST_SQL):
@@ -115,9 +119,21 @@ def _compute(ctx: ServiceContext, conn: Connection, eid: int, source: str) -> Re
 
 
 @router.get("/api/experiments/{id_or_name}/report", response_model=Report)
-def get_report(ctx: Ctx, id_or_name: str, fresh: Annotated[bool, Query()] = False) -> Response:
+def get_report(
+    ctx: Ctx, reader: Reader, id_or_name: str, fresh: Annotated[bool, Query()] = False
+) -> Response:
+    if fresh and not reader.admin:
+        # A fresh report costs a full computation: admins only, and rate limited below.
+        raise HTTPException(403, "fresh=true recomputes the report and needs the admin token")
     with ctx.engine.connect() as conn:
         eid = resolve_experiment(conn, id_or_name)
+        if fresh and (wait := ctx.fresh_wait(eid)) > 0:
+            raise HTTPException(
+                429,
+                f"a fresh report of this experiment was computed less than"
+                f" {ctx.settings.fresh_min_interval_s:g} s ago; retry in {math.ceil(wait)} s",
+                headers={"Retry-After": str(math.ceil(wait))},
+            )
         report = None if fresh else latest_snapshot(conn, eid)
         age = (datetime.now(UTC) - report.generated_at).total_seconds() if report is not None else None
         if report is not None and age is not None and age <= ctx.settings.report_max_age_s:
@@ -169,7 +185,7 @@ def _validated(body: Any, name: str | None = None) -> dict[str, Any]:
 
 
 @router.get("/api/metrics")
-def list_metrics(ctx: Ctx) -> list[dict[str, Any]]:
+def list_metrics(ctx: Ctx, _: Reader) -> list[dict[str, Any]]:
     out = [spec_dict(m) | {"builtin": True} for m in BUILTINS.values()]
     with ctx.engine.connect() as conn:
         for (definition,) in conn.execute(text("SELECT definition FROM metric_definitions ORDER BY name")):
@@ -177,12 +193,24 @@ def list_metrics(ctx: Ctx) -> list[dict[str, Any]]:
     return out
 
 
+async def _json_body(request: Request) -> Any:
+    """The request's JSON, parsed by orjson: its nesting limit (1,024) answers 422, where the
+    standard library's parser raises RecursionError on ``[[[…`` 50,000 deep."""
+    try:
+        return orjson.loads(await request.body())
+    except orjson.JSONDecodeError as exc:
+        raise HTTPException(422, f"body: invalid JSON ({exc})") from None
+
+
 # Handlers are sync (FastAPI runs them in its thread pool) because they talk to the DB;
 # the JSON body arrives parsed.
-MetricBody = Annotated[Any, Body()]
+MetricBody = Annotated[Any, Depends(_json_body)]
+_METRIC_DOC: Final[dict[str, Any]] = {
+    "requestBody": {"required": True, "content": {"application/json": {"schema": {"type": "object"}}}}
+}
 
 
-@router.post("/api/metrics", status_code=201)
+@router.post("/api/metrics", status_code=201, openapi_extra=_METRIC_DOC)
 def create_metric(ctx: Ctx, actor: Admin, body: MetricBody) -> dict[str, Any]:
     spec = _validated(body)
     with ctx.engine.begin() as conn:
@@ -204,7 +232,7 @@ def create_metric(ctx: Ctx, actor: Admin, body: MetricBody) -> dict[str, Any]:
     return spec | {"builtin": False}
 
 
-@router.put("/api/metrics/{name}")
+@router.put("/api/metrics/{name}", openapi_extra=_METRIC_DOC)
 def update_metric(ctx: Ctx, actor: Admin, name: str, body: MetricBody) -> dict[str, Any]:
     if name in BUILTINS:
         raise HTTPException(422, f"{name!r} is a built-in metric and cannot be changed")

@@ -11,6 +11,10 @@ starts the background workers, each a thread that runs until its stop event is s
   ``(ServiceContext) -> BackgroundWorker | None``.
 
 The dashboard (``analytics.web``) is mounted under ``/dashboard`` by :func:`_mount_dashboard`.
+
+Access (``analytics.access``): reads need a read credential (unless
+``LIFTGATE_READ_ACCESS=open``), changes the admin token; every request first passes
+``analytics.guard`` (path, body size and time, admin token before any body is read).
 """
 
 from __future__ import annotations
@@ -19,17 +23,23 @@ import importlib
 import importlib.util
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from sqlalchemy import Connection, Engine, create_engine
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
+from analytics.access import Access, require_read, require_read_page
+from analytics.guard import RequestGuard
 from analytics.report import ReportOptions, build_report
 from analytics.report_schema import Report
 from analytics.service_metrics import ServiceMetrics
@@ -58,6 +68,23 @@ class ServiceContext:
     metrics: ServiceMetrics
     options: ReportOptions
     threads: dict[str, threading.Thread] = field(default_factory=dict)
+    fresh_at: dict[int, float] = field(default_factory=dict)  # experiment -> last ?fresh=true
+    fresh_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def fresh_wait(self, experiment_id: int) -> float:
+        """0 when a fresh report of this experiment may be computed now (and it is counted),
+        else the seconds to wait (at most one per ``fresh_min_interval_s`` per experiment)."""
+        now = time.monotonic()
+        with self.fresh_lock:
+            last = self.fresh_at.get(experiment_id)
+            wait = 0.0 if last is None else last + self.settings.fresh_min_interval_s - now
+            if wait > 0:
+                return wait
+            if len(self.fresh_at) > 10_000:  # bounded: forget what no longer limits anything
+                horizon = now - self.settings.fresh_min_interval_s
+                self.fresh_at = {k: t for k, t in self.fresh_at.items() if t > horizon}
+            self.fresh_at[experiment_id] = now
+            return 0.0
 
     def build(self, conn: Connection, experiment_id: int, now: datetime | None = None) -> Report:
         return build_report(conn, experiment_id, now=now, options=self.options)
@@ -115,15 +142,30 @@ def _run_worker(ctx: ServiceContext, worker: BackgroundWorker, stop: threading.E
 
 
 def _mount_dashboard(app: FastAPI) -> None:
-    """Mount ``analytics.web`` (the dashboard pages) under /dashboard when it exists."""
+    """Mount ``analytics.web`` (the dashboard pages) under /dashboard when it exists, behind
+    the sign-in page (``analytics.login``)."""
+    from analytics import login
+
+    app.include_router(login.router)
     if importlib.util.find_spec("analytics.web") is None:
         return
     web = importlib.import_module("analytics.web")
-    mount = getattr(web, "mount", None)
-    if callable(mount):
-        mount(app)
-    elif (router := getattr(web, "router", None)) is not None:
-        app.include_router(router)  # its paths already start with /dashboard
+    router = getattr(web, "router", None)
+    if router is None:
+        router = importlib.import_module("analytics.web.pages").router
+    app.include_router(router, dependencies=[Depends(require_read_page)])  # paths start with /dashboard
+
+
+def _mount_docs(app: FastAPI) -> None:
+    """The OpenAPI document and its Swagger UI, for readers only."""
+
+    @app.get("/openapi.json", include_in_schema=False, dependencies=[Depends(require_read)])
+    def openapi() -> dict[str, Any]:
+        return app.openapi()
+
+    @app.get("/docs", include_in_schema=False, dependencies=[Depends(require_read_page)])
+    def docs() -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url="/openapi.json", title="liftgate analytics API")
 
 
 def create_app(
@@ -137,10 +179,14 @@ def create_app(
 
     service_metrics = metrics if metrics is not None else ServiceMetrics()
     factories = list(default_workers() if workers is None else workers)
+    access = Access(settings.admin_token, settings.read_token, settings.read_access, settings.session_ttl_s)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine = create_engine(settings.database_url, pool_size=5, max_overflow=10, pool_pre_ping=True)
+        # hide_parameters: database errors never carry the statement's values (they reach logs).
+        engine = create_engine(
+            settings.database_url, pool_size=5, max_overflow=10, pool_pre_ping=True, hide_parameters=True
+        )
         ctx = ServiceContext(settings, engine, service_metrics, ReportOptions.from_settings(settings))
         app.state.ctx = ctx
         stop = threading.Event()
@@ -164,7 +210,16 @@ def create_app(
                     log.warning("background worker %s did not stop within %ss", name, WORKER_JOIN_TIMEOUT_S)
             engine.dispose()
 
-    app = FastAPI(title="liftgate analytics", lifespan=lifespan)
+    app = FastAPI(
+        title="liftgate analytics", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
+    )
+    app.state.access = access
+    app.add_middleware(
+        RequestGuard,
+        access=access,
+        max_body_bytes=settings.max_body_bytes,
+        body_timeout_s=settings.body_timeout_s,
+    )
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -177,11 +232,14 @@ def create_app(
         return JSONResponse({"detail": f"{where}: {first.get('msg', 'invalid request')}"}, status_code=422)
 
     @app.exception_handler(Exception)
-    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+    async def _unexpected(_: Request, exc: Exception) -> Response:
+        if isinstance(exc, ClientDisconnect):  # gone, or cut off by the request guard: no one to answer
+            return Response(status_code=499)
         log.exception("unhandled error: %s", type(exc).__name__)
         return JSONResponse({"detail": "internal error"}, status_code=500)
 
     app.include_router(api.router)
-    app.include_router(rollout_api.router)
+    app.include_router(rollout_api.router, dependencies=[Depends(require_read)])
     _mount_dashboard(app)
+    _mount_docs(app)
     return app

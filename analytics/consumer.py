@@ -42,6 +42,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from analytics import kafka_records
 from analytics.deadletter import DeadLetterRow
 from analytics.ingest import IngestResult, Raw, attribute_pending, ingest_raw
+from contracts import redaction
 from contracts.events import FEEDBACK_TOPIC, INTERACTIONS_TOPIC, DecodeError, InteractionEvent, decode
 
 log = logging.getLogger(__name__)
@@ -445,8 +446,8 @@ class Consumer:
         self._commit(batch.offsets)
         for topic, n in batch.per_topic.items():
             self.metrics.consumed.labels(topic).inc(n)
-        for d in batch.dead:
-            self.metrics.dead_lettered.labels(d.topic).inc()
+        for topic in [*(d.topic for d in batch.dead), *res.refused]:
+            self.metrics.dead_lettered.labels(topic).inc()
         self.metrics.duplicates.inc(res.duplicates)
 
     def run(self) -> None:
@@ -556,6 +557,7 @@ def _run_members(settings: ConsumerSettings, stop_event: threading.Event, metric
 
 def main() -> None:
     settings = ConsumerSettings()
+    redaction.install(database_url=settings.database_url)  # before anything logs
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -8,6 +8,11 @@ expressions over rollup columns — never SQL from users. Expressions are parsed
 feedback kind) or ``counters['kind:n']`` (its count), numeric constants, ``+ - * /`` and
 parentheses. ``expression_sql`` renders a validated expression for one table alias.
 
+Expressions are bounded so that neither their parsing nor their SQL can blow up: at most
+1000 characters, ``MAX_NODES`` elements nested at most ``MAX_DEPTH`` deep, and constants
+finite, 0 or between ``MIN_CONSTANT`` and ``MAX_CONSTANT`` in magnitude (``1e999``
+would render as SQL ``inf``, a 400-digit number does not fit a float).
+
 Kinds (x_i is unit i's numerator, y_i its denominator):
 
 - ``proportion``: x_i = 1 if numerator > 0 else 0 (share of units with at least one X);
@@ -20,6 +25,7 @@ Kinds (x_i is unit i's numerator, y_i its denominator):
 from __future__ import annotations
 
 import ast
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +43,13 @@ HistogramName = Literal["latency", "ttft"]
 COLUMNS: frozenset[str] = frozenset(ROLLUP_MEASURES)
 _COUNTER_NAME = re.compile(r"^[A-Za-z0-9_.:\-]{1,256}$")
 _METRIC_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+
+
+MAX_EXPRESSION_LENGTH = 1000
+MAX_NODES = 256
+MAX_DEPTH = 64
+MAX_CONSTANT = 1e12
+MIN_CONSTANT = 1e-12
 
 
 class MetricError(ValueError):
@@ -84,7 +97,7 @@ def _render(node: ast.AST, alias: str, coalesce: bool) -> str:
         and isinstance(node.value, int | float)
         and not isinstance(node.value, bool)
     ):
-        return repr(float(node.value))
+        return repr(float(node.value))  # bounded by _check_bounds: finite, fits a float
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
         sign = "-" if isinstance(node.op, ast.USub) else "+"
         return f"({sign}{_render(node.operand, alias, coalesce)})"
@@ -105,13 +118,47 @@ def _render(node: ast.AST, alias: str, coalesce: bool) -> str:
     )
 
 
+def _check_bounds(tree: ast.Expression) -> None:
+    """Size, depth and constants within bounds (walked without recursion)."""
+    nodes = 0
+    todo: list[tuple[ast.AST, int]] = [(tree.body, 1)]
+    while todo:
+        node, depth = todo.pop()
+        nodes += 1
+        if nodes > MAX_NODES:
+            raise MetricError(f"expression has more than {MAX_NODES} elements")
+        if depth > MAX_DEPTH:
+            raise MetricError(f"expression nested deeper than {MAX_DEPTH} levels")
+        if (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, int | float)
+            and not isinstance(node.value, bool)
+        ):
+            v = node.value
+            if isinstance(v, float) and not math.isfinite(v):
+                raise MetricError(f"number {v} is not finite")
+            if abs(v) > MAX_CONSTANT or (v != 0 and abs(v) < MIN_CONSTANT):
+                shown = f"{v:.3g}" if isinstance(v, float) else f"{str(v)[:12]}… ({len(str(abs(v)))} digits)"
+                raise MetricError(
+                    f"number {shown} out of range: constants are 0 or between {MIN_CONSTANT:g} and"
+                    f" {MAX_CONSTANT:g} in magnitude"
+                )
+        todo.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+
+
 def _parse(expr: str) -> ast.Expression:
-    if len(expr) > 1000:
-        raise MetricError("expression longer than 1000 characters")
+    if len(expr) > MAX_EXPRESSION_LENGTH:
+        raise MetricError(f"expression longer than {MAX_EXPRESSION_LENGTH} characters")
+    if "\x00" in expr:
+        raise MetricError("expression contains a NUL character")
     try:
-        return ast.parse(expr, mode="eval")
+        tree = ast.parse(expr, mode="eval")
     except SyntaxError as exc:
-        raise MetricError(f"invalid expression {expr!r}: {exc.msg}") from None
+        raise MetricError(f"invalid expression {expr[:80]!r}: {exc.msg}") from None
+    except (RecursionError, MemoryError, ValueError):  # the parser's own nesting limits
+        raise MetricError(f"expression nested deeper than {MAX_DEPTH} levels") from None
+    _check_bounds(tree)
+    return tree
 
 
 def validate_expression(expr: str) -> None:
@@ -144,8 +191,16 @@ class MetricSpec(BaseModel):
     direction: Direction = "higher_is_better"
     guardrail: bool = False
     margin: float = Field(default=0.0, ge=0, lt=1)
-    description: str = ""
-    unit: str = ""
+    description: str = Field(default="", max_length=1000)
+    unit: str = Field(default="", max_length=64)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_nul(cls, data: Any) -> Any:
+        # PostgreSQL's jsonb, where definitions are stored, cannot hold a NUL character.
+        if isinstance(data, dict) and any(isinstance(v, str) and "\x00" in v for v in data.values()):
+            raise ValueError("text fields must not contain NUL characters")
+        return data
 
     @model_validator(mode="after")
     def _consistent(self) -> MetricSpec:

@@ -182,14 +182,22 @@ def _driver(conn: Connection) -> Any:
 
 
 def _overall_stats(
-    conn: Connection, exp: _Experiment, metrics: Sequence[Metric], with_covariate: bool
+    conn: Connection,
+    exp: _Experiment,
+    metrics: Sequence[Metric],
+    with_covariate: bool,
+    failed: dict[str, str],
 ) -> tuple[dict[str, dict[str, SampleStats]], dict[str, int]]:
-    """One pass over ``unit_rollups`` for every non-quantile metric; units per variant."""
+    """One pass over ``unit_rollups`` for every non-quantile metric; units per variant.
+
+    A metric the database cannot compute is left out, its reason in ``failed``."""
     plain = [m for m in metrics if m.kind != "quantile"]
-    if not plain:
-        return {}, unit_counts(_driver(conn), exp.id)
-    stats = variant_stats(_driver(conn), exp.id, plain, with_covariate=with_covariate)
-    return stats, _units(stats)
+    stats = (
+        variant_stats(_driver(conn), exp.id, plain, with_covariate=with_covariate, failed=failed)
+        if plain
+        else {}
+    )
+    return (stats, _units(stats)) if stats else (stats, unit_counts(_driver(conn), exp.id))
 
 
 def _units(stats: Mapping[str, Mapping[str, SampleStats]]) -> dict[str, int]:
@@ -314,7 +322,10 @@ def _has_preperiod(conn: Connection, eid: int) -> bool:
 def _segment_tables(conn: Connection, exp: _Experiment, metrics: Sequence[Metric], opts: ReportOptions,
                     compare: CompareOptions, errors: list[ErrorInfo]) -> list[SegmentBreakdown]:  # fmt: skip
     plain = [m for m in metrics if m.kind != "quantile"]
-    stats, units = segment_stats(_driver(conn), exp.id, plain)
+    failed: dict[str, str] = {}
+    stats, units = segment_stats(_driver(conn), exp.id, plain, failed)
+    errors += [error("metric_failed", f"metric {n!r} in segments: {why}") for n, why in failed.items()]
+    metrics = [m for m in metrics if m.name not in failed]
     names = sorted((s for s in units if "=" in s), key=lambda s: (-units[s], s))
     if len(names) > opts.max_segments:
         errors.append(
@@ -404,7 +415,10 @@ def build_report(
         return Report(**head, units=0, allocation=allocation, srm=srm, results=[], verdicts=[], errors=errors,
                       build_seconds=time.perf_counter() - started)  # fmt: skip
     previous = _previous_sequential_p(conn, exp.id)
-    stats, counts = _overall_stats(conn, exp, metrics, _has_preperiod(conn, exp.id))
+    failed: dict[str, str] = {}
+    stats, counts = _overall_stats(conn, exp, metrics, _has_preperiod(conn, exp.id), failed)
+    errors += [error("metric_failed", f"metric {n!r}: {why}") for n, why in failed.items()]
+    metrics = [m for m in metrics if m.name not in failed]
     rows = _table(conn, exp, metrics, "", compare, stats, counts, previous)
     rows = apply_corrections(rows, opts.alpha)
     allocation, srm = _allocation(conn, exp, counts, state, opts.srm_grace_s)

@@ -15,6 +15,12 @@ by time, and none stored before the batch), plus one per interaction without a c
 id (a stand-alone request is a one-turn conversation); ids are scoped per experiment.
 A tag segment counts a
 conversation in the segment of its first turn.
+
+Yes/no feedback (``ONCE_KINDS``) counts at most once per response and kind: the first
+one (by time) whose ``feedback_counted`` row this transaction inserts; a thumbs-up etc.
+counts only with a value > 0 (task_success's 0 is a "no" and counts). Repeats, and a
+zero, stay in ``feedback`` as sent. A thumbs-down after a thumbs-up for the same response
+counts as one of each: the kinds are independent signals, never retracted.
 """
 
 from __future__ import annotations
@@ -27,6 +33,11 @@ from contracts.events import FEEDBACK_KINDS
 from contracts.tables import ROLLUP_MEASURES
 
 _BUILTIN_KINDS: Final = "ARRAY[" + ", ".join(f"'{k}'" for k in sorted(FEEDBACK_KINDS)) + "]"
+#: Feedback that says yes about a response: counted once per response, with a value > 0.
+YES_KINDS: Final = ("thumbs_up", "thumbs_down", "regenerate", "copy", "edit", "continued")
+#: Counted at most once per response and kind (task_success: 0 or 1, both count).
+ONCE_KINDS: Final = (*YES_KINDS, "task_success")
+_ONCE: Final = "ARRAY[" + ", ".join(f"'{k}'" for k in ONCE_KINDS) + "]"
 
 TEMP_TABLES: Final = """
 CREATE TEMP TABLE IF NOT EXISTS lg_stage_i (
@@ -159,8 +170,30 @@ ON CONFLICT (experiment_id, segment, variant, unit_id) DO UPDATE SET counters = 
 """
 
 
+# Of the batch's attributed feedback of ONCE_KINDS, keep in lg_new_f only the first per
+# (response, kind) whose feedback_counted row is inserted now: a row already there (counted
+# by an earlier batch) or a concurrent transaction's (the insert waits for it, then
+# conflicts) means it was counted already. Keys are inserted in order: no deadlock cycles.
+ONCE_SQL: Final = f"""
+WITH cand AS (
+    SELECT DISTINCT ON (request_id, kind) ctid AS row, request_id, kind FROM lg_new_f
+    WHERE kind = ANY({_ONCE}) AND (value > 0 OR kind = 'task_success')
+    ORDER BY request_id, kind, ts
+), won AS (
+    INSERT INTO feedback_counted (request_id, kind)
+    SELECT request_id, kind FROM cand ORDER BY request_id, kind
+    ON CONFLICT DO NOTHING
+    RETURNING request_id, kind
+)
+DELETE FROM lg_new_f f
+WHERE f.kind = ANY({_ONCE}) AND f.ctid NOT IN (SELECT c.row FROM cand c JOIN won w USING (request_id, kind))
+"""
+
+
 def apply(pg: psycopg.Connection[Any], *, feedback: bool) -> None:
     """Fold ``lg_new_i`` / ``lg_new_f`` into rollups and histograms (caller's transaction)."""
+    if feedback:
+        pg.execute(ONCE_SQL.encode())
     pg.execute(ROLLUP_SQL.encode())
     pg.execute(HISTOGRAM_SQL.encode())
     if feedback:

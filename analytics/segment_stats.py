@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from analytics.aggregate import _REGR, _plan, _stats
+from analytics.aggregate import _REGR, _plan, _stats, isolated
 from analytics.metrics import Metric
 from analytics.sql import fetch_all
 from analytics.stats.sufficient import SampleStats
@@ -21,9 +21,17 @@ SegmentStats = dict[str, dict[str, dict[str, SampleStats]]]  # segment -> metric
 
 
 def segment_stats(
+    pg: Any, experiment_id: int, metrics: Sequence[Metric], failed: dict[str, str] | None = None
+) -> tuple[SegmentStats, dict[str, int]]:
+    """(segment -> metric -> variant -> SampleStats, segment -> units) for all segments.
+
+    ``failed``: see ``analytics.aggregate.isolated``."""
+    return isolated(pg, metrics, lambda ms: _segment_stats(pg, experiment_id, ms), failed)
+
+
+def _segment_stats(
     pg: Any, experiment_id: int, metrics: Sequence[Metric]
 ) -> tuple[SegmentStats, dict[str, int]]:
-    """(segment -> metric -> variant -> SampleStats, segment -> units) for all segments."""
     plan = _plan(metrics, False)
     cols = ", ".join(["count(*)", *(f"{f}({b}, {a})" for a, b in plan.pairs for f in _REGR)])
     sql = (

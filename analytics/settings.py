@@ -19,6 +19,21 @@ class AnalyticsSettings(BaseSettings):
     database_url: str = "postgresql+psycopg://postgres@127.0.0.1:15432/liftgate"
     # Required: mutating endpoints are refused without a strong token, so is startup.
     admin_token: str = Field(min_length=MIN_TOKEN_LENGTH)
+    # Reads (reports, metrics, rollouts, /docs, the dashboard): "token" needs the read token
+    # or the admin token (bearer header, or the dashboard's session cookie); "open" lets
+    # anyone read (e.g. behind an authenticating proxy). See analytics.access.
+    read_access: Literal["token", "open"] = "token"
+    read_token: str | None = Field(default=None, min_length=MIN_TOKEN_LENGTH)
+    session_ttl_s: float = Field(default=7 * 86_400.0, gt=0, le=90 * 86_400.0)
+    # ?fresh=true (admin only) recomputes a report: at most once per experiment this often.
+    fresh_min_interval_s: float = Field(default=5.0, ge=0, le=3600)
+    # Limits of every request (analytics.guard, analytics.server).
+    max_body_bytes: int = Field(default=1024 * 1024, ge=1024, le=64 * 1024 * 1024)
+    body_timeout_s: float = Field(default=30.0, gt=0, le=600)
+    header_timeout_s: float = Field(default=10.0, gt=0, le=600)
+    keep_alive_s: int = Field(default=5, ge=1, le=600)
+    max_head_bytes: int = Field(default=64 * 1024, ge=4096, le=1024 * 1024)
+    max_connections: int = Field(default=512, ge=1, le=100_000)
     kafka_bootstrap: str | None = None
     # Run the Kafka consumer inside the service when a bootstrap is set (turn off when the
     # consumers run as separate processes).
@@ -44,9 +59,14 @@ class AnalyticsSettings(BaseSettings):
     rollout_srm_grace_s: float = Field(default=2.0, ge=0, le=600)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
-    @field_validator("admin_token")
+    @field_validator("read_token", mode="before")
     @classmethod
-    def _refuse_weak_token(cls, value: str) -> str:
-        if value.lower() in _WEAK_TOKENS or len(set(value)) < 6:
-            raise ValueError("admin token is a default or trivially weak value; generate a random one")
+    def _empty_is_none(cls, value: object) -> object:
+        return None if value == "" else value  # compose passes an unset variable as ""
+
+    @field_validator("admin_token", "read_token")
+    @classmethod
+    def _refuse_weak_token(cls, value: str | None) -> str | None:
+        if value is not None and (value.lower() in _WEAK_TOKENS or len(set(value)) < 6):
+            raise ValueError("token is a default or trivially weak value; generate a random one")
         return value

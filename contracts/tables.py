@@ -198,6 +198,20 @@ class Feedback(Base):
     ingested_at: Mapped[datetime] = _created()
 
 
+class FeedbackCounted(Base):
+    """The yes/no feedback already counted: one row per response (request id) and kind.
+
+    Ingest counts a thumbs-up (or any kind of ``analytics.rollup.ONCE_KINDS``) for a response
+    only in the transaction that inserts its row here, so 50 thumbs-up for one response
+    count once, also when they arrive in concurrent batches.
+    """
+
+    __tablename__ = "feedback_counted"
+
+    request_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(256), primary_key=True)
+
+
 #: Additive per-unit measures shared by ``unit_rollups`` and ``preperiod_rollups``. All are
 #: double precision: Postgres sums float8 far faster than bigint (numeric accumulator),
 #: and counts stay exact up to 2**53.

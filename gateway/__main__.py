@@ -17,6 +17,7 @@ from pathlib import Path
 import uvicorn
 from pydantic import ValidationError
 
+from contracts import redaction
 from gateway.app import GatewayApp, create_app
 from gateway.null_sink import NullSink
 from gateway.server import uvicorn_options
@@ -46,6 +47,9 @@ def make_sink(settings: GatewaySettings) -> EventSink:
 def app_factory() -> GatewayApp:
     """Called in each worker process (uvicorn ``factory=True``)."""
     settings = GatewaySettings()
+    # Before anything logs: no configured secret may reach a log line (upstream API keys are
+    # added as the config snapshot loads them).
+    redaction.install(settings.admin_token, database_url=settings.database_url)
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

@@ -23,6 +23,7 @@ from sqlalchemy import Engine, create_engine, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
+from contracts import redaction
 from contracts.tables import ApiKey, AuditLog, Experiment, Upstream, Variant
 from gateway.admin_models import (
     ApiKeyIn,
@@ -70,7 +71,9 @@ def _engine(request: Request) -> Engine:
     rt = _runtime(request)
     engine: Engine | None = rt.extra.get("admin_engine")
     if engine is None:
-        engine = create_engine(rt.settings.database_url, pool_size=2, max_overflow=4, pool_pre_ping=True)
+        engine = create_engine(
+            rt.settings.database_url, pool_size=2, max_overflow=4, pool_pre_ping=True, hide_parameters=True
+        )
         rt.extra["admin_engine"] = engine
     return engine
 
@@ -147,6 +150,7 @@ def get_upstream(name: str, actor: Actor, db: Db) -> dict[str, Any]:
 
 @admin_router.post("/upstreams", status_code=201)
 def create_upstream(body: UpstreamIn, actor: Actor, db: Db) -> dict[str, Any]:
+    redaction.remember(body.api_key)  # masked in logs before anything can fail
     if db.scalar(select(Upstream.id).where(Upstream.name == body.name)) is not None:
         raise HTTPException(409, f"upstream {body.name!r} already exists")
     u = Upstream(**body.model_dump())
@@ -159,6 +163,7 @@ def create_upstream(body: UpstreamIn, actor: Actor, db: Db) -> dict[str, Any]:
 
 @admin_router.patch("/upstreams/{name}")
 def update_upstream(name: str, body: UpstreamPatch, actor: Actor, db: Db) -> dict[str, Any]:
+    redaction.remember(body.api_key)  # masked in logs before anything can fail
     u = _upstream(db, name)
     before = upstream_out(u)
     for key, value in body.model_dump(exclude_unset=True).items():

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from sqlalchemy import Engine, create_engine, text
 
+from contracts import redaction
 from gateway.snapshot import (
     EMPTY,
     SERVING_STATUSES,
@@ -85,7 +86,10 @@ class DatabaseConfigSource:
     """Reads ``contracts.tables`` with a small dedicated engine."""
 
     def __init__(self, url: str) -> None:
-        self.engine: Engine = create_engine(url, pool_size=1, max_overflow=1, pool_pre_ping=True)
+        # hide_parameters: a database error never carries the statement's values (logs).
+        self.engine: Engine = create_engine(
+            url, pool_size=1, max_overflow=1, pool_pre_ping=True, hide_parameters=True
+        )
 
     def version(self) -> str:
         with self.engine.connect() as conn:
@@ -95,6 +99,7 @@ class DatabaseConfigSource:
         with self.engine.connect() as conn:
             version = str(conn.execute(_VERSION_SQL).scalar_one())
             upstreams = [UpstreamConfig(**dict(r._mapping)) for r in conn.execute(_UPSTREAMS_SQL)]
+            redaction.remember(*(u.api_key for u in upstreams))  # masked in every log from now on
             rows = [
                 dict(r._mapping) for r in conn.execute(_EXPERIMENTS_SQL, {"statuses": list(SERVING_STATUSES)})
             ]

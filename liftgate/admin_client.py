@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 TOKEN_FILE = "admin_token"
+READ_TOKEN_FILE = "read_token"
 
 
 class AdminError(RuntimeError):
@@ -44,6 +45,26 @@ def resolve_token(explicit: str | None, state_dir: Path | None = None) -> str:
             f"no admin token: pass --token, set LIFTGATE_ADMIN_TOKEN, or run `liftgate up` (writes {path})",
         )
     return token
+
+
+def resolve_read_token(explicit: str | None, state_dir: Path | None = None) -> str:
+    """A credential to read the analytics API: --token, else LIFTGATE_READ_TOKEN, else
+    LIFTGATE_ADMIN_TOKEN, else what ``liftgate up`` wrote (``read_token``, ``admin_token``);
+    "" when there is none (the service then says what it needs)."""
+    if explicit:
+        return explicit
+    for var in ("LIFTGATE_READ_TOKEN", "LIFTGATE_ADMIN_TOKEN"):
+        if os.environ.get(var):
+            return os.environ[var]
+    state = state_dir or Path(os.environ.get("LIFTGATE_STATE_DIR", Path.cwd() / ".liftgate"))
+    for name in (READ_TOKEN_FILE, TOKEN_FILE):
+        try:
+            token = (state / name).read_text().strip()
+        except OSError:
+            continue
+        if token:
+            return token
+    return ""
 
 
 def _detail(body: bytes) -> str:

@@ -7,6 +7,7 @@ import sys
 import urllib.error
 import urllib.parse
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -14,17 +15,22 @@ from rich.console import Console
 from rich.table import Table
 
 from analytics.report_schema import Interval, Report, VariantResult
+from liftgate.admin_client import AdminError, resolve_read_token, resolve_token
 
 DEFAULT_URL = "http://127.0.0.1:8090"
 _VERDICT_STYLE = {"ship": "bold green", "harm": "bold red", "srm": "bold red", "no_difference_yet": "yellow",
                   "insufficient_data": "dim"}  # fmt: skip
 
 
-def fetch_report(url: str, experiment: str, fresh: bool, timeout_s: float = 30.0) -> dict[str, Any]:
+def fetch_report(
+    url: str, experiment: str, fresh: bool, token: str = "", timeout_s: float = 30.0
+) -> dict[str, Any]:
+    """The report JSON; ``token``: a read token (the admin token for ``fresh``)."""
     path = f"/api/experiments/{urllib.parse.quote(experiment, safe='')}/report"
     full = url.rstrip("/") + path + ("?fresh=1" if fresh else "")
+    req = urllib.request.Request(full, headers={"Authorization": f"Bearer {token}"} if token else {})
     try:
-        with urllib.request.urlopen(full, timeout=timeout_s) as resp:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
             data: dict[str, Any] = json.loads(resp.read())
             return data
     except urllib.error.HTTPError as exc:
@@ -184,12 +190,27 @@ def report(
     url: str = typer.Option(
         DEFAULT_URL, "--url", envvar="LIFTGATE_ANALYTICS_URL", help="Analytics service URL."
     ),
-    fresh: bool = typer.Option(False, "--fresh", help="Recompute instead of using the latest snapshot."),
+    fresh: bool = typer.Option(
+        False, "--fresh", help="Recompute instead of using the latest snapshot (needs the admin token)."
+    ),
+    token: str | None = typer.Option(
+        None,
+        "--token",
+        help="Read token (default: LIFTGATE_READ_TOKEN, LIFTGATE_ADMIN_TOKEN, else what `liftgate up` stored);"
+        " --fresh needs the admin token.",
+    ),
+    state_dir: Path = typer.Option(
+        Path(".liftgate"),
+        "--state-dir",
+        envvar="LIFTGATE_STATE_DIR",
+        help="Where `liftgate up` keeps its tokens.",
+    ),
 ) -> None:
     """Show an experiment's report: variants × metrics with lift, CI, p-values and verdicts."""
     try:
-        data = fetch_report(url, experiment, fresh)
-    except ReportError as exc:
+        credential = resolve_token(token, state_dir) if fresh else resolve_read_token(token, state_dir)
+        data = fetch_report(url, experiment, fresh, credential)
+    except (ReportError, AdminError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
     if as_json:

@@ -23,7 +23,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from liftgate.admin_client import AdminClient, AdminError, resolve_token
+from liftgate.admin_client import AdminClient, AdminError, resolve_read_token, resolve_token
 from liftgate.cli_experiments import load_experiment_file
 
 app = typer.Typer(help="Staged rollouts: status and manual control.", no_args_is_help=True)
@@ -112,7 +112,7 @@ def render(state: dict[str, Any]) -> None:
 def _run(analytics: str, token: str | None, state_dir: Path, actor: str | None, experiment: str,
          action: str | None, as_json: bool) -> None:  # fmt: skip
     try:
-        tok = resolve_token(token, state_dir) if action is not None else (token or "")
+        tok = resolve_token(token, state_dir) if action is not None else resolve_read_token(token, state_dir)
         client = _Client(analytics, tok, actor or getpass.getuser())
         state = client.rollout(experiment, action)
     except AdminError as exc:

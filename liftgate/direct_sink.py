@@ -114,11 +114,11 @@ class DirectSink:
         return batch
 
     def _write(self, batch: list[Event]) -> bool:
-        interactions, feedback = encode_for_ingest(batch)
+        enc = encode_for_ingest(batch)
         try:
             if self._pg is None or self._pg.closed or self._pg.broken:
                 self._pg = psycopg.connect(self._url, connect_timeout=5)
-            res = ingest_raw(self._pg, interactions, feedback)
+            res = ingest_raw(self._pg, enc.interactions, enc.feedback, enc.dead)
         except psycopg.Error as exc:
             self._ok = False
             self._retries += 1

@@ -11,6 +11,7 @@ import logging
 
 import uvicorn
 
+from contracts import redaction
 from gateway.app import GatewayApp, create_app
 from gateway.server import uvicorn_options
 from gateway.settings import GatewaySettings
@@ -24,6 +25,7 @@ def make_direct_sink(settings: GatewaySettings) -> EventSink:
 
 def app_factory() -> GatewayApp:
     settings = GatewaySettings()
+    redaction.install(settings.admin_token, database_url=settings.database_url)  # before anything logs
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

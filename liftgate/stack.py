@@ -22,6 +22,7 @@ from pathlib import Path
 
 import psutil
 
+from contracts import redaction
 from liftgate import db
 from liftgate.embedded_pg import EmbeddedPostgres
 from liftgate.procs import Child, Supervisor
@@ -31,6 +32,7 @@ log = logging.getLogger(__name__)
 
 DATABASE_NAME = "liftgate"
 TOKEN_FILE = "admin_token"
+READ_TOKEN_FILE = "read_token"
 RUN_FILE = "up.json"
 
 
@@ -76,6 +78,7 @@ class RunningStack:
     options: StackOptions
     admin_token: str
     database_url: str
+    read_token: str = ""
     supervisor: Supervisor = field(default_factory=Supervisor)
     pg: EmbeddedPostgres | None = None
     started_pg: bool = False
@@ -154,7 +157,22 @@ def _stop_postmaster(pid: int | None, data_dir: Path, timeout_s: float = 30.0) -
 
 def admin_token(state_dir: Path) -> str:
     """The stack's admin token: generated once (mode 0600) and reused on every later start."""
-    path = state_dir / TOKEN_FILE
+    return _secret(state_dir / TOKEN_FILE)
+
+
+def read_token(state_dir: Path) -> str:
+    """The stack's read token (reports, dashboard), kept like the admin token."""
+    return _secret(state_dir / READ_TOKEN_FILE)
+
+
+def sign_in_url(stack: RunningStack) -> str:
+    """A one-time link that signs a browser in to the dashboard (valid 12 h)."""
+    from analytics.access import login_ticket
+
+    return f"{stack.analytics_url}/dashboard/login?ticket={login_ticket(stack.admin_token, stack.read_token)}"
+
+
+def _secret(path: Path) -> str:
     if path.exists():
         token = path.read_text().strip()
         if len(token) >= 16:
@@ -225,7 +243,8 @@ def start_stack(opts: StackOptions) -> RunningStack:
     if opts.reset:
         reset_state(state, opts.pg_port)
     token = admin_token(state)
-    stack = RunningStack(options=opts, admin_token=token, database_url="")
+    stack = RunningStack(options=opts, admin_token=token, database_url="", read_token=read_token(state))
+    redaction.remember(stack.admin_token, stack.read_token)
     try:
         _start_database(stack)
         _start_services(stack)
@@ -322,6 +341,7 @@ def _start_services(stack: RunningStack) -> None:
     )  # fmt: skip
     analytics_env = {
         **common,
+        "LIFTGATE_READ_TOKEN": stack.read_token,
         "LIFTGATE_ANALYTICS_HOST": opts.host,
         "LIFTGATE_ANALYTICS_PORT": str(opts.analytics_port),
         # Demo: fresh numbers quickly.

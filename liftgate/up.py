@@ -103,12 +103,15 @@ def up(
 ) -> None:
     """Start liftgate on the embedded default: PostgreSQL, simulator, gateway, analytics (Ctrl-C stops all)."""
     # Imported here so that `liftgate --help` and the other commands start fast.
+    from contracts import redaction
     from liftgate import demo
     from liftgate.admin_client import AdminClient, AdminError
     from liftgate.cli_experiments import load_experiment_file
     from liftgate.procs import StartupError
-    from liftgate.stack import StackOptions, UpstreamSpec, start_stack, start_traffic
+    from liftgate.stack import StackOptions, UpstreamSpec, sign_in_url, start_stack, start_traffic
 
+    # No secret in this process's logs: tokens are added once the stack has them.
+    redaction.install(database_url=database_url)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     try:
         specs = tuple(UpstreamSpec.parse(u) for u in upstream or [])
@@ -151,7 +154,7 @@ def up(
         if traffic:
             start_traffic(stack, users=users, rate=rate, routes=routes, duration_s=traffic_duration)
         stack.write_run_file()
-        _banner(stack, routes, traffic)
+        _banner(stack, routes, traffic, sign_in_url(stack))
         code = _watch(stack)
     except KeyboardInterrupt:
         console.print("\nstopping ...")
@@ -184,18 +187,21 @@ def _watch(stack: RunningStack) -> int:
         return 1
 
 
-def _banner(stack: RunningStack, routes: list[str], traffic: bool) -> None:
+def _banner(stack: RunningStack, routes: list[str], traffic: bool, sign_in: str) -> None:
     o = stack.options
     gw, an = stack.gateway_url, stack.analytics_url
     lines = [
         "",
         "[bold green]liftgate is up[/bold green]",
         f"  gateway (OpenAI API)  {gw}/v1      routes: {', '.join(routes)}",
-        f"  dashboard             {an}/dashboard",
-        f"  report API            {an}/api/experiments",
+        f"  dashboard             {sign_in}",
+        f"                        (one-time sign-in link, valid 12 h; later: {an}/dashboard with the read token)",
+        f"  report API            {an}/api/experiments  (Authorization: Bearer <read token>)",
         f"  metrics               {gw}/metrics  {an}/metrics  (Grafana: `docker compose up` — see docs/operations.md)",
         f"  admin token           {stack.admin_token}",
         f"                        (stored in {o.state_dir / 'admin_token'})",
+        f"  read token            {stack.read_token}",
+        f"                        (stored in {o.state_dir / 'read_token'}; reports and dashboard)",
         f"  events                {'Kafka at ' + o.kafka_bootstrap if o.kafka_bootstrap else 'in-process (Direct sink)'}",
         f"  logs                  {o.state_dir / 'logs'}",
         "",

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from sqlalchemy import create_engine
 
 from analytics.rollout.service import RolloutSettings, make_controller
+from contracts import redaction
 
 
 def main() -> int:
@@ -25,6 +26,7 @@ def main() -> int:
     except ValidationError as exc:
         sys.stderr.write(f"analytics.rollout: invalid settings: {exc}\n")
         return 2
+    redaction.install(database_url=settings.database_url)  # before anything logs
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     engine = create_engine(settings.database_url, pool_size=2, max_overflow=2, pool_pre_ping=True)
     registry = CollectorRegistry()

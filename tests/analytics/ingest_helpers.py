@@ -11,6 +11,7 @@ from typing import Any
 
 import psycopg
 
+from analytics.rollup import ONCE_KINDS
 from contracts.events import FEEDBACK_KINDS, Event, FeedbackEvent, InteractionEvent
 from contracts.tables import ROLLUP_MEASURES
 
@@ -111,7 +112,13 @@ def expected_rollups(events: Iterable[Event]) -> dict[tuple[int, str, str, str],
         lambda: dict.fromkeys(ROLLUP_MEASURES, 0.0)
     )
     seen_conv: set[str] = set()
+    counted_once: set[tuple[str, str]] = set()  # yes/no kinds: once per response, value > 0
     for e in evs:
+        if isinstance(e, FeedbackEvent) and e.kind in ONCE_KINDS:
+            if (e.kind != "task_success" and e.value <= 0) or (e.request_id, e.kind) in counted_once:
+                continue
+            if e.request_id in by_request:
+                counted_once.add((e.request_id, e.kind))
         if isinstance(e, InteractionEvent):
             if e.role != "primary" or e.experiment_id is None or e.variant is None:
                 continue

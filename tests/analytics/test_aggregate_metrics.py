@@ -49,6 +49,11 @@ metrics:
     assert parse_spec(spec_dict(metrics[0])) == metrics[0]
 
 
+def _balanced(levels: int) -> str:
+    """A sum of 2**levels negated constants as a balanced tree: many nodes, shallow, short."""
+    return "-1" if levels == 0 else f"({_balanced(levels - 1)}+{_balanced(levels - 1)})"
+
+
 @pytest.mark.parametrize(
     ("definition", "reason"),
     [
@@ -73,6 +78,16 @@ metrics:
         ({"name": "Bad Name", "kind": "mean", "numerator": "requests"}, "lower_snake_case"),
         ({"name": "error_rate", "kind": "mean", "numerator": "errors"}, "built-in"),
         ({"name": "x", "kind": "mean", "numerator": "errors", "sql": "1"}, "sql"),
+        # Bounded: numbers finite and within range, expressions of bounded size and depth.
+        ({"name": "x", "kind": "mean", "numerator": "requests * 1e999"}, "number inf is not finite"),
+        ({"name": "x", "kind": "mean", "numerator": "requests * " + "9" * 400}, "(400 digits) out of range"),
+        ({"name": "x", "kind": "mean", "numerator": "requests / 1e-300"}, "out of range"),
+        ({"name": "x", "kind": "mean", "numerator": "-" * 990 + "requests"}, "nested deeper than 64 levels"),
+        ({"name": "x", "kind": "mean", "numerator": _balanced(7)}, "more than 256 elements"),
+        ({"name": "x", "kind": "mean", "numerator": "requests" + "\x00"}, "NUL"),
+        ({"name": "x", "kind": "mean", "numerator": "requests", "description": "a\x00b"}, "NUL"),
+        ({"name": "x", "kind": "mean", "numerator": "requests", "unit": "u" * 65}, "unit"),
+        ({"name": "x", "kind": "mean", "numerator": "requests", "margin": float("nan")}, "margin"),
     ],
 )
 def test_invalid_definitions_are_refused_with_a_clear_reason(

@@ -22,9 +22,11 @@ from sqlalchemy import Engine, text
 
 from analytics.report_schema import Report
 from tests.analytics.report_data import create_experiment, insert_units, simulate_units
+from tests.known_secrets import secret
 
 ROOT = Path(__file__).resolve().parents[2]
-TOKEN = "test-" + secrets.token_hex(16)
+TOKEN = secret("test")
+READ_TOKEN = secret("read")
 DEADLINE_S = 30.0
 
 
@@ -39,7 +41,9 @@ class Service:
     url: str
     proc: subprocess.Popen[bytes]
 
-    def call(self, method: str, path: str, body: Any = None, token: str | None = None) -> tuple[int, Any]:
+    def call(
+        self, method: str, path: str, body: Any = None, token: str | None = READ_TOKEN
+    ) -> tuple[int, Any]:
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.url + path, data=data, method=method)
         req.add_header("Content-Type", "application/json")
@@ -74,6 +78,7 @@ def service(database_url: str, seeded: dict[str, Any]) -> Iterator[Service]:
     env |= {
         "LIFTGATE_DATABASE_URL": database_url,
         "LIFTGATE_ADMIN_TOKEN": TOKEN,
+        "LIFTGATE_READ_TOKEN": READ_TOKEN,
         "LIFTGATE_ANALYTICS_PORT": str(port),
         "LIFTGATE_SNAPSHOT_INTERVAL_S": "0.3",
         "LIFTGATE_REPORT_MAX_AGE_S": "60",
@@ -146,7 +151,7 @@ def test_report_by_name_and_id_and_fresh(service: Service, seeded: dict[str, Any
     assert status == 200
     report = Report.model_validate(body)
     assert report.experiment_id == seeded["id"] and report.units == 800
-    status, fresh = service.call("GET", f"/api/experiments/{seeded['id']}/report?fresh=1")
+    status, fresh = service.call("GET", f"/api/experiments/{seeded['id']}/report?fresh=1", token=TOKEN)
     assert status == 200 and Report.model_validate(fresh).generated_at >= report.generated_at
     status, missing = service.call("GET", "/api/experiments/no-such-experiment/report")
     assert status == 404 and "not found" in missing["detail"]
@@ -156,7 +161,7 @@ def test_snapshot_needs_the_admin_token_and_is_audited(
     service: Service, seeded: dict[str, Any], engine: Engine
 ) -> None:
     path = f"/api/experiments/{seeded['id']}/snapshot"
-    assert service.call("POST", path)[0] == 401
+    assert service.call("POST", path, token=None)[0] == 401
     status, body = service.call("POST", path, token="wrong-token-" + secrets.token_hex(8))
     assert status == 403 and body == {"detail": "invalid admin token"}
     status, body = service.call("POST", path, token=TOKEN)
@@ -195,7 +200,8 @@ def test_metric_definitions_are_validated_and_audited(service: Service, engine: 
     name = f"edits_per_response_{secrets.token_hex(3)}"
     spec = {"name": name, "kind": "ratio", "numerator": "edits", "denominator": "requests",
             "direction": "lower_is_better"}  # fmt: skip
-    assert service.call("POST", "/api/metrics", spec)[0] == 401
+    assert service.call("POST", "/api/metrics", spec, token=None)[0] == 401
+    assert service.call("POST", "/api/metrics", spec)[0] == 403  # the read token reads only
     status, err = service.call("POST", "/api/metrics", [spec], token=TOKEN)
     assert status == 422 and err["detail"] == "a metric definition must be a JSON object"
     status, err = service.call("POST", "/api/metrics", spec | {"numerator": "drop_table"}, token=TOKEN)
@@ -224,17 +230,25 @@ def test_metric_definitions_are_validated_and_audited(service: Service, engine: 
 
 def test_cli_prints_the_table_and_json(service: Service, seeded: dict[str, Any]) -> None:
     cli = [str(Path(sys.executable).parent / "liftgate")]
+    env = {**os.environ, "LIFTGATE_READ_TOKEN": READ_TOKEN}
     res = subprocess.run([*cli, "report", seeded["name"], "--url", service.url], capture_output=True, text=True,
-                         timeout=60, env={**os.environ, "COLUMNS": "200"})  # fmt: skip
+                         timeout=60, env={**env, "COLUMNS": "200"})  # fmt: skip
     assert res.returncode == 0, res.stderr
     out = res.stdout
     assert "SRM: ok" in out and "thumbs_up_rate" in out and "candidate" in out and "verdict candidate" in out
     assert "p (Holm, seq)" in out
     res = subprocess.run([*cli, "report", str(seeded["id"]), "--json", "--url", service.url],
-                         capture_output=True, text=True, timeout=60)  # fmt: skip
+                         capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
     assert res.returncode == 0, res.stderr
     assert Report.model_validate_json(res.stdout).experiment_id == seeded["id"]
     res = subprocess.run(
-        [*cli, "report", "nope", "--url", service.url], capture_output=True, text=True, timeout=60
+        [*cli, "report", "nope", "--url", service.url], capture_output=True, text=True, timeout=60, env=env
     )
     assert res.returncode == 1 and "404" in res.stderr
+    # Without any credential the CLI says what the service wants.
+    bare = {k: v for k, v in os.environ.items() if not k.startswith("LIFTGATE_")}
+    res = subprocess.run(
+        [*cli, "report", seeded["name"], "--url", service.url, "--state-dir", "/nonexistent"],
+        capture_output=True, text=True, timeout=60, env=bare,
+    )  # fmt: skip
+    assert res.returncode == 1 and "401" in res.stderr and "read token" in res.stderr

@@ -18,7 +18,7 @@ from sqlalchemy import Engine
 
 from contracts.events import InteractionEvent, encode
 from tests.analytics.report_data import T0, create_experiment
-from tests.analytics.test_app import ROOT, TOKEN, Service, _free_port
+from tests.analytics.test_app import READ_TOKEN, ROOT, TOKEN, Service, _free_port
 
 DEADLINE_S = 60.0
 
@@ -48,6 +48,8 @@ def kafka_service(database_url: str, kafka_bootstrap: str, topics: tuple[str, st
         "LIFTGATE_SNAPSHOT_INTERVAL_S": "0",
         "LIFTGATE_ROLLOUT_CONTROLLER": "false",
         "LIFTGATE_LOG_LEVEL": "warning",
+        "LIFTGATE_READ_TOKEN": READ_TOKEN,
+        "LIFTGATE_FRESH_MIN_INTERVAL_S": "0",  # the test polls fresh reports
     }
     proc = subprocess.Popen([sys.executable, "-m", "analytics"], cwd=ROOT, env=env)
     svc = Service(f"http://127.0.0.1:{port}", proc)
@@ -96,7 +98,7 @@ def test_events_from_kafka_reach_the_report(
     deadline = time.monotonic() + DEADLINE_S
     report: dict[str, Any] = {}
     while time.monotonic() < deadline:
-        _, report = kafka_service.call("GET", f"/api/experiments/{eid}/report?fresh=1")
+        _, report = kafka_service.call("GET", f"/api/experiments/{eid}/report?fresh=1", token=TOKEN)
         if report.get("units") == units:
             break
         time.sleep(0.2)

@@ -83,7 +83,9 @@ def test_malformed_messages_are_dead_lettered_and_the_consumer_keeps_going(
     future = encode(interaction(exp, "control", "u1")).replace(
         f'"schema_version":{SCHEMA_VERSION}'.encode(), b'"schema_version":99'
     )
-    bad = [b"\xff\xfe not json", b'{"schema_version": 1, "type": "interaction"}', future]
+    nul = encode(interaction(exp, "control", "u1\x00"))  # what the database cannot store
+    huge = encode(interaction(exp, "control", "u1", latency_ms=1.7e308))  # its sums would overflow
+    bad = [b"\xff\xfe not json", b'{"schema_version": 1, "type": "interaction"}', future, nul, huge]
     produce(
         kafka_bootstrap,
         [
@@ -105,7 +107,7 @@ def test_malformed_messages_are_dead_lettered_and_the_consumer_keeps_going(
         wait_for(
             lambda: (
                 _value(metrics, "liftgate_analytics_events_dead_lettered_total", topic=s.interactions_topic)
-                == 3
+                == 5
             ),
             30,
             "dead-letter metric",
@@ -121,7 +123,9 @@ def test_malformed_messages_are_dead_lettered_and_the_consumer_keeps_going(
     assert "malformed JSON" in rows[0][4]
     assert "missing required field" in rows[1][4]
     assert "unsupported schema_version 99" in rows[2][4]
-    assert _value(metrics, "liftgate_analytics_events_consumed_total", topic=s.interactions_topic) == 5
+    assert "field 'unit_id' contains a NUL character" in rows[3][4]
+    assert "field 'latency_ms' must be between 0 and 1e+09" in rows[4][4]
+    assert _value(metrics, "liftgate_analytics_events_consumed_total", topic=s.interactions_topic) == 7
     # The feedback topic saw nothing, yet its series exist (at 0) from the start.
     for name in ("liftgate_analytics_events_consumed_total", "liftgate_analytics_events_dead_lettered_total"):
         assert metrics.registry.get_sample_value(name, {"topic": s.feedback_topic}) == 0.0

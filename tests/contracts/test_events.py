@@ -7,6 +7,7 @@ import pytest
 
 from contracts.events import (
     FEEDBACK_TOPIC,
+    FEEDBACK_VALUE_MAX,
     INTERACTIONS_TOPIC,
     SCHEMA_VERSION,
     DecodeError,
@@ -118,3 +119,38 @@ def test_feedback_kind_must_be_a_name() -> None:
     data["kind"] = ""
     with pytest.raises(DecodeError, match="kind"):
         decode(orjson.dumps(data))
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "reason"),
+    [
+        ("unit_id", "user\x00", "field 'unit_id' contains a NUL character"),
+        ("tags", {"task": "\x00"}, "field 'tags' contains a NUL character"),
+        ("request_id", "r" * 65, "field 'request_id' is longer than 64 characters"),
+        ("latency_ms", 1e300, "field 'latency_ms' must be between 0 and 1e+09, got 1e+300"),
+        ("prompt_tokens", 2**31, "field 'prompt_tokens' must be between 0 and 2.14748e+09"),
+        ("http_status", -1, "field 'http_status' must be between 0 and 999"),
+        ("ts", 1e20, "field 'ts' must be between 0 and"),
+        ("event_id", "not-a-uuid", "field 'event_id' must be a UUID"),
+    ],
+)
+def test_decode_refuses_what_the_database_cannot_store_with_a_reason(
+    field: str, value: object, reason: str
+) -> None:
+    data = orjson.loads(encode(make_interaction()))
+    data[field] = value
+    with pytest.raises(DecodeError) as err:
+        decode(orjson.dumps(data))
+    assert reason in err.value.reason
+
+
+def test_feedback_values_are_finite_and_bounded() -> None:
+    ok = FeedbackEvent(request_id="r", unit_id="u", kind="my_signal", value=FEEDBACK_VALUE_MAX)
+    assert decode(encode(ok)) == ok
+    for value in (1.7e308, -1.7e308, FEEDBACK_VALUE_MAX * 1.000001):
+        data = orjson.loads(encode(ok))
+        data["value"] = value
+        with pytest.raises(DecodeError, match="field 'value' must be between -1e\\+09 and 1e\\+09"):
+            decode(orjson.dumps(data))
+    with pytest.raises(DecodeError, match="infinity"):
+        decode(encode(ok).replace(b"1000000000.0", b"1e999"))

@@ -24,6 +24,7 @@ from contracts.events import FeedbackEvent, InteractionEvent, encode
 from liftgate.simulator_model import SimulatorModel
 from liftgate.simulator_process import SimulatorProcess
 from tests.analytics.web.services import ROOT, analytics_service, child, free_port, http
+from tests.known_secrets import secret
 
 PROMETHEUS = "/usr/bin/prometheus"
 SCRAPE_INTERVAL = "1s"
@@ -210,7 +211,7 @@ def stack(
     module_database_url: str, kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Stack]:
     database_url = module_database_url
-    token = "prom-" + secrets.token_hex(16)
+    token = secret("prom")
     suffix = secrets.token_hex(3)
     workdir = tmp_path_factory.mktemp("prometheus")
     models = [

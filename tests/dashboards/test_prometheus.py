@@ -11,7 +11,7 @@ import subprocess
 import time
 from typing import Any
 
-from tests.analytics.web.services import ROOT, http
+from tests.analytics.web.services import READ_TOKEN, ROOT, http
 from tests.dashboards.conftest import Stack, send_traffic
 
 DASHBOARDS = sorted((ROOT / "dashboards" / "grafana" / "dashboards").glob("*.json"))
@@ -91,7 +91,9 @@ def test_every_dashboard_query_parses_and_returns_series(stack: Stack) -> None:
         rounds += 1
     assert sent > 0
     for route in stack.routes:
-        http("GET", f"{stack.analytics}/api/experiments/{route}/report", timeout=60)
+        auth = {"Authorization": f"Bearer {READ_TOKEN}"}
+        status, _ = http("GET", f"{stack.analytics}/api/experiments/{route}/report", auth, timeout=60)
+        assert status == 200
     assert wait_for(stack, 'up{job="liftgate-gateway"} == 1', 20)
     assert wait_for(stack, 'up{job="liftgate-analytics"} == 1', 20)
     # Both services scraped after the traffic (rates need the later samples).

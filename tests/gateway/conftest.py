@@ -29,8 +29,9 @@ from gateway.settings import GatewaySettings
 from gateway.snapshot import ExperimentConfig, UpstreamConfig, VariantConfig, build_snapshot
 from liftgate.simulator_model import SimulatorModel
 from liftgate.simulator_process import SimulatorProcess
+from tests.known_secrets import secret
 
-ADMIN_TOKEN = "test-admin-" + secrets.token_hex(16)
+ADMIN_TOKEN = secret("test-admin")
 
 
 class MemorySink:

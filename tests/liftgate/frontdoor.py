@@ -4,7 +4,6 @@ with a recording sink, and the ``liftgate`` CLI run as a real subprocess."""
 from __future__ import annotations
 
 import os
-import secrets
 import subprocess
 import sys
 from pathlib import Path
@@ -13,11 +12,12 @@ from gateway.app import create_app
 from gateway.metrics import GatewayMetrics
 from gateway.settings import GatewaySettings
 from tests.gateway.conftest import GatewayThread, MemorySink, free_port
+from tests.known_secrets import secret
 
 __all__ = ["ADMIN_TOKEN", "ROOT", "Gateway", "free_port", "liftgate"]
 
 ROOT = Path(__file__).resolve().parents[2]
-ADMIN_TOKEN = "frontdoor-" + secrets.token_hex(16)
+ADMIN_TOKEN = secret("frontdoor")
 
 
 class Gateway(GatewayThread):

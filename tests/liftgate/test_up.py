@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -107,6 +108,37 @@ def _get(url: str, token: str | None = None, method: str = "GET") -> Any:
         return json.load(resp)
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+def _check_sign_in(up: Up) -> None:
+    """The banner's one-time link signs a browser in; reads need a credential; the read token
+    is private in the state dir."""
+    deadline = time.monotonic() + 30  # the run file is written just before the banner
+    while (link := re.search(r"(http://\S+/dashboard/login\?ticket=\S+)", up.output())) is None:
+        assert time.monotonic() < deadline, f"no sign-in link in the banner:\n{up.output()}"
+        time.sleep(0.2)
+    opener = urllib.request.build_opener(_NoRedirect)
+    with pytest.raises(urllib.error.HTTPError) as first:
+        opener.open(link.group(1), timeout=30)
+    assert first.value.code == 303 and first.value.headers["Location"] == "/dashboard"
+    cookie = first.value.headers["Set-Cookie"].split(";", 1)[0]
+    req = urllib.request.Request(f"{up.analytics}/dashboard", headers={"Cookie": cookie})
+    with opener.open(req, timeout=30) as page:
+        assert page.status == 200 and b"<html" in page.read().lower()
+    with pytest.raises(urllib.error.HTTPError) as again:
+        opener.open(link.group(1), timeout=30)
+    assert again.value.code == 401  # one time only
+    with pytest.raises(urllib.error.HTTPError) as anonymous:
+        _get(f"{up.analytics}/api/experiments")
+    assert anonymous.value.code == 401
+    read_token = up.state / "read_token"
+    assert read_token.stat().st_mode & 0o777 == 0o600
+    assert isinstance(_get(f"{up.analytics}/api/experiments", read_token.read_text().strip()), list)
+
+
 def _result(report: dict[str, Any], metric: str, variant: str) -> dict[str, Any] | None:
     return next((r for r in report["results"] if r["metric"] == metric and r["variant"] == variant), None)
 
@@ -159,12 +191,13 @@ def test_liftgate_up_demo_end_to_end(state_root: Path) -> None:
         }
         tree = up.tree()
         assert len(tree) >= 6, tree  # five children + postgres (and its workers)
+        _check_sign_in(up)
 
         report: dict[str, Any] = {}
         verbosity: dict[str, Any] | None = None
         while time.monotonic() - t0 < REPORT_DEADLINE_S:
             try:
-                report = _get(f"{up.analytics}/api/experiments/demo/report?fresh=true")
+                report = _get(f"{up.analytics}/api/experiments/demo/report?fresh=true", token)
             except urllib.error.HTTPError:
                 report = {}
             verbosity = _result(report, VERBOSITY, "candidate") if report else None
@@ -181,7 +214,7 @@ def test_liftgate_up_demo_end_to_end(state_root: Path) -> None:
         assert not report["srm"]["flagged"]
         print(f"verbosity lift significant after {elapsed:.0f} s: {verbosity['lift_relative']:+.1%}")
 
-        aa = _get(f"{up.analytics}/api/experiments/demo-aa/report?fresh=true")
+        aa = _get(f"{up.analytics}/api/experiments/demo-aa/report?fresh=true", token)
         aa_verbosity = _result(aa, VERBOSITY, "baseline-copy")
         assert aa_verbosity is not None and aa_verbosity["units"] > 10
         assert not aa_verbosity["significant"], aa_verbosity
@@ -194,6 +227,10 @@ def test_liftgate_up_demo_end_to_end(state_root: Path) -> None:
 
         demo_units = report["units"]
         assert up.interrupt() == 0, up.output()
+        # Every service's log of the whole run holds neither token.
+        logged = "".join(p.read_text(errors="replace") for p in (state / "logs").glob("*.log"))
+        read = (state / "read_token").read_text().strip()
+        assert logged and token not in logged and read not in logged
     finally:
         up.kill()
     assert _left_behind(tree) == {}, "processes left behind"
@@ -203,7 +240,7 @@ def test_liftgate_up_demo_end_to_end(state_root: Path) -> None:
     try:
         again.wait_up()
         assert (state / "admin_token").read_text().strip() == token
-        report = _get(f"{again.analytics}/api/experiments/demo/report?fresh=true")
+        report = _get(f"{again.analytics}/api/experiments/demo/report?fresh=true", token)
         assert report["units"] >= demo_units
         experiments = _get(f"{again.gateway}/admin/experiments", token)
         assert sorted(e["name"] for e in experiments) == ["demo", "demo-aa"], "no duplicate demo experiments"

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import secrets
 import signal
 import socket
 import subprocess
@@ -30,9 +29,10 @@ import pytest
 
 from liftgate.simulator_model import SimulatorModel
 from liftgate.simulator_process import SimulatorProcess
+from tests.known_secrets import secret
 
 ROOT = Path(__file__).resolve().parents[2]
-TOKEN = "scenario-admin-" + secrets.token_hex(16)
+TOKEN = secret("scenario-admin")
 
 
 def http(method: str, url: str, body: Any = None, headers: dict[str, str] | None = None) -> tuple[int, Any]:

@@ -168,9 +168,10 @@ def test_the_rollout_api_requires_the_admin_token_and_explains_refusals(
     assert http("POST", url + "/explode", headers=auth)[0] == 404
     status, body = http("POST", url + "/resume", headers=auth)
     assert status == 409 and "running" in body
-    status, body = http("GET", f"{stack.analytics}/api/experiments/no-such-{name}/rollout")
+    assert http("GET", url)[0] == 401  # reads need a credential too
+    status, body = http("GET", f"{stack.analytics}/api/experiments/no-such-{name}/rollout", headers=auth)
     assert status == 404 and "not found" in body
-    status, state = http("GET", url)
+    status, state = http("GET", url, headers=auth)
     assert status == 200 and state["plan"]["stages"] == PLAN["stages"]
     assert [s["percent"] for s in state["stages"]] == PLAN["stages"]
 

@@ -3,7 +3,6 @@ subprocess on a free port, and a real headless Chromium driven by Playwright."""
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -12,6 +11,7 @@ import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, ViewportSize, sync_playwright
 from sqlalchemy import Engine, text
 
+from analytics.access import login_ticket
 from tests.analytics.web.seed import (
     ExperimentSpec,
     VariantSpec,
@@ -20,7 +20,8 @@ from tests.analytics.web.seed import (
     add_units,
     create_experiment,
 )
-from tests.analytics.web.services import analytics_service, http
+from tests.analytics.web.services import READ_TOKEN, analytics_service, http
+from tests.known_secrets import secret
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -81,7 +82,7 @@ SHADOW = ExperimentSpec(
 
 @pytest.fixture(scope="session")
 def admin_token() -> str:
-    return "dash-" + secrets.token_hex(16)
+    return secret("dash")
 
 
 @pytest.fixture(scope="session")
@@ -167,9 +168,11 @@ class WatchedPage:
 
 
 @pytest.fixture
-def watched(browser: Browser) -> Iterator[WatchedPage]:
+def watched(browser: Browser, analytics_url: str, admin_token: str) -> Iterator[WatchedPage]:
+    """A signed-in page: the one-time sign-in link ``liftgate up`` would print, opened first."""
     context = browser.new_context(viewport=LAPTOP, device_scale_factor=1)
     page = context.new_page()
+    page.goto(f"{analytics_url}/dashboard/login?ticket={login_ticket(admin_token, READ_TOKEN)}")
     errors: list[str] = []
 
     def on_console(msg: ConsoleMessage) -> None:

@@ -16,7 +16,11 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from tests.known_secrets import secret
+
 ROOT = Path(__file__).resolve().parents[3]
+#: The read token of every analytics service these helpers start (reads need one).
+READ_TOKEN = secret("read")
 
 
 def free_port() -> int:
@@ -44,8 +48,8 @@ def http(
         return int(exc.code), exc.read()
 
 
-def get_json(url: str) -> Any:
-    status, body = http("GET", url)
+def get_json(url: str, token: str | None = None) -> Any:
+    status, body = http("GET", url, {"Authorization": f"Bearer {token}"} if token else None)
     assert status == 200, f"GET {url}: {status} {body[:300]!r}"
     return json.loads(body)
 
@@ -98,11 +102,13 @@ def child(
 @contextlib.contextmanager
 def analytics_service(database_url: str, admin_token: str, **settings: str) -> Iterator[str]:
     """``python -m analytics`` on a free port; yields its base URL. ``settings`` are extra
-    LIFTGATE_* variables (lower-case names without the prefix)."""
+    LIFTGATE_* variables (lower-case names without the prefix); the read token is
+    ``READ_TOKEN`` unless ``read_token`` is given."""
     port = free_port()
     env: dict[str, str | None] = {
         "LIFTGATE_DATABASE_URL": database_url,
         "LIFTGATE_ADMIN_TOKEN": admin_token,
+        "LIFTGATE_READ_TOKEN": READ_TOKEN,
         "LIFTGATE_ANALYTICS_PORT": str(port),
         "LIFTGATE_LOG_LEVEL": "warning",
         **{f"LIFTGATE_{k.upper()}": v for k, v in settings.items()},

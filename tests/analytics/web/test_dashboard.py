@@ -11,11 +11,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from playwright.sync_api import Browser
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
-from tests.analytics.web.conftest import Seeded, WatchedPage
+from tests.analytics.web.conftest import LAPTOP, Seeded, WatchedPage
 from tests.analytics.web.formatting import FORMATS, resolve
-from tests.analytics.web.services import ROOT, get_json, http
+from tests.analytics.web.services import READ_TOKEN, ROOT, get_json, http
+
+AUTH = {"Authorization": f"Bearer {READ_TOKEN}"}
 
 # The docs' screenshots are refreshed only on request (LIFTGATE_UPDATE_SCREENSHOTS=1), so a
 # test run leaves the working tree clean; otherwise they go to a scratch folder.
@@ -85,7 +88,7 @@ def test_experiment_list_shows_every_experiment_with_the_apis_numbers(
     watched: WatchedPage, analytics_url: str, seeded: Seeded
 ) -> None:
     open_page(watched, f"{analytics_url}/dashboard")
-    api = get_json(f"{analytics_url}/api/experiments")
+    api = get_json(f"{analytics_url}/api/experiments", READ_TOKEN)
     names = watched.page.eval_on_selector_all(
         "#experiments tbody tr", "rs => rs.map(r => r.dataset.experiment)"
     )
@@ -106,7 +109,7 @@ def test_ab_experiment_page_draws_charts_and_matches_the_report(
     watched: WatchedPage, analytics_url: str, seeded: Seeded
 ) -> None:
     open_page(watched, f"{analytics_url}/dashboard/experiments/{seeded.ab}")
-    report = get_json(f"{analytics_url}/api/experiments/{seeded.ab}/report")
+    report = get_json(f"{analytics_url}/api/experiments/{seeded.ab}/report", READ_TOKEN)
     assert watched.page.inner_text("#head h1") == report["name"]
     assert_numbers_match(shown_numbers(watched), report)
     assert canvas_has_pixels(watched, "#forest")
@@ -122,7 +125,7 @@ def test_segment_selector_switches_forest_and_table_to_the_segment_results(
     watched: WatchedPage, analytics_url: str, seeded: Seeded
 ) -> None:
     open_page(watched, f"{analytics_url}/dashboard/experiments/{seeded.ab}")
-    report = get_json(f"{analytics_url}/api/experiments/{seeded.ab}/report")
+    report = get_json(f"{analytics_url}/api/experiments/{seeded.ab}/report", READ_TOKEN)
     assert report["segments"], "the seeded experiment has task segments"
     k = next(i for i, s in enumerate(report["segments"]) if s["segment"] == "task=math")
     watched.page.select_option("#segment", "task=math")
@@ -139,7 +142,7 @@ def test_shadow_experiment_shows_the_paired_comparison(
     watched: WatchedPage, analytics_url: str, seeded: Seeded
 ) -> None:
     open_page(watched, f"{analytics_url}/dashboard/experiments/{seeded.shadow}")
-    report = get_json(f"{analytics_url}/api/experiments/{seeded.shadow}/report")
+    report = get_json(f"{analytics_url}/api/experiments/{seeded.shadow}/report", READ_TOKEN)
     assert report["paired"] and report["paired"][0]["pairs"] > 0
     assert watched.page.is_visible("#paired-card")
     shown = {m["name"] for m in report["paired"][0]["metrics"]}
@@ -168,7 +171,7 @@ def test_page_refreshes_in_place_when_a_new_snapshot_arrives(
         "b => document.querySelector('#generated').dataset.generated !== b", arg=before, timeout=WAIT_MS
     )
     assert watched.page.evaluate("window.__sameDocument === true"), "the page reloaded instead of redrawing"
-    report = get_json(f"{analytics_url}/api/experiments/{seeded.ab}/report")
+    report = get_json(f"{analytics_url}/api/experiments/{seeded.ab}/report", READ_TOKEN)
     assert watched.page.get_attribute("#generated", "data-generated") == report["generated_at"]
     assert_numbers_match(shown_numbers(watched), report)
     points_after = watched.page.evaluate(
@@ -182,8 +185,8 @@ def test_rollout_page_shows_the_stage_timeline_from_the_rollout_api(
     watched: WatchedPage, analytics_url: str, seeded: Seeded
 ) -> None:
     open_page(watched, f"{analytics_url}/dashboard/experiments/{seeded.rollout}")
-    report = get_json(f"{analytics_url}/api/experiments/{seeded.rollout}/report")
-    rollout = get_json(f"{analytics_url}/api/experiments/{seeded.rollout}/rollout")
+    report = get_json(f"{analytics_url}/api/experiments/{seeded.rollout}/report", READ_TOKEN)
+    rollout = get_json(f"{analytics_url}/api/experiments/{seeded.rollout}/rollout", READ_TOKEN)
     assert watched.page.is_visible("#rollout-card")
     decisions = watched.page.eval_on_selector_all(
         "#rollout-timeline tr[data-decision]", "rs => rs.map(r => r.dataset.decision)"
@@ -206,7 +209,7 @@ def test_experiment_without_traffic_renders_without_errors(
     watched: WatchedPage, analytics_url: str, seeded: Seeded
 ) -> None:
     open_page(watched, f"{analytics_url}/dashboard/experiments/{seeded.empty}")
-    report = get_json(f"{analytics_url}/api/experiments/{seeded.empty}/report")
+    report = get_json(f"{analytics_url}/api/experiments/{seeded.empty}/report", READ_TOKEN)
     assert report["units"] == 0
     assert watched.page.inner_text("#head h1") == seeded.empty
     shown = watched.page.eval_on_selector_all("#head [data-verdict]", "bs => bs.map(b => b.dataset.verdict)")
@@ -228,19 +231,40 @@ def test_unknown_experiment_says_so_in_the_page(
 
 
 def test_assets_are_served_from_the_package_and_nothing_from_elsewhere(analytics_url: str) -> None:
-    status, html = http("GET", f"{analytics_url}/dashboard")
+    status, html = http("GET", f"{analytics_url}/dashboard", AUTH)
     assert status == 200
     refs = re.findall(rb'(?:src|href)="([^"]+)"', html)
     assets = [r.decode() for r in refs if not r.startswith(b"data:")]
     assert assets and all(a.startswith("/dashboard") or a.startswith("/api") for a in assets), assets
     for asset in assets:
         if asset.startswith("/dashboard/static/"):
-            code, body = http("GET", f"{analytics_url}{asset}")
+            code, body = http("GET", f"{analytics_url}{asset}", AUTH)
             assert code == 200 and body, asset
     for js in (STATIC / "js").glob("*.js"):
         imports = re.findall(r'from "([^"]+)"', js.read_text())
         assert all(i.startswith("./") for i in imports), f"{js.name} imports {imports}"
-    code, _ = http("GET", f"{analytics_url}/dashboard/static/%2e%2e/pages.py")
+    code, _ = http("GET", f"{analytics_url}/dashboard/static/%2e%2e/pages.py", AUTH)
     assert code == 404
-    code, _ = http("GET", f"{analytics_url}/dashboard/static/js/missing.js")
+    code, _ = http("GET", f"{analytics_url}/dashboard/static/js/missing.js", AUTH)
     assert code == 404
+
+
+def test_a_browser_without_a_session_signs_in_with_the_token_and_lands_where_it_was_going(
+    browser: Browser, analytics_url: str, seeded: Seeded
+) -> None:
+    context = browser.new_context(viewport=LAPTOP)
+    try:
+        page = context.new_page()
+        page.goto(f"{analytics_url}/dashboard/experiments/{seeded.ab}")
+        assert "/dashboard/login" in page.url and page.locator("input[name=token]").is_visible()
+        page.fill("input[name=token]", "not-the-token-" + "x" * 8)
+        page.click("button[type=submit]")
+        assert "not valid" in page.inner_text("form")
+        page.fill("input[name=token]", READ_TOKEN)
+        page.click("button[type=submit]")
+        page.wait_for_function("window.liftgate && window.liftgate.refreshes >= 1", timeout=WAIT_MS)
+        assert page.url.endswith(f"/dashboard/experiments/{seeded.ab}")
+        cookie = next(c for c in context.cookies() if c["name"] == "lg_session")
+        assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and READ_TOKEN not in cookie["value"]
+    finally:
+        context.close()

@@ -16,6 +16,10 @@ async function getJSON(path) {
   const timer = setTimeout(() => ctrl.abort(), TIMEOUT_MS);
   try {
     const res = await fetch(BASE + path, { signal: ctrl.signal, headers: { Accept: "application/json" } });
+    if (res.status === 401) {
+      // No (or an expired) session: sign in, then come back to this page.
+      location.assign(`/dashboard/login?next=${encodeURIComponent(location.pathname)}`);
+    }
     if (!res.ok) {
       let detail = res.statusText;
       try {
