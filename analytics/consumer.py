@@ -94,7 +94,8 @@ class ConsumerSettings(BaseSettings):
     consumer_metadata_max_age_ms: int = Field(default=30_000, ge=1000)
     # Reconnect attempts to a lost broker back off exponentially up to this (kafka-python's
     # default is 30 s): after a broker crash the consumer was idle up to ~30 s after the broker
-    # was back. With 1 s it resumes within ~2-3 s; an attempt is one refused TCP connect.
+    # was back. With 1 s it resumed within ~1 s of the broker answering again (test_consumer_resume);
+    # an attempt while the broker is down is one refused TCP connect.
     consumer_reconnect_backoff_max_ms: int = Field(default=1000, ge=50, le=60_000)
     # Upper bound for any blocking Kafka call of the loop (offset commit, lag lookup):
     # kafka-python waits forever without one, e.g. for a coordinator lost mid-rebalance.

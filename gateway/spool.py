@@ -1,4 +1,4 @@
-"""A durable local spool: where events wait, in order, while Kafka is unreachable.
+"""A durable local spool: the write-ahead log every gateway event passes through on its way to Kafka.
 
 Layout of a spool directory (one per gateway process; an exclusive ``flock`` enforces it)::
 
@@ -7,24 +7,34 @@ Layout of a spool directory (one per gateway process; an exclusive ``flock`` enf
     lock
 
 A record is ``<u32 length><u32 crc32>`` followed by ``length`` bytes of body, the body being
-``<u16 topic length><u16 key length>`` + topic + key + value. Appends are written and
-fsynced per batch, so an acknowledged ``append`` survives a crash. After a crash the tail
-of the last segment may be torn: on open every pending record is checked, and the first
-bad one ends its segment (logged, counted, the torn bytes truncated away so later appends
-stay readable). Only one thread uses a Spool; it is not thread-safe by design.
+``<u16 topic length><u16 key length>`` + topic + key + value. ``append`` writes a batch with
+one ``write`` and no fsync: once it returns, the records survive the process being killed (the
+kernel's page cache keeps them). :meth:`Spool.sync` (the sink calls it from its own thread,
+every ``fsync_interval_s``) makes records not yet delivered survive a power loss too. After a
+crash the tail of the last segment may be torn: on open every pending record is checked, and
+the first bad one ends its segment (logged, counted, the torn bytes truncated away so later
+appends stay readable).
+
+Threads: one writer (``append``), one reader (``read``/``seek``/``rewind``/``commit``) and one
+syncer (``sync``) may use a Spool at once; a lock keeps the segment table consistent. A
+segment is deleted once everything in it was committed, the one being written included (the
+next append starts a fresh one), so a spool whose events are delivered within the page
+cache's writeback delay costs no disk writes beyond its fsyncs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import itertools
 import logging
 import os
 import struct
+import threading
 import time
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import BinaryIO
 
 log = logging.getLogger(__name__)
 
@@ -67,34 +77,49 @@ def _parse(buf: bytes | memoryview, pos: int) -> tuple[Record, int] | None:
 
 
 class Spool:
-    """Append-only, CRC-checked, fsynced segments with a committed read position."""
+    """Append-only, CRC-checked segments with a committed read position."""
 
-    def __init__(self, directory: Path, *, segment_bytes: int = 64 << 20, fsync: bool = True) -> None:
+    def __init__(self, directory: Path, *, segment_bytes: int = 64 << 20) -> None:
         self.directory = directory
         self.segment_bytes = segment_bytes
-        self.fsync = fsync
         self.corrupt_records = 0
         directory.mkdir(parents=True, exist_ok=True)
-        self._lock = open(directory / "lock", "a+b")  # noqa: SIM115 - held for the spool's lifetime
+        self._lock_file = open(directory / "lock", "a+b")  # noqa: SIM115 - held for the spool's lifetime
         try:
-            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            self._lock.close()
+            self._lock_file.close()
             raise SpoolLockedError(f"spool {directory} is in use by another process") from None
+        self._lock = threading.Lock()
         self._committed = self._read_committed()
         # base -> valid length; a segment's valid length may be shorter than the file after a crash
         self._segments: dict[int, int] = {}
         self.pending_records = 0
         self._recover()
         self._cursor = self._committed
-        self._active: BinaryIO | None = None
+        self._fd: int | None = None  # the segment being appended to (O_APPEND), owned by the writer
+        self._fd_base = -1
+        # Recovered records may only be in the page cache (the previous process was killed):
+        # the first sync writes them out.
+        self._synced = self._committed
+        self._dir_dirty = True
 
     # --- state ---------------------------------------------------------------------------
 
     @property
     def end(self) -> int:
+        """The position after the last appended record."""
         base = max(self._segments)
         return base + self._segments[base]
+
+    @property
+    def committed(self) -> int:
+        return self._committed
+
+    @property
+    def cursor(self) -> int:
+        """Where the next ``read`` starts."""
+        return self._cursor
 
     @property
     def pending_bytes(self) -> int:
@@ -153,47 +178,99 @@ class Spool:
 
     # --- writing -------------------------------------------------------------------------
 
-    def append(self, records: Sequence[Record]) -> int:
-        """Write records durably (one fsync); return the bytes written."""
+    def append(self, records: Sequence[Record]) -> tuple[int, list[int]]:
+        """Write records with one ``write`` (no fsync); return their start and each one's end position.
+
+        On an I/O error (e.g. a full disk) nothing of the batch is kept and the error is raised:
+        the caller still has the records and may try again.
+        """
         if not records:
-            return 0
-        parts = []
+            return self.end, []
+        frames = []
         for i, record in enumerate(records, 1):
-            parts.append(_encode(record))
+            frames.append(_encode(record))
             if not i % 256:
                 time.sleep(0)  # let other threads (the gateway's event loop) take the GIL
-        data = b"".join(parts)
-        base = max(self._segments)
-        if self._segments[base] >= self.segment_bytes:
-            self._close_active()
-            base += self._segments[base]
-            self._segments[base] = 0
-        if self._active is None:
-            self._active = open(self._path(base), "ab")  # noqa: SIM115 - kept open across appends
-        self._active.write(data)
-        self._active.flush()
-        if self.fsync:
-            os.fsync(self._active.fileno())
-        self._segments[base] += len(data)
-        self.pending_records += len(records)
-        return len(data)
+        data = b"".join(frames)
+        with self._lock:
+            base = max(self._segments)
+            length = self._segments[base]
+            if length >= self.segment_bytes:
+                base, length = base + length, 0
+                self._segments[base] = 0
+            if self._fd is None or self._fd_base != base:
+                self._close_fd()
+                self._fd = os.open(self._path(base), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                self._fd_base = base
+                self._dir_dirty = True
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(self._fd, view) :]
+            except OSError:
+                # A partial write must not stay in front of the next append, which reopens the file.
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._fd, length)
+                self._close_fd()
+                raise
+            start = base + length
+            self._segments[base] = length + len(data)
+            self.pending_records += len(records)
+        return start, list(itertools.accumulate(map(len, frames), initial=start))[1:]
 
-    def _close_active(self) -> None:
-        if self._active is not None:
-            self._active.close()
-            self._active = None
+    def _close_fd(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+            self._fd_base = -1
+
+    def sync(self) -> bool:
+        """fsync what was appended and not yet committed (and new segments' directory entries).
+
+        Returns whether anything was written out. Committed records need no fsync: the
+        downstream has them.
+        """
+        with self._lock:
+            end = self.end
+            since = max(self._synced, self._committed)
+            if since >= end:
+                self._synced = end
+                return False
+            paths = [self._path(b) for b, n in self._segments.items() if b + n > since]
+            dir_dirty, self._dir_dirty = self._dir_dirty, False
+        for path in paths:
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                continue  # delivered and deleted meanwhile
+            try:
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+        if dir_dirty:
+            fd = os.open(self.directory, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        with self._lock:
+            self._synced = max(self._synced, end)
+        return True
 
     # --- reading -------------------------------------------------------------------------
 
     def read(self, max_records: int, max_bytes: int = 4 << 20) -> list[tuple[Record, int]]:
         """Up to ``max_records`` records after the read cursor, each with its end position."""
         out: list[tuple[Record, int]] = []
-        while len(out) < max_records and self._cursor < self.end:
-            base = max(b for b in self._segments if b <= self._cursor)
-            valid = self._segments[base]
+        while len(out) < max_records:
+            with self._lock:
+                if self._cursor >= self.end:
+                    break
+                base = max(b for b in self._segments if b <= self._cursor)
+                valid = self._segments[base]
+                later = [b for b in self._segments if b > base]
             offset = self._cursor - base
             if offset >= valid:  # end of this segment (or of its valid part): go to the next
-                later = [b for b in self._segments if b > base]
                 if not later:
                     break
                 self._cursor = min(later)
@@ -222,40 +299,44 @@ class Spool:
                 break
         return out
 
+    def seek(self, position: int) -> None:
+        """Continue reading at ``position`` (a record boundary, e.g. after records delivered from memory)."""
+        self._cursor = position
+
     def rewind(self) -> None:
         """Read again from the committed position (after a failed delivery)."""
         self._cursor = self._committed
 
     def commit(self, position: int, records: int) -> None:
-        """Mark everything before ``position`` (``records`` records) delivered; drop old segments."""
+        """Mark everything before ``position`` (``records`` records) delivered; drop delivered segments."""
         if position <= self._committed:
             return
         tmp = self.directory / "committed.tmp"
-        with open(tmp, "w") as f:
-            f.write(str(position))
-            f.flush()
-            if self.fsync:
-                os.fsync(f.fileno())
+        # No fsync: a committed position lost to a power cut only means records sent again,
+        # and the consumers deduplicate by event id.
+        tmp.write_text(str(position))
         os.replace(tmp, self.directory / "committed")
-        self._committed = position
-        self._cursor = max(self._cursor, position)
-        self.pending_records = max(self.pending_records - records, 0)
-        newest = max(self._segments)
-        for base in sorted(self._segments):
-            if base + self._segments[base] <= position and (base != newest or self.empty()):
+        with self._lock:
+            self._committed = position
+            self._cursor = max(self._cursor, position)
+            self.pending_records = max(self.pending_records - records, 0)
+            newest = max(self._segments)
+            # (A segment starting at ``position`` is not delivered: it is empty or being written.)
+            gone = [b for b, n in self._segments.items() if b < position and b + n <= position]
+            for base in gone:
                 if base == newest:
-                    self._close_active()
-                    del self._segments[base]
+                    if base == self._fd_base:
+                        self._close_fd()
                     self._segments[position] = 0  # the next append starts a fresh segment here
-                else:
-                    del self._segments[base]
+                del self._segments[base]
                 self._path(base).unlink(missing_ok=True)
-        if self.empty():
-            self.pending_records = 0
+            if self.empty():
+                self.pending_records = 0
 
     def close(self) -> None:
-        self._close_active()
-        self._lock.close()
+        with self._lock:
+            self._close_fd()
+        self._lock_file.close()
 
 
 def claim_spool_dir(root: Path, slots: int = MAX_SLOTS, *, segment_bytes: int = 64 << 20) -> Spool:

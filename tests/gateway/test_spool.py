@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -117,3 +119,63 @@ def test_one_spool_directory_has_one_owner_and_claim_finds_a_free_slot(tmp_path:
     assert third.directory.name == "0"  # a dead owner's slot is reused
     second.close()
     third.close()
+
+
+def test_a_failed_write_keeps_nothing_of_its_batch_and_later_appends_stay_readable(tmp_path: Path) -> None:
+    spool = Spool(tmp_path, segment_bytes=500)
+    spool.append(records(20))  # over 500 bytes: the next append starts a segment at spool.end
+    next_segment = tmp_path / f"{spool.end:020d}.seg"
+    next_segment.symlink_to("/dev/full")  # every write to it fails with ENOSPC
+    with pytest.raises(OSError):
+        spool.append(records(5, start=20))
+    assert spool.pending_records == 20
+    next_segment.unlink()
+    spool.append(records(5, start=20))  # the caller retries the same batch
+    assert read_all(spool) == records(25)
+    spool.close()
+    reopened = Spool(tmp_path, segment_bytes=500)
+    assert reopened.corrupt_records == 0 and read_all(reopened) == records(25)
+    reopened.close()
+
+
+def test_sync_writes_out_only_records_not_yet_committed(tmp_path: Path) -> None:
+    spool = Spool(tmp_path)
+    assert spool.sync() is False  # nothing appended
+    spool.append(records(10))
+    assert spool.sync() is True
+    assert spool.sync() is False  # already on disk
+    spool.append(records(10, start=10))
+    batch = spool.read(100)
+    spool.commit(batch[-1][1], len(batch))
+    assert spool.sync() is False  # delivered: nothing a power loss could take
+    spool.close()
+
+
+def test_a_writer_and_a_reader_in_two_threads_see_every_record_once_and_in_order(tmp_path: Path) -> None:
+    spool = Spool(tmp_path, segment_bytes=2_000)
+    written = records(3_000)
+    got: list[Record] = []
+
+    def write() -> None:
+        for i in range(0, len(written), 30):
+            spool.append(written[i : i + 30])
+            time.sleep(0)
+
+    def read() -> None:
+        deadline = time.monotonic() + 30
+        while len(got) < len(written) and time.monotonic() < deadline:
+            batch = spool.read(70, max_bytes=1_500)
+            if batch:
+                got.extend(r for r, _ in batch)
+                spool.commit(batch[-1][1], len(batch))
+            spool.sync()
+
+    threads = [threading.Thread(target=write), threading.Thread(target=read)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert got == written
+    assert spool.empty() and spool.pending_records == 0
+    assert len(list(tmp_path.glob("*.seg"))) <= 1  # delivered segments were deleted as they went
+    spool.close()
