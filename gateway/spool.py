@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import itertools
 import logging
 import os
 import struct
@@ -47,13 +46,6 @@ MAX_SLOTS = 64
 
 class SpoolLockedError(RuntimeError):
     """Another live process owns this spool directory."""
-
-
-def _encode(record: Record) -> bytes:
-    topic, key, value = record
-    t = topic.encode()
-    body = _BODY.pack(len(t), len(key)) + t + key + value
-    return _HEADER.pack(len(body), zlib.crc32(body)) + body
 
 
 def _parse(buf: bytes | memoryview, pos: int) -> tuple[Record, int] | None:
@@ -99,6 +91,7 @@ class Spool:
         self._cursor = self._committed
         self._fd: int | None = None  # the segment being appended to (O_APPEND), owned by the writer
         self._fd_base = -1
+        self._topics: dict[str, bytes] = {}  # topic -> its UTF-8 bytes (a handful of topics)
         # Recovered records may only be in the page cache (the previous process was killed):
         # the first sync writes them out.
         self._synced = self._committed
@@ -186,12 +179,23 @@ class Spool:
         """
         if not records:
             return self.end, []
-        frames = []
-        for i, record in enumerate(records, 1):
-            frames.append(_encode(record))
+        # Each value is copied once (by the join); the CRC runs over the body in two parts.
+        parts: list[bytes] = []
+        offsets: list[int] = []
+        pos = 0
+        topics, head_pack, body_pack, crc32 = self._topics, _HEADER.pack, _BODY.pack, zlib.crc32
+        for i, (topic, key, value) in enumerate(records, 1):
+            t = topics.get(topic)
+            if t is None:
+                t = topics[topic] = topic.encode()
+            head = body_pack(len(t), len(key)) + t + key
+            size = len(head) + len(value)
+            parts += (head_pack(size, crc32(value, crc32(head))), head, value)
+            pos += _HEADER.size + size
+            offsets.append(pos)
             if not i % 256:
                 time.sleep(0)  # let other threads (the gateway's event loop) take the GIL
-        data = b"".join(frames)
+        data = b"".join(parts)
         with self._lock:
             base = max(self._segments)
             length = self._segments[base]
@@ -216,7 +220,7 @@ class Spool:
             start = base + length
             self._segments[base] = length + len(data)
             self.pending_records += len(records)
-        return start, list(itertools.accumulate(map(len, frames), initial=start))[1:]
+        return start, [start + o for o in offsets]
 
     def _close_fd(self) -> None:
         if self._fd is not None:

@@ -7,9 +7,12 @@ import time
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from contracts.events import Event, FeedbackEvent, encode
+from gateway.__main__ import make_sink
 from gateway.kafka_sink import KafkaSink, SinkConfig, Topics, ensure_topics
+from gateway.settings import GatewaySettings
 from gateway.spool import Spool
 from tests.gateway.kafka_helpers import (
     PrivateBroker,
@@ -270,3 +273,15 @@ async def test_with_fsync_interval_zero_every_spool_write_is_fsynced(tmp_path: P
         await wait_until(lambda b=burst: sink.stats()["fsyncs"] >= b + 1, 10, f"the fsync of burst {burst}")
     await sink.close()
     assert sink.stats()["spool_pending"] == 30
+
+
+def test_the_gateway_passes_its_spool_fsync_interval_to_the_sink_and_refuses_a_negative_one(
+    tmp_path: Path,
+) -> None:
+    base = {"admin_token": "k3y-Of-Sufficient-Length-42", "kafka_bootstrap": dead_bootstrap()}
+    settings = GatewaySettings(**base, spool_dir=str(tmp_path), spool_fsync_interval_s=0.25)
+    sink = make_sink(settings)
+    assert isinstance(sink, KafkaSink) and sink.config.fsync_interval_s == 0.25
+    assert sink.spool_root == tmp_path
+    with pytest.raises(ValidationError):
+        GatewaySettings(**base, spool_fsync_interval_s=-1)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+import struct
 import threading
 import time
+import zlib
 from pathlib import Path
 
 import pytest
@@ -178,4 +180,20 @@ def test_a_writer_and_a_reader_in_two_threads_see_every_record_once_and_in_order
     assert got == written
     assert spool.empty() and spool.pending_records == 0
     assert len(list(tmp_path.glob("*.seg"))) <= 1  # delivered segments were deleted as they went
+    spool.close()
+
+
+def test_a_spool_in_the_documented_format_is_read_back_and_appended_to_alike(tmp_path: Path) -> None:
+    # <u32 length><u32 crc32> + body, body = <u16 topic length><u16 key length> topic key value:
+    # what earlier versions wrote, so a spool left by an upgraded gateway is replayed.
+    def frame(topic: str, key: bytes, value: bytes) -> bytes:
+        body = struct.pack("<HH", len(topic.encode()), len(key)) + topic.encode() + key + value
+        return struct.pack("<II", len(body), zlib.crc32(body)) + body
+
+    (tmp_path / f"{0:020d}.seg").write_bytes(b"".join(frame(*r) for r in records(3)))
+    spool = Spool(tmp_path)
+    assert spool.pending_records == 3 and spool.corrupt_records == 0
+    spool.append(records(2, start=3))
+    assert read_all(spool) == records(5)
+    assert (tmp_path / f"{0:020d}.seg").read_bytes() == b"".join(frame(*r) for r in records(5))
     spool.close()
