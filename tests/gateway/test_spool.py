@@ -197,3 +197,32 @@ def test_a_spool_in_the_documented_format_is_read_back_and_appended_to_alike(tmp
     assert read_all(spool) == records(5)
     assert (tmp_path / f"{0:020d}.seg").read_bytes() == b"".join(frame(*r) for r in records(5))
     spool.close()
+
+
+def test_a_committed_position_in_the_earlier_plain_format_is_honoured(tmp_path: Path) -> None:
+    spool = Spool(tmp_path)
+    spool.append(records(10))
+    batch = spool.read(4)
+    spool.close()
+    (tmp_path / "committed").write_text(str(batch[-1][1]))  # how earlier versions wrote it
+    reopened = Spool(tmp_path)
+    assert read_all(reopened) == records(6, start=4)
+    reopened.close()
+
+
+def test_a_damaged_committed_position_replays_everything_rather_than_skipping(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    spool = Spool(tmp_path)
+    spool.append(records(10))
+    batch = spool.read(4)
+    spool.commit(batch[-1][1], 4)
+    spool.close()
+    committed = tmp_path / "committed"
+    text = committed.read_bytes()
+    committed.write_bytes(text[:15] + b"9" + text[16:])  # a torn write: a larger position
+    with caplog.at_level(logging.WARNING, logger="gateway.spool"):
+        reopened = Spool(tmp_path)
+    assert "unreadable committed file" in caplog.text
+    assert read_all(reopened) == records(10)  # resent (consumers dedup), none skipped
+    reopened.close()
