@@ -81,7 +81,6 @@ class Delivery:
         self._connect = connect
         self._transport: Transport | None = None
         self._handoff: collections.deque[Chunk] = collections.deque()
-        self._wake = threading.Event()
         self._stopping = threading.Event()
         self._stop_deadline = 0.0
         self._orphan: Spool | None = None
@@ -97,13 +96,11 @@ class Delivery:
         """Records just written to the spool; kept in memory only while delivery keeps up."""
         if self.live and chunk.start - self.spool.cursor <= self.settings.handoff_max_bytes:
             self._handoff.append(chunk)
-        self._wake.set()
 
     def stop(self, timeout_s: float) -> None:
         """Deliver what is pending for up to ``timeout_s`` if connected, then return from ``run``."""
         self._stop_deadline = time.monotonic() + timeout_s
         self._stopping.set()
-        self._wake.set()
 
     # --- the delivery thread -----------------------------------------------------------------
 
@@ -126,12 +123,6 @@ class Delivery:
             return False
         return self._transport is None or self.spool.empty() or time.monotonic() > self._stop_deadline
 
-    def _wait(self, seconds: float) -> None:
-        """Nap until the writer offers records, a stop is requested, or ``seconds`` pass."""
-        if seconds > 0 and not self._stopping.is_set():
-            self._wake.wait(seconds)
-        self._wake.clear()
-
     def _step(self) -> None:
         s = self.settings
         if self._transport is None:
@@ -144,16 +135,15 @@ class Delivery:
             if not self._connect_once():
                 return
         records, ends, from_memory = self._next_batch()
-        if not records:
-            if not self._adopt_orphans():
-                self._wait(0.5)
-            return
-        if not self._send(records, ends, from_memory, self.spool):
+        if records:
+            if not self._send(records, ends, from_memory, self.spool):
+                return
+        elif self._adopt_orphans():
             return
         if len(records) < s.batch_max and not self._stopping.is_set():
-            # Each round trip costs the client about 1 ms of CPU whatever its size: let the
-            # writer gather more for a moment (its offers do not cut this pause short).
-            self._stopping.wait(s.batch_interval_s)
+            # Each round trip costs the client about 1 ms of CPU whatever its size, and each
+            # wake-up of a thread tens of µs: look again once the writer gathered more.
+            time.sleep(s.batch_interval_s)
 
     def _next_batch(self) -> tuple[list[Record], list[int], bool]:
         """The next records after the spool's cursor: from the writer's hand-over if it has them."""

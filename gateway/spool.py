@@ -17,9 +17,8 @@ appends stay readable).
 
 Threads: one writer (``append``), one reader (``read``/``seek``/``rewind``/``commit``) and one
 syncer (``sync``) may use a Spool at once; a lock keeps the segment table consistent. A
-segment is deleted once everything in it was committed, the one being written included (the
-next append starts a fresh one), so a spool whose events are delivered within the page
-cache's writeback delay costs no disk writes beyond its fsyncs.
+segment is deleted once everything in it was committed — the one being written once it
+holds ``roll_bytes`` (the next append starts a fresh one) or when the spool is closed.
 """
 
 from __future__ import annotations
@@ -71,9 +70,13 @@ def _parse(buf: bytes | memoryview, pos: int) -> tuple[Record, int] | None:
 class Spool:
     """Append-only, CRC-checked segments with a committed read position."""
 
-    def __init__(self, directory: Path, *, segment_bytes: int = 64 << 20) -> None:
+    def __init__(self, directory: Path, *, segment_bytes: int = 64 << 20, roll_bytes: int = 1 << 20) -> None:
         self.directory = directory
         self.segment_bytes = segment_bytes
+        # A delivered segment still being written is kept (and appended to) until it holds this
+        # much: a file created and deleted per delivered batch cost more CPU than the rest of
+        # the spool's work.
+        self.roll_bytes = min(roll_bytes, segment_bytes)
         self.corrupt_records = 0
         directory.mkdir(parents=True, exist_ok=True)
         self._lock_file = open(directory / "lock", "a+b")  # noqa: SIM115 - held for the spool's lifetime
@@ -246,17 +249,17 @@ class Spool:
             self._fd = None
             self._fd_base = -1
 
-    def sync(self) -> bool:
-        """fsync what was appended and not yet committed (and new segments' directory entries).
+    def sync(self, upto: int | None = None) -> bool:
+        """fsync what was appended before ``upto`` (default: all) and is not committed yet.
 
-        Returns whether anything was written out. Committed records need no fsync: the
-        downstream has them.
+        New segments' directory entries are fsynced too. Returns whether anything was written
+        out. Committed records need no fsync: the downstream has them.
         """
         with self._lock:
-            end = self.end
+            end = self.end if upto is None else min(upto, self.end)
             since = max(self._synced, self._committed)
             if since >= end:
-                self._synced = end
+                self._synced = max(self._synced, end)
                 return False
             paths = [self._path(b) for b, n in self._segments.items() if b + n > since]
             dir_dirty, self._dir_dirty = self._dir_dirty, False
@@ -343,6 +346,8 @@ class Spool:
             gone = [b for b, n in self._segments.items() if b < position and b + n <= position]
             for base in gone:
                 if base == newest:
+                    if self._segments[base] < self.roll_bytes:
+                        continue
                     if base == self._fd_base:
                         self._close_fd()
                     self._segments[position] = 0  # the next append starts a fresh segment here
@@ -354,6 +359,9 @@ class Spool:
     def close(self) -> None:
         with self._lock:
             self._close_fd()
+            if self.empty():  # everything delivered: leave no segment behind
+                for base in self._segments:
+                    self._path(base).unlink(missing_ok=True)
         if self._committed_fd is not None:
             os.close(self._committed_fd)
             self._committed_fd = None

@@ -226,3 +226,32 @@ def test_a_damaged_committed_position_replays_everything_rather_than_skipping(
     assert "unreadable committed file" in caplog.text
     assert read_all(reopened) == records(10)  # resent (consumers dedup), none skipped
     reopened.close()
+
+
+def test_a_delivered_segment_is_appended_to_until_it_reaches_roll_size_and_removed_on_close(
+    tmp_path: Path,
+) -> None:
+    spool = Spool(tmp_path, roll_bytes=10_000)
+    spool.append(records(10))
+    batch = spool.read(100)
+    spool.commit(batch[-1][1], len(batch))
+    assert spool.empty() and len(list(tmp_path.glob("*.seg"))) == 1  # small: kept
+    spool.append(records(5, start=10))
+    assert len(list(tmp_path.glob("*.seg"))) == 1 and read_all(spool) == records(5, start=10)
+    spool.commit(spool.end, 5)
+    spool.close()
+    assert list(tmp_path.glob("*.seg")) == []  # everything delivered: nothing left behind
+    reopened = Spool(tmp_path)
+    assert reopened.empty() and read_all(reopened) == []
+    reopened.close()
+
+
+def test_sync_up_to_a_position_leaves_later_records_for_the_next_sync(tmp_path: Path) -> None:
+    spool = Spool(tmp_path)
+    first, _ = spool.append(records(5))
+    middle = spool.end
+    spool.append(records(5, start=5))
+    assert first == 0 and spool.sync(middle) is True
+    assert spool.sync(middle) is False  # up to there it is on disk
+    assert spool.sync() is True  # the rest
+    spool.close()
