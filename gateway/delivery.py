@@ -83,6 +83,7 @@ class Delivery:
         self._handoff: collections.deque[Chunk] = collections.deque()
         self._stopping = threading.Event()
         self._stop_deadline = 0.0
+        self._idle = False  # the last step found nothing to send
         self._orphan: Spool | None = None
         self._next_adopt = 0.0
         self._next_probe = 0.0
@@ -100,6 +101,7 @@ class Delivery:
     def stop(self, timeout_s: float) -> None:
         """Deliver what is pending for up to ``timeout_s`` if connected, then return from ``run``."""
         self._stop_deadline = time.monotonic() + timeout_s
+        self._idle = False  # look once more: the writer's last records came after the last step
         self._stopping.set()
 
     # --- the delivery thread -----------------------------------------------------------------
@@ -121,7 +123,12 @@ class Delivery:
     def _finished(self) -> bool:
         if not self._stopping.is_set():
             return False
-        return self._transport is None or self.spool.empty() or time.monotonic() > self._stop_deadline
+        return (
+            self._transport is None
+            or self.spool.empty()
+            or self._idle
+            or time.monotonic() > self._stop_deadline
+        )
 
     def _step(self) -> None:
         s = self.settings
@@ -135,6 +142,7 @@ class Delivery:
             if not self._connect_once():
                 return
         records, ends, from_memory = self._next_batch()
+        self._idle = not records
         if records:
             if not self._send(records, ends, from_memory, self.spool):
                 return

@@ -285,3 +285,20 @@ def test_the_gateway_passes_its_spool_fsync_interval_to_the_sink_and_refuses_a_n
     assert sink.spool_root == tmp_path
     with pytest.raises(ValidationError):
         GatewaySettings(**base, spool_fsync_interval_s=-1)
+
+
+async def test_a_graceful_close_delivers_what_was_just_emitted_and_leaves_no_spool_behind(
+    kafka_bootstrap: str, unique_name: str, tmp_path: Path
+) -> None:
+    topics = unique_topics(unique_name)
+    ensure_topics(kafka_bootstrap, 6, topics)
+    sink = KafkaSink(kafka_bootstrap, tmp_path, topics=topics, config=FAST)
+    await sink.start()
+    await wait_until(lambda: sink.live, 30, "connected")
+    sent = [event(i) for i in range(1_000)]
+    for ev in sent:
+        sink.emit(ev)
+    await sink.close()  # at once: still queued in memory or in the spool
+    assert sink.stats()["delivered"] == 1_000 and sink.stats()["spool_pending"] == 0
+    assert not list(tmp_path.glob("*/*.seg"))
+    check_complete_and_ordered(consume(kafka_bootstrap, [topics.interactions], 1_000), sent, 0)
