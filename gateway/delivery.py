@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import bisect
 import collections
-import contextlib
 import logging
 import threading
 import time
@@ -38,8 +37,8 @@ class Transport(Protocol):
     def deliver(self, records: Sequence[Record], timeout_s: float) -> int:
         """Send ``records`` and wait for their acknowledgement; return how many, from the start, were."""
 
-    def close(self, timeout_s: float = 0.0) -> None:
-        """Disconnect; whatever is not acknowledged is abandoned (the spool still has it)."""
+    def close(self, timeout_s: float = 0.0) -> bool:
+        """Disconnect, abandoning what is not acknowledged (the spool has it); False: try again later."""
 
 
 class TransportUnavailable(Exception):
@@ -80,6 +79,7 @@ class Delivery:
         self.settings = settings
         self._connect = connect
         self._transport: Transport | None = None
+        self._closing: list[Transport] = []  # disconnected, not closed yet (records were pending)
         self._handoff: collections.deque[Chunk] = collections.deque()
         self._stopping = threading.Event()
         self._stop_deadline = 0.0
@@ -132,6 +132,8 @@ class Delivery:
 
     def _step(self) -> None:
         s = self.settings
+        if self._closing:
+            self._close_pending()
         if self._transport is None:
             delay = self._next_probe - time.monotonic()
             if delay > 0:
@@ -235,8 +237,21 @@ class Delivery:
     def _disconnect(self) -> None:
         transport, self._transport = self._transport, None
         if transport is not None:
-            with contextlib.suppress(Exception):
-                transport.close(0)
+            self._closing.append(transport)
+        self._close_pending()
+
+    def _close_pending(self) -> None:
+        """Close disconnected transports; one that cannot close yet is tried again next time."""
+        still = []
+        for transport in self._closing:
+            try:
+                closed = transport.close(0)
+            except Exception:
+                log.exception("event delivery: closing a connection failed; dropping it")
+                closed = True
+            if not closed:
+                still.append(transport)
+        self._closing = still
 
     # --- spools of processes that are gone ---------------------------------------------------
 

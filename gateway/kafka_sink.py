@@ -32,6 +32,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import socket
+import struct
 import threading
 import time
 from pathlib import Path
@@ -306,6 +308,7 @@ class KafkaSink:
     def _connect(self) -> Transport:
         """A producer whose topics exist (created when missing); TransportUnavailable while down."""
         cfg = self.config
+        flush_ms = int(cfg.flush_timeout_s * 1000)
         options: dict[str, Any] = {
             "bootstrap_servers": self.bootstrap,
             "acks": "all",
@@ -314,12 +317,20 @@ class KafkaSink:
             "batch_size": cfg.batch_bytes,
             "max_block_ms": int(cfg.probe_timeout_s * 1000),
             "bootstrap_timeout_ms": int(cfg.probe_timeout_s * 1000),
-            "request_timeout_ms": int(cfg.flush_timeout_s * 1000),
-            "delivery_timeout_ms": int(cfg.flush_timeout_s * 1000) + cfg.linger_ms + 1000,
+            # Every record is acknowledged or expired by the time a flush gives up: records left
+            # pending after it made kafka-python's network thread spin (~80% of a core for ~1 s,
+            # starving the spool writer of the interpreter) and its close() fail.
+            "delivery_timeout_ms": flush_ms - 100,
+            "request_timeout_ms": max(flush_ms - 100 - cfg.linger_ms - 100, 100),
             "reconnect_backoff_max_ms": cfg.reconnect_backoff_max_ms,
             "metrics_enabled": False,  # its per-record sensors cost more CPU than they tell us
             **self._producer_options,
         }
+        if not any(_answers(_address(item), cfg.probe_timeout_s) for item in self.bootstrap.split(",")):
+            # Kafka clients made against a dead or hung broker keep threads retrying for seconds
+            # after close, competing with the spool writer for the interpreter; one request on
+            # a plain socket tells the same and costs nothing.
+            raise TransportUnavailable(f"no broker answers at {self.bootstrap}")
         try:
             if cfg.create_topics_partitions:
                 ensure_topics(self.bootstrap, cfg.create_topics_partitions, self.topics, cfg.probe_timeout_s)
@@ -328,3 +339,42 @@ class KafkaSink:
             )
         except (KafkaError, OSError, RuntimeError) as exc:
             raise TransportUnavailable(f"broker {self.bootstrap}: {exc}") from exc
+
+
+_PING_ID = 0x4C47  # correlation id of the probe request
+
+
+def _answers(address: tuple[str, int], timeout_s: float) -> bool:
+    """Whether a Kafka broker at ``address`` answers an ApiVersions request within the timeout.
+
+    Version 0 of the request (api key 18), which every broker answers (at worst with an
+    error and the versions it supports): a reply with our correlation id is enough.
+    """
+    client = b"liftgate-probe"
+    request = struct.pack(">hhih", 18, 0, _PING_ID, len(client)) + client
+    try:
+        with socket.create_connection(address, timeout=timeout_s) as sock:
+            sock.sendall(struct.pack(">i", len(request)) + request)
+            head = b""
+            while len(head) < 8:
+                chunk = sock.recv(8 - len(head))
+                if not chunk:
+                    return False
+                head += chunk
+    except OSError:
+        return False
+    correlation_id: int = struct.unpack(">ii", head)[1]
+    return correlation_id == _PING_ID
+
+
+def _address(item: str) -> tuple[str, int]:
+    """``host:port``, ``[v6]:port`` or a bare host (Kafka's default port, as the client does)."""
+    item = item.strip()
+    if item.startswith("["):
+        host, _, rest = item[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else ""
+    elif item.count(":") == 1:
+        host, _, port = item.partition(":")
+    else:
+        host, port = item, ""
+    return host, int(port) if port.isdigit() else 9092

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -266,11 +267,15 @@ async def test_a_failing_spool_write_makes_the_sink_unhealthy_keeps_the_events_a
 async def test_with_fsync_interval_zero_every_spool_write_is_fsynced(tmp_path: Path) -> None:
     sink = KafkaSink(dead_bootstrap(), tmp_path, config=dataclasses.replace(FAST, fsync_interval_s=0))
     await sink.start()
-    for burst in range(3):
+
+    def fsynced(n: int) -> Callable[[], bool]:
+        return lambda: sink.stats()["fsyncs"] >= n
+
+    for burst in range(1, 4):
         for i in range(10):
             sink.emit(event(burst * 10 + i))
         # An fsync follows each write (a periodic one, e.g. every 60 s, would time out here).
-        await wait_until(lambda b=burst: sink.stats()["fsyncs"] >= b + 1, 10, f"the fsync of burst {burst}")
+        await wait_until(fsynced(burst), 10, f"the fsync of burst {burst}")
     await sink.close()
     assert sink.stats()["spool_pending"] == 30
 
@@ -278,13 +283,15 @@ async def test_with_fsync_interval_zero_every_spool_write_is_fsynced(tmp_path: P
 def test_the_gateway_passes_its_spool_fsync_interval_to_the_sink_and_refuses_a_negative_one(
     tmp_path: Path,
 ) -> None:
-    base = {"admin_token": "k3y-Of-Sufficient-Length-42", "kafka_bootstrap": dead_bootstrap()}
-    settings = GatewaySettings(**base, spool_dir=str(tmp_path), spool_fsync_interval_s=0.25)
+    token, bootstrap = "k3y-Of-Sufficient-Length-42", dead_bootstrap()
+    settings = GatewaySettings(
+        admin_token=token, kafka_bootstrap=bootstrap, spool_dir=str(tmp_path), spool_fsync_interval_s=0.25
+    )
     sink = make_sink(settings)
     assert isinstance(sink, KafkaSink) and sink.config.fsync_interval_s == 0.25
     assert sink.spool_root == tmp_path
     with pytest.raises(ValidationError):
-        GatewaySettings(**base, spool_fsync_interval_s=-1)
+        GatewaySettings(admin_token=token, kafka_bootstrap=bootstrap, spool_fsync_interval_s=-1)
 
 
 async def test_a_graceful_close_delivers_what_was_just_emitted_and_leaves_no_spool_behind(
