@@ -63,7 +63,6 @@ class DeliverySettings:
     flush_timeout_s: float
     backoff_initial_s: float
     backoff_max_s: float
-    close_timeout_s: float
     adopt_interval_s: float
     handoff_max_bytes: int
 

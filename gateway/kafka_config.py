@@ -84,7 +84,6 @@ class SinkConfig:
             flush_timeout_s=self.flush_timeout_s,
             backoff_initial_s=self.backoff_initial_s,
             backoff_max_s=self.backoff_max_s,
-            close_timeout_s=self.close_timeout_s,
             adopt_interval_s=self.adopt_interval_s,
             handoff_max_bytes=self.handoff_max_bytes,
         )

@@ -129,8 +129,8 @@ class KafkaSink:
         self._sync_wanted.set()
         if self._syncer is not None:
             self._syncer.join(30.0)
-        spool = self._spool
-        if spool is not None and not self._writer.is_alive():
+        spool, sender = self._spool, self._sender
+        if spool is not None and not self._writer.is_alive() and not (sender and sender.is_alive()):
             try:
                 spool.sync()  # a graceful stop leaves nothing that a power loss could take
             except OSError:

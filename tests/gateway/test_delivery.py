@@ -21,7 +21,6 @@ SETTINGS = DeliverySettings(
     flush_timeout_s=1.0,
     backoff_initial_s=0.01,
     backoff_max_s=0.02,
-    close_timeout_s=5.0,
     adopt_interval_s=3600.0,
     handoff_max_bytes=1 << 20,
 )
