@@ -38,7 +38,8 @@ def make_sink(settings: GatewaySettings) -> EventSink:
             return NullSink()
         # No ensure_topics here: the sink creates missing topics when it connects, and a
         # gateway must be able to start (and spool) while Kafka is down.
-        sink: EventSink = module.KafkaSink(settings.kafka_bootstrap, Path(settings.spool_dir))
+        config = module.SinkConfig(fsync_interval_s=settings.spool_fsync_interval_s)
+        sink: EventSink = module.KafkaSink(settings.kafka_bootstrap, Path(settings.spool_dir), config=config)
         return sink
     log.warning("no LIFTGATE_KAFKA_BOOTSTRAP: events go nowhere (inject a sink, e.g. via `liftgate up`)")
     return NullSink()

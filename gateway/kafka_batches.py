@@ -22,6 +22,7 @@ from typing import Any
 
 import kafka
 from kafka import KafkaProducer, TopicPartition
+from kafka.errors import KafkaTimeoutError
 from kafka.partitioner.default import murmur2
 
 from gateway.spool import Record
@@ -89,6 +90,15 @@ class BatchProducer:
             log.warning("kafka sink: delivery of %s events failed (%s)", len(records), exc)
         return next((i for i, f in enumerate(futures) if not f.succeeded()), len(futures))
 
-    def close(self, timeout_s: float = 0.0) -> None:
-        """Close; with timeout 0 whatever is still buffered is abandoned (the spool has it)."""
-        self._producer.close(timeout_s)
+    def close(self, timeout_s: float = 0.0) -> bool:
+        """Close; False while records are still pending (kafka-python then refuses: try again later).
+
+        Pending records are abandoned (the spool has them); the producer's close flushes first
+        and raises while a record has neither been acknowledged nor expired, e.g. a request to
+        a hung broker.
+        """
+        try:
+            self._producer.close(timeout_s)
+        except KafkaTimeoutError:
+            return False
+        return True

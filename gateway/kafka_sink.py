@@ -1,34 +1,39 @@
-"""The Kafka event sink: a few hundred nanoseconds on the request path, delivery in the background.
+"""The Kafka event sink: a deque append on the request path, a write-ahead spool, delivery apart.
 
 ``emit`` appends the event object to a deque and returns: no encoding, no lock, no I/O.
-One background thread does everything else, in order:
+Three background threads do the rest:
 
-* **live** (spool empty, broker answering): pop a batch, encode it, hand it to
-  :class:`gateway.kafka_batches.BatchProducer` (one flush per batch). Records that were not acknowledged go to
-  the spool and the sink turns *degraded*.
-* **degraded**: every event goes to the durable spool (fsync per batch). A probe tries to
-  reach the broker with bounded exponential backoff; once it answers, the spool is replayed
-  oldest first (its committed position advances per delivered batch) while newer events
-  keep being appended behind it; when it is empty the sink is live again. So each unit's
-  events reach Kafka in the order they were emitted, across broker outages and restarts.
+* the **spool writer** never touches the network: every ``spool_interval_s`` (20 ms) it
+  encodes what was queued and appends it to the durable spool (:mod:`gateway.spool`, one
+  ``write``, no fsync). Once there, an event survives the gateway being killed; so a SIGKILL
+  loses only what was emitted in the last ~20 ms, whether Kafka is up, down or slow;
+* **delivery** (:mod:`gateway.delivery`) sends the spool to Kafka oldest first and commits
+  its position once acknowledged. Flushes to a dead broker, reconnects and backoff happen
+  there and hold up nothing else. Fresh records are handed over in memory while it keeps up;
+  after an outage or a restart it replays them from the spool's files. It also delivers
+  spools that processes now gone left behind;
+* the **syncer** fsyncs what was spooled and is still unacknowledged half an interval later,
+  so a power loss loses at most ``fsync_interval_s`` (1 s) of the unacknowledged events —
+  and while Kafka keeps up, nothing is fsynced at all.
 
-If the in-memory queue grows past ``max_queue`` (Kafka slower than traffic) the sink spills
-to the spool rather than dropping; only past ``hard_max_queue`` (the background thread
-cannot keep up even with the disk) does ``emit`` drop, and counts it. Delivery is at least
-once: a timed-out batch may have partly landed and is sent again; consumers dedup by
-``event_id``. A graceful stop (``close``) spools whatever it could not deliver; a SIGKILL
-loses only the in-memory queue (about one batch interval of events).
+Each unit's events reach Kafka in the order they were emitted, across outages and restarts.
+Delivery is at least once: a timed-out batch may have partly landed and is sent again, and a
+process killed between an acknowledgement and its commit sends it again after the restart;
+consumers deduplicate by ``event_id``. Only past ``hard_max_queue`` queued events (the writer
+cannot keep up even with the disk) or ``max_spool_bytes`` spooled ones (a very long outage)
+are events dropped, and counted.
 
-``healthy()`` means "no event is being lost" (delivering, or spooling durably); ``live``
-means "Kafka is being reached". Settings live in :mod:`gateway.kafka_config`.
+``healthy()`` means "no event is being lost" (written to the spool); ``live`` means "Kafka is
+being reached". Settings live in :mod:`gateway.kafka_config`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import logging
+import socket
+import struct
 import threading
 import time
 from pathlib import Path
@@ -37,9 +42,10 @@ from typing import Any
 from kafka.errors import KafkaError
 
 from contracts.events import Event, encode
+from gateway.delivery import Chunk, Delivery, Transport, TransportUnavailable
 from gateway.kafka_batches import YIELD_EVERY, BatchProducer
 from gateway.kafka_config import SinkConfig, Topics, ensure_topics
-from gateway.spool import Record, Spool, SpoolLockedError, claim_spool_dir
+from gateway.spool import Record, Spool, claim_spool_dir
 
 __all__ = ["KafkaSink", "SinkConfig", "Topics", "ensure_topics"]
 
@@ -47,7 +53,7 @@ log = logging.getLogger(__name__)
 
 
 class KafkaSink:
-    """``gateway.sink.EventSink`` delivering to Kafka, with a durable spool for outages."""
+    """``gateway.sink.EventSink`` delivering to Kafka through a durable write-ahead spool."""
 
     def __init__(
         self,
@@ -65,23 +71,22 @@ class KafkaSink:
         self._producer_options = dict(producer_options or {})
         self._queue: collections.deque[Event] = collections.deque()
         self._hard_max = config.hard_max_queue
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._producer: BatchProducer | None = None
-        self._spool: Spool | None = None
-        self._orphan: Spool | None = None
-        self._next_adopt = 0.0
-        self._live = False
         self._closed = False
-        self._next_probe = 0.0
-        self._backoff = config.backoff_initial_s
-        self._counters = dict.fromkeys(
-            ("delivered", "spooled", "replayed", "adopted", "send_failures", "probes"), 0
-        )
-        self._dropped = 0
+        self._stop = threading.Event()  # the writer: drain the queue and return
+        self._sync_stop = threading.Event()
+        self._sync_wanted = threading.Event()
+        self._writer: threading.Thread | None = None
+        self._sender: threading.Thread | None = None
+        self._syncer: threading.Thread | None = None
+        self._spool: Spool | None = None
+        self._delivery: Delivery | None = None
+        self._unwritten: list[Record] = []  # encoded, not in the spool yet (its last write failed)
+        self._write_failing = False
+        self._counters = dict.fromkeys(("spooled", "write_failures", "fsyncs"), 0)
+        self._dropped = 0  # written by emit only
         self._oversized = 0
         self._spool_full = False
-        self._spool_dropped = 0  # written by the background thread only (emit owns _dropped)
+        self._spool_dropped = 0  # written by the writer only
 
     # --- the request path -------------------------------------------------------------------
 
@@ -94,107 +99,158 @@ class KafkaSink:
     # --- lifecycle ------------------------------------------------------------------------
 
     async def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="liftgate-kafka-sink", daemon=True)
-            self._thread.start()
+        if self._writer is None:
+            self._writer = threading.Thread(target=self._write_loop, name="liftgate-sink-spool", daemon=True)
+            self._writer.start()
 
     async def close(self) -> None:
         await asyncio.to_thread(self.close_sync)
 
     def close_sync(self) -> None:
-        """Deliver what can be delivered within ``close_timeout_s``; spool the rest; stop."""
+        """Spool everything queued, deliver what can be within ``close_timeout_s``, fsync, stop."""
+        cfg = self.config
         self._closed = True
         self._stop.set()
-        if self._thread is None and self._queue:
-            # Never started: the thread still claims a spool and persists what was emitted.
-            self._thread = threading.Thread(target=self._run, name="liftgate-kafka-sink", daemon=True)
-            self._thread.start()
-        if self._thread is not None:
-            self._thread.join(self.config.close_timeout_s + self.config.flush_timeout_s + 5.0)
-            if self._thread.is_alive():
-                log.error("kafka sink thread did not stop in time; %s events still queued", len(self._queue))
+        if self._writer is None:
+            # Never started: the writer still claims a spool and persists what was emitted.
+            self._writer = threading.Thread(target=self._write_loop, name="liftgate-sink-spool", daemon=True)
+            self._writer.start()
+        self._writer.join(cfg.close_timeout_s + 30.0)
+        if self._writer.is_alive():
+            log.error(
+                "kafka sink: spool writer did not stop in time; %s events still queued", len(self._queue)
+            )
+        if self._delivery is not None and self._sender is not None:
+            self._delivery.stop(cfg.close_timeout_s)
+            self._sender.join(cfg.close_timeout_s + cfg.flush_timeout_s + cfg.probe_timeout_s + 5.0)
+            if self._sender.is_alive():
+                log.error("kafka sink: delivery thread did not stop in time")
+        self._sync_stop.set()
+        self._sync_wanted.set()
+        if self._syncer is not None:
+            self._syncer.join(30.0)
+        spool, sender = self._spool, self._sender
+        if spool is not None and not self._writer.is_alive() and not (sender and sender.is_alive()):
+            try:
+                spool.sync()  # a graceful stop leaves nothing that a power loss could take
+            except OSError:
+                log.exception("kafka sink: final fsync of the spool failed")
+            spool.close()
+        log.info("kafka sink stopped: %s", self.stats())
 
     @property
     def live(self) -> bool:
-        """True while events go straight to Kafka (False while spooling, or stopped)."""
-        return self._live and self._thread is not None and self._thread.is_alive()
+        """True while Kafka is being reached and acknowledges what is sent."""
+        sender = self._sender
+        return self._delivery is not None and self._delivery.live and sender is not None and sender.is_alive()
 
     def healthy(self) -> bool:
-        """True while no event is lost: delivered to Kafka, or durably spooled during an outage.
+        """True while no event is lost: every emitted event is being written to the spool.
 
         Deliberately not ``live``: /readyz uses this, and a Kafka outage that the spool
         absorbs must not take every gateway out of its load balancer. ``stats()["live"]``
         tells whether Kafka is currently reached.
         """
-        thread = self._thread
+        writer, sender = self._writer, self._sender
         return (
-            thread is not None
-            and thread.is_alive()
+            writer is not None
+            and writer.is_alive()
+            and sender is not None
+            and sender.is_alive()
             and self._spool is not None
             and not self._spool_full
+            and not self._write_failing
             and len(self._queue) < self._hard_max
         )
 
     def stats(self) -> dict[str, int]:
-        spool = self._spool
+        spool, delivery = self._spool, self._delivery
         return {
-            "queued": len(self._queue),
+            "queued": len(self._queue) + len(self._unwritten),
             "dropped": self._dropped + self._oversized + self._spool_dropped,
             "oversized": self._oversized,
             "spool_pending": spool.pending_records if spool else 0,
             "spool_bytes": spool.pending_bytes if spool else 0,
             "spool_corrupt": spool.corrupt_records if spool else 0,
-            "live": int(self._live),
+            "live": int(self.live),
             **self._counters,
+            **(
+                delivery.counters
+                if delivery
+                else dict.fromkeys(("delivered", "replayed", "adopted", "send_failures", "probes"), 0)
+            ),
         }
 
-    # --- the background thread ------------------------------------------------------------
+    # --- the spool writer -------------------------------------------------------------------
 
-    def _run(self) -> None:
+    def _write_loop(self) -> None:
         try:
-            self._spool = claim_spool_dir(self.spool_root, segment_bytes=self.config.segment_bytes)
+            spool = claim_spool_dir(self.spool_root, segment_bytes=self.config.segment_bytes)
         except Exception:
             log.exception("kafka sink: cannot open a spool under %s; events stay in memory", self.spool_root)
             return
-        log.info("kafka sink: spool %s holds %s events", self._spool.directory, self._spool.pending_records)
+        self._spool = spool
+        log.info("kafka sink: spool %s holds %s events", spool.directory, spool.pending_records)
+        if not self._stop.is_set():
+            self._delivery = Delivery(spool, self.spool_root, self._connect, self.config.delivery())
+            self._sender = threading.Thread(
+                target=self._delivery.run, name="liftgate-sink-delivery", daemon=True
+            )
+            self._sender.start()
+            self._syncer = threading.Thread(target=self._sync_loop, name="liftgate-sink-fsync", daemon=True)
+            self._syncer.start()
+        interval = self.config.spool_interval_s
         while not self._stop.is_set():
-            try:
-                busy = self._step()
-            except Exception:
-                # e.g. a full disk: keep the events queued (bounded) and try again shortly.
-                log.exception("kafka sink: background step failed")
-                self._degrade()
-                busy = False
-                self._stop.wait(1.0)
-            if not busy or len(self._queue) < self.config.batch_max:
-                self._stop.wait(self.config.batch_interval_s)
-        try:
-            self._shutdown()
-        except Exception:
-            log.exception("kafka sink: shutdown failed; %s events not persisted", len(self._queue))
+            if not self._write_batch() or len(self._queue) < self.config.batch_max:
+                # A plain sleep: a wake-up costs half the CPU of Event.wait's, and a stop
+                # request waits one interval at most.
+                time.sleep(interval if not self._write_failing else 1.0)
+        # Stopping: everything queued goes to the spool (a disk that keeps failing ends it).
+        for _ in range(10):
+            while self._write_batch():
+                pass
+            if not (self._queue or self._unwritten):
+                break
+            time.sleep(0.2)
 
-    def _step(self) -> bool:
-        """One unit of work; False when idle (the caller naps)."""
-        assert self._spool is not None
-        if self._live:
-            if len(self._queue) > self.config.max_queue:
-                log.warning("kafka sink: %s events queued; spilling to the spool", len(self._queue))
-                self._degrade(retry_now=True)
-                return True
-            batch = self._pop(self.config.batch_max)
-            if not batch:
-                return self._adopt_orphans()
-            unacked = self._deliver(batch)
-            if unacked:
-                self._spool_records(unacked)
-                self._degrade()
+    def _write_batch(self) -> bool:
+        """Spool up to ``batch_max`` queued events; False when there was nothing or the write failed."""
+        spool = self._spool
+        assert spool is not None
+        if not self._unwritten:
+            self._unwritten = self._pop(self.config.batch_max)
+        records = self._unwritten
+        if not records:
+            return False
+        if spool.pending_bytes >= self.config.max_spool_bytes:
+            # A long outage must not fill the disk the gateway runs on: count and drop.
+            if not self._spool_full:
+                log.error(
+                    "kafka sink: spool holds %s bytes (the limit); dropping events", spool.pending_bytes
+                )
+            self._spool_full = True
+            self._spool_dropped += len(records)
+            self._unwritten = []
             return True
-        busy = self._spill_queue()
-        if time.monotonic() < self._next_probe:
-            return busy
-        if self._producer is None and not self._connect():
-            return busy
-        self._replay()
+        self._spool_full = False
+        try:
+            start, ends = spool.append(records)
+        except OSError:
+            # e.g. a full disk: keep the batch (and the queue, bounded) and try again shortly.
+            if not self._write_failing:
+                log.exception("kafka sink: cannot write to the spool %s; retrying", spool.directory)
+            self._write_failing = True
+            self._counters["write_failures"] += 1
+            return False
+        if self._write_failing:
+            log.info("kafka sink: spool writes succeed again")
+        self._write_failing = False
+        self._unwritten = []
+        self._counters["spooled"] += len(records)
+        if self._delivery is not None:
+            self._delivery.offer(Chunk(start, records, ends))
+        if self.config.fsync_interval_s == 0:
+            self._sync_wanted.set()
         return True
 
     def _pop(self, limit: int) -> list[Record]:
@@ -218,39 +274,41 @@ class KafkaSink:
             out.append((topics.of(event), event.key, value))
         return out
 
-    def _spool_records(self, records: list[Record]) -> None:
-        assert self._spool is not None
-        if self._spool.pending_bytes >= self.config.max_spool_bytes:
-            # A long outage must not fill the disk the gateway runs on: count and drop.
-            if not self._spool_full:
-                log.error(
-                    "kafka sink: spool holds %s bytes (the limit); dropping events", self._spool.pending_bytes
-                )
-            self._spool_full = True
-            self._spool_dropped += len(records)
-            return
-        self._spool_full = False
-        self._spool.append(records)
-        self._counters["spooled"] += len(records)
+    # --- the syncer -----------------------------------------------------------------------
 
-    def _spill_queue(self) -> bool:
-        batch = self._pop(self.config.batch_max)
-        if batch:
-            self._spool_records(batch)
-        return bool(batch)
+    def _sync_loop(self) -> None:
+        """fsync, twice per interval, what was spooled before the previous tick and is not delivered.
 
-    def _degrade(self, *, retry_now: bool = False) -> None:
-        if self._live:
-            log.warning("kafka sink: broker unreachable or slow; spooling events to %s", self.spool_root)
-        self._live = False
-        if not retry_now:
-            self._close_producer()
-            self._next_probe = time.monotonic() + self._backoff
-            self._backoff = min(self._backoff * 2, self.config.backoff_max_s)
+        So nothing unacknowledged stays in the page cache only for longer than the interval,
+        and while Kafka acknowledges within half an interval (the usual case) nothing is
+        fsynced at all: the disk sees no writes for events that were only passing through.
+        """
+        spool = self._spool
+        assert spool is not None
+        interval = self.config.fsync_interval_s
+        previous = spool.end
+        while not self._sync_stop.is_set():
+            if interval > 0:
+                self._sync_stop.wait(interval / 2)
+                upto, previous = previous, spool.end
+            else:
+                self._sync_wanted.wait()
+                self._sync_wanted.clear()
+                upto = None
+            if self._sync_stop.is_set():
+                return  # close_sync does the last one, after the writer's last append
+            try:
+                if spool.sync(upto):
+                    self._counters["fsyncs"] += 1
+            except OSError:
+                log.exception("kafka sink: fsync of the spool failed")
 
-    def _connect(self) -> bool:
-        self._counters["probes"] += 1
+    # --- Kafka ----------------------------------------------------------------------------
+
+    def _connect(self) -> Transport:
+        """A producer whose topics exist (created when missing); TransportUnavailable while down."""
         cfg = self.config
+        flush_ms = int(cfg.flush_timeout_s * 1000)
         options: dict[str, Any] = {
             "bootstrap_servers": self.bootstrap,
             "acks": "all",
@@ -259,129 +317,64 @@ class KafkaSink:
             "batch_size": cfg.batch_bytes,
             "max_block_ms": int(cfg.probe_timeout_s * 1000),
             "bootstrap_timeout_ms": int(cfg.probe_timeout_s * 1000),
-            "request_timeout_ms": int(cfg.flush_timeout_s * 1000),
-            "delivery_timeout_ms": int(cfg.flush_timeout_s * 1000) + cfg.linger_ms + 1000,
+            # Every record is acknowledged or expired by the time a flush gives up: records left
+            # pending after it made kafka-python's network thread spin (~80% of a core for ~1 s,
+            # starving the spool writer of the interpreter) and its close() fail.
+            "delivery_timeout_ms": flush_ms - 100,
+            "request_timeout_ms": max(flush_ms - 100 - cfg.linger_ms - 100, 100),
+            "reconnect_backoff_max_ms": cfg.reconnect_backoff_max_ms,
             "metrics_enabled": False,  # its per-record sensors cost more CPU than they tell us
             **self._producer_options,
         }
+        if not any(_answers(_address(item), cfg.probe_timeout_s) for item in self.bootstrap.split(",")):
+            # Kafka clients made against a dead or hung broker keep threads retrying for seconds
+            # after close, competing with the spool writer for the interpreter; one request on
+            # a plain socket tells the same and costs nothing.
+            raise TransportUnavailable(f"no broker answers at {self.bootstrap}")
         try:
             if cfg.create_topics_partitions:
                 ensure_topics(self.bootstrap, cfg.create_topics_partitions, self.topics, cfg.probe_timeout_s)
-            topics = (self.topics.interactions, self.topics.feedback)
-            self._producer = BatchProducer(options, topics, fast_append=cfg.fast_append)
+            return BatchProducer(
+                options, (self.topics.interactions, self.topics.feedback), fast_append=cfg.fast_append
+            )
         except (KafkaError, OSError, RuntimeError) as exc:
-            log.info("kafka sink: broker %s not ready (%s)", self.bootstrap, exc)
-            self._degrade()
-            return False
-        except Exception:
-            log.exception("kafka sink: cannot create a producer (configuration?); spooling")
-            self._degrade()
-            return False
-        return True
+            raise TransportUnavailable(f"broker {self.bootstrap}: {exc}") from exc
 
-    def _close_producer(self) -> None:
-        producer, self._producer = self._producer, None
-        if producer is not None:
-            with contextlib.suppress(Exception):
-                producer.close(0)
 
-    def _deliver(self, records: list[Record]) -> list[Record]:
-        """Send and flush one batch; return the records not acknowledged, in order."""
-        if self._producer is None:
-            return records
-        acked = self._producer.deliver(records, self.config.flush_timeout_s)
-        self._counters["delivered"] += acked
-        if acked == len(records):
-            self._backoff = self.config.backoff_initial_s
-            return []
-        self._counters["send_failures"] += 1
-        # Everything from the first failure on is retried, so a unit's order never inverts;
-        # acknowledged records after it become (deduplicated) duplicates.
-        return records[acked:]
+_PING_ID = 0x4C47  # correlation id of the probe request
 
-    def _replay(self) -> None:
-        """Deliver the spool oldest first, then go live; new events queue behind it."""
-        spool = self._spool
-        assert spool is not None
-        deadline = time.monotonic() + 0.5  # keep spilling the queue regularly while replaying
-        while not spool.empty() and time.monotonic() < deadline:
-            entries = spool.read(self.config.batch_max)
-            if not entries:
-                break
-            records = [r for r, _ in entries]
-            unacked = self._deliver(records)
-            done = len(records) - len(unacked)
-            if done:
-                spool.commit(entries[done - 1][1], done)
-                self._counters["replayed"] += done
-            if unacked:
-                spool.rewind()
-                self._degrade()
-                return
-        if spool.empty() and not self._queue_over_limit():
-            self._live = True
-            self._backoff = self.config.backoff_initial_s
-            log.info("kafka sink: live again (spool drained)")
 
-    def _claim_orphan(self) -> Spool | None:
-        own = self._spool.directory if self._spool else None
-        for directory in sorted(self.spool_root.iterdir()):
-            if directory == own or not directory.name.isdigit() or not directory.is_dir():
-                continue
-            try:
-                orphan = Spool(directory)
-            except SpoolLockedError:
-                continue  # a live process owns it
-            if not orphan.empty():
-                log.info("kafka sink: delivering %s events left in %s", orphan.pending_records, directory)
-                return orphan
-            orphan.close()
-        return None
+def _answers(address: tuple[str, int], timeout_s: float) -> bool:
+    """Whether a Kafka broker at ``address`` answers an ApiVersions request within the timeout.
 
-    def _adopt_orphans(self) -> bool:
-        """Deliver a bit of a dead process's spool; True if there was work."""
-        if self._orphan is None:
-            now = time.monotonic()
-            if now < self._next_adopt:
-                return False
-            self._next_adopt = now + self.config.adopt_interval_s
-            self._orphan = self._claim_orphan()
-            if self._orphan is None:
-                return False
-        orphan = self._orphan
-        entries = orphan.read(self.config.batch_max)
-        if not entries:
-            orphan.close()
-            self._orphan = None
-            return False
-        records = [r for r, _ in entries]
-        unacked = self._deliver(records)
-        done = len(records) - len(unacked)
-        if done:
-            orphan.commit(entries[done - 1][1], done)
-            self._counters["adopted"] += done
-        if unacked or orphan.empty():
-            orphan.close()
-            self._orphan = None
-        if unacked:
-            self._degrade()
-        return True
+    Version 0 of the request (api key 18), which every broker answers (at worst with an
+    error and the versions it supports): a reply with our correlation id is enough.
+    """
+    client = b"liftgate-probe"
+    request = struct.pack(">hhih", 18, 0, _PING_ID, len(client)) + client
+    try:
+        with socket.create_connection(address, timeout=timeout_s) as sock:
+            sock.sendall(struct.pack(">i", len(request)) + request)
+            head = b""
+            while len(head) < 8:
+                chunk = sock.recv(8 - len(head))
+                if not chunk:
+                    return False
+                head += chunk
+    except OSError:
+        return False
+    correlation_id: int = struct.unpack(">ii", head)[1]
+    return correlation_id == _PING_ID
 
-    def _queue_over_limit(self) -> bool:
-        return len(self._queue) > self.config.max_queue
 
-    def _shutdown(self) -> None:
-        deadline = time.monotonic() + self.config.close_timeout_s
-        while self._live and self._queue and time.monotonic() < deadline:
-            batch = self._pop(self.config.batch_max)
-            unacked = self._deliver(batch)
-            if unacked:
-                self._spool_records(unacked)
-                self._live = False
-        while self._queue:
-            self._spill_queue()
-        self._close_producer()
-        for spool in (self._orphan, self._spool):
-            if spool is not None:
-                spool.close()
-        log.info("kafka sink stopped: %s", self.stats())
+def _address(item: str) -> tuple[str, int]:
+    """``host:port``, ``[v6]:port`` or a bare host (Kafka's default port, as the client does)."""
+    item = item.strip()
+    if item.startswith("["):
+        host, _, rest = item[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else ""
+    elif item.count(":") == 1:
+        host, _, port = item.partition(":")
+    else:
+        host, port = item, ""
+    return host, int(port) if port.isdigit() else 9092

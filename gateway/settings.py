@@ -32,6 +32,8 @@ class GatewaySettings(BaseSettings):
     kafka_bootstrap: str | None = None
     # Durable spool of the Kafka sink while the broker is unreachable (one claimed subdir per process).
     spool_dir: str = ".liftgate/spool"
+    # fsync period of spooled events Kafka has not acknowledged: what a power loss may lose (0: each write).
+    spool_fsync_interval_s: float = Field(default=1.0, ge=0, le=3600)
     refresh_interval_s: float = Field(default=0.5, gt=0, le=1.0)
     shadow_concurrency: int = Field(default=32, ge=1, le=10_000)
     shadow_queue_size: int = Field(default=1000, ge=1, le=1_000_000)

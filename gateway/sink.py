@@ -10,8 +10,8 @@ from contracts.events import Event
 class EventSink(Protocol):
     """Accepts events without blocking the caller; delivery happens in the background.
 
-    Implementations: ``gateway.kafka_sink.KafkaSink`` (Kafka, with a durable local spool
-    while the broker is unreachable) and ``liftgate.direct_sink.DirectSink`` (embedded
+    Implementations: ``gateway.kafka_sink.KafkaSink`` (Kafka, through a durable local
+    write-ahead spool that no network wait holds up) and ``liftgate.direct_sink.DirectSink`` (embedded
     default: batched in-process writes through analytics' ingest function; it lives in
     the composition root because the gateway never imports analytics).
     """
@@ -26,7 +26,7 @@ class EventSink(Protocol):
         """Flush what can be flushed within a bounded time, persist the rest, stop."""
 
     def healthy(self) -> bool:
-        """True while no event is being lost: delivered, or spooled safely to disk (used by /readyz).
+        """True while no event is being lost: delivered, or written to the spool (used by /readyz).
 
         Whether the downstream is reachable right now is reported separately in ``stats()``
         (``live``), so a Kafka outage does not take every gateway out of its load balancer.

@@ -104,6 +104,23 @@ class PrivateBroker:
     def down(self) -> None:
         self._script("down")
 
+    def _process(self) -> psutil.Process:
+        return psutil.Process(int((self.state_dir / "kafka" / "broker.pid").read_text().strip()))
+
+    def kill(self) -> None:
+        """SIGKILL the broker (a crash, not a shutdown) and wait until it is gone."""
+        proc = self._process()
+        proc.kill()
+        proc.wait(30)
+
+    def freeze(self) -> None:
+        """SIGSTOP the broker: its connections stay open and nothing is answered (a hung broker)."""
+        self._process().suspend()
+
+    def thaw(self) -> None:
+        with contextlib.suppress(psutil.Error, FileNotFoundError):
+            self._process().resume()
+
 
 def consume(bootstrap: str, topics: Iterable[str], expected: int, timeout_s: float = 60.0) -> list[Event]:
     """Read every message of ``topics`` from the start until ``expected`` arrived (or time out)."""
@@ -125,6 +142,27 @@ def consume(bootstrap: str, topics: Iterable[str], expected: int, timeout_s: flo
         # Anything beyond `expected` (duplicates) is read too, briefly.
         for batch in consumer.poll(timeout_ms=300).values():
             out.extend(decode(m.value) for m in batch)
+        return out
+    finally:
+        consumer.close()
+
+
+def consume_all(bootstrap: str, topics: Iterable[str], timeout_s: float = 60.0) -> list[Event]:
+    """Every message of ``topics``, from the start to the end offsets they have now."""
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest", group_id=None
+    )
+    try:
+        parts = [TopicPartition(t, p) for t in topics for p in sorted(consumer.partitions_for_topic(t) or ())]
+        consumer.assign(parts)
+        consumer.seek_to_beginning(*parts)
+        ends = consumer.end_offsets(parts)
+        out: list[Event] = []
+        deadline = time.monotonic() + timeout_s
+        while any(consumer.position(tp) < ends[tp] for tp in parts):
+            assert time.monotonic() < deadline, f"could not read {topics} to their end in {timeout_s}s"
+            for batch in consumer.poll(timeout_ms=500, max_records=10_000).values():
+                out.extend(decode(m.value) for m in batch)
         return out
     finally:
         consumer.close()

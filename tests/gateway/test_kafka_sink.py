@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from contracts.events import Event, FeedbackEvent, encode
+from gateway.__main__ import make_sink
 from gateway.kafka_sink import KafkaSink, SinkConfig, Topics, ensure_topics
+from gateway.settings import GatewaySettings
 from gateway.spool import Spool
 from tests.gateway.kafka_helpers import (
     PrivateBroker,
@@ -40,6 +44,7 @@ async def test_events_reach_kafka_keyed_by_unit_and_in_order(
     config = dataclasses.replace(FAST, fast_append=fast_append)
     sink = KafkaSink(kafka_bootstrap, tmp_path, topics=topics, config=config)
     await sink.start()
+    await wait_until(lambda: sink.live, 30, "connected")
     sent: list[Event] = []
     for i in range(2_000):
         sent.append(event(i))
@@ -52,7 +57,10 @@ async def test_events_reach_kafka_keyed_by_unit_and_in_order(
     await sink.close()
     received = consume(kafka_bootstrap, [topics.interactions, topics.feedback], len(sent))
     check_complete_and_ordered(received, sent, max_duplicates=0)
-    assert sink.stats()["spooled"] == 0 and sink.stats()["dropped"] == 0
+    stats = sink.stats()
+    # Every event went through the spool; none had to be read back from it.
+    assert stats["spooled"] == len(sent) and stats["replayed"] == 0 and stats["dropped"] == 0
+    assert stats["spool_pending"] == 0 and not list(tmp_path.glob("*/*.seg"))  # delivered segments deleted
 
 
 def test_ensure_topics_creates_both_topics_once_with_the_given_partitions(
@@ -112,19 +120,19 @@ async def test_a_sink_restart_while_kafka_is_down_loses_nothing(
     check_complete_and_ordered(consume(kafka_bootstrap, [topics.interactions], 3_000), sent, 0)
 
 
-async def test_a_queue_over_its_limit_spills_to_the_spool_and_still_arrives_in_order(
+async def test_a_burst_of_many_batches_is_spooled_and_delivered_in_order(
     kafka_bootstrap: str, unique_name: str, tmp_path: Path
 ) -> None:
     topics = unique_topics(unique_name)  # not created here: the sink creates missing topics itself
-    config = SinkConfig(max_queue=100, batch_max=50, flush_timeout_s=2.0)
+    config = SinkConfig(batch_max=50, flush_timeout_s=2.0)
     sink = KafkaSink(kafka_bootstrap, tmp_path, topics=topics, config=config)
     sent = [event(i) for i in range(5_000)]
-    for ev in sent:  # queued before the background thread runs: far over max_queue
+    for ev in sent:  # queued before the background threads run: 100 batches
         sink.emit(ev)
     await sink.start()
     await wait_until(lambda: sink.stats()["delivered"] == 5_000 and sink.live, 30, "delivery")
     await sink.close()
-    assert sink.stats()["spooled"] > 0 and sink.stats()["dropped"] == 0
+    assert sink.stats()["spooled"] == 5_000 and sink.stats()["dropped"] == 0
     check_complete_and_ordered(consume(kafka_bootstrap, [topics.interactions], 5_000), sent, 0)
 
 
@@ -227,3 +235,77 @@ async def test_a_live_sink_delivers_the_spool_a_vanished_worker_left_behind(
     reopened = Spool(tmp_path / "3")
     assert reopened.empty()
     reopened.close()
+
+
+async def test_a_failing_spool_write_makes_the_sink_unhealthy_keeps_the_events_and_recovers(
+    tmp_path: Path,
+) -> None:
+    config = dataclasses.replace(FAST, segment_bytes=1_000)
+    sink = KafkaSink(dead_bootstrap(), tmp_path, config=config)
+    await sink.start()
+    sent = [event(i) for i in range(40)]
+    for ev in sent[:20]:
+        sink.emit(ev)
+    await wait_until(lambda: sink.stats()["spooled"] == 20, 10, "the first events spooled")
+    # The next append opens a new segment (the first is over 1,000 bytes): make it a full disk.
+    next_segment = tmp_path / "0" / f"{sink.stats()['spool_bytes']:020d}.seg"
+    next_segment.symlink_to("/dev/full")
+    for ev in sent[20:]:
+        sink.emit(ev)
+    await wait_until(lambda: sink.stats()["write_failures"] >= 1, 10, "a failed write")
+    assert not sink.healthy()  # events are not durable: /readyz must say so
+    assert sink.stats()["queued"] == 20 and sink.stats()["dropped"] == 0
+    next_segment.unlink()
+    await wait_until(lambda: sink.healthy() and sink.stats()["queued"] == 0, 10, "writes succeeding again")
+    await sink.close()
+    spool = Spool(tmp_path / "0")
+    stored = spool.read(100)
+    spool.close()
+    assert [value for (_, _, value), _ in stored] == [encode(ev) for ev in sent]
+
+
+async def test_with_fsync_interval_zero_every_spool_write_is_fsynced(tmp_path: Path) -> None:
+    sink = KafkaSink(dead_bootstrap(), tmp_path, config=dataclasses.replace(FAST, fsync_interval_s=0))
+    await sink.start()
+
+    def fsynced(n: int) -> Callable[[], bool]:
+        return lambda: sink.stats()["fsyncs"] >= n
+
+    for burst in range(1, 4):
+        for i in range(10):
+            sink.emit(event(burst * 10 + i))
+        # An fsync follows each write (a periodic one, e.g. every 60 s, would time out here).
+        await wait_until(fsynced(burst), 10, f"the fsync of burst {burst}")
+    await sink.close()
+    assert sink.stats()["spool_pending"] == 30
+
+
+def test_the_gateway_passes_its_spool_fsync_interval_to_the_sink_and_refuses_a_negative_one(
+    tmp_path: Path,
+) -> None:
+    token, bootstrap = "k3y-Of-Sufficient-Length-42", dead_bootstrap()
+    settings = GatewaySettings(
+        admin_token=token, kafka_bootstrap=bootstrap, spool_dir=str(tmp_path), spool_fsync_interval_s=0.25
+    )
+    sink = make_sink(settings)
+    assert isinstance(sink, KafkaSink) and sink.config.fsync_interval_s == 0.25
+    assert sink.spool_root == tmp_path
+    with pytest.raises(ValidationError):
+        GatewaySettings(admin_token=token, kafka_bootstrap=bootstrap, spool_fsync_interval_s=-1)
+
+
+async def test_a_graceful_close_delivers_what_was_just_emitted_and_leaves_no_spool_behind(
+    kafka_bootstrap: str, unique_name: str, tmp_path: Path
+) -> None:
+    topics = unique_topics(unique_name)
+    ensure_topics(kafka_bootstrap, 6, topics)
+    sink = KafkaSink(kafka_bootstrap, tmp_path, topics=topics, config=FAST)
+    await sink.start()
+    await wait_until(lambda: sink.live, 30, "connected")
+    sent = [event(i) for i in range(1_000)]
+    for ev in sent:
+        sink.emit(ev)
+    await sink.close()  # at once: still queued in memory or in the spool
+    assert sink.stats()["delivered"] == 1_000 and sink.stats()["spool_pending"] == 0
+    assert not list(tmp_path.glob("*/*.seg"))
+    check_complete_and_ordered(consume(kafka_bootstrap, [topics.interactions], 1_000), sent, 0)

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import logging
+import struct
+import threading
+import time
+import zlib
 from pathlib import Path
 
 import pytest
@@ -117,3 +121,137 @@ def test_one_spool_directory_has_one_owner_and_claim_finds_a_free_slot(tmp_path:
     assert third.directory.name == "0"  # a dead owner's slot is reused
     second.close()
     third.close()
+
+
+def test_a_failed_write_keeps_nothing_of_its_batch_and_later_appends_stay_readable(tmp_path: Path) -> None:
+    spool = Spool(tmp_path, segment_bytes=500)
+    spool.append(records(20))  # over 500 bytes: the next append starts a segment at spool.end
+    next_segment = tmp_path / f"{spool.end:020d}.seg"
+    next_segment.symlink_to("/dev/full")  # every write to it fails with ENOSPC
+    with pytest.raises(OSError):
+        spool.append(records(5, start=20))
+    assert spool.pending_records == 20
+    next_segment.unlink()
+    spool.append(records(5, start=20))  # the caller retries the same batch
+    assert read_all(spool) == records(25)
+    spool.close()
+    reopened = Spool(tmp_path, segment_bytes=500)
+    assert reopened.corrupt_records == 0 and read_all(reopened) == records(25)
+    reopened.close()
+
+
+def test_sync_writes_out_only_records_not_yet_committed(tmp_path: Path) -> None:
+    spool = Spool(tmp_path)
+    assert spool.sync() is False  # nothing appended
+    spool.append(records(10))
+    assert spool.sync() is True
+    assert spool.sync() is False  # already on disk
+    spool.append(records(10, start=10))
+    batch = spool.read(100)
+    spool.commit(batch[-1][1], len(batch))
+    assert spool.sync() is False  # delivered: nothing a power loss could take
+    spool.close()
+
+
+def test_a_writer_and_a_reader_in_two_threads_see_every_record_once_and_in_order(tmp_path: Path) -> None:
+    spool = Spool(tmp_path, segment_bytes=2_000)
+    written = records(3_000)
+    got: list[Record] = []
+
+    def write() -> None:
+        for i in range(0, len(written), 30):
+            spool.append(written[i : i + 30])
+            time.sleep(0)
+
+    def read() -> None:
+        deadline = time.monotonic() + 30
+        while len(got) < len(written) and time.monotonic() < deadline:
+            batch = spool.read(70, max_bytes=1_500)
+            if batch:
+                got.extend(r for r, _ in batch)
+                spool.commit(batch[-1][1], len(batch))
+            spool.sync()
+
+    threads = [threading.Thread(target=write), threading.Thread(target=read)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert got == written
+    assert spool.empty() and spool.pending_records == 0
+    assert len(list(tmp_path.glob("*.seg"))) <= 1  # delivered segments were deleted as they went
+    spool.close()
+
+
+def test_a_spool_in_the_documented_format_is_read_back_and_appended_to_alike(tmp_path: Path) -> None:
+    # <u32 length><u32 crc32> + body, body = <u16 topic length><u16 key length> topic key value:
+    # what earlier versions wrote, so a spool left by an upgraded gateway is replayed.
+    def frame(topic: str, key: bytes, value: bytes) -> bytes:
+        body = struct.pack("<HH", len(topic.encode()), len(key)) + topic.encode() + key + value
+        return struct.pack("<II", len(body), zlib.crc32(body)) + body
+
+    (tmp_path / f"{0:020d}.seg").write_bytes(b"".join(frame(*r) for r in records(3)))
+    spool = Spool(tmp_path)
+    assert spool.pending_records == 3 and spool.corrupt_records == 0
+    spool.append(records(2, start=3))
+    assert read_all(spool) == records(5)
+    assert (tmp_path / f"{0:020d}.seg").read_bytes() == b"".join(frame(*r) for r in records(5))
+    spool.close()
+
+
+def test_a_committed_position_in_the_earlier_plain_format_is_honoured(tmp_path: Path) -> None:
+    spool = Spool(tmp_path)
+    spool.append(records(10))
+    batch = spool.read(4)
+    spool.close()
+    (tmp_path / "committed").write_text(str(batch[-1][1]))  # how earlier versions wrote it
+    reopened = Spool(tmp_path)
+    assert read_all(reopened) == records(6, start=4)
+    reopened.close()
+
+
+def test_a_damaged_committed_position_replays_everything_rather_than_skipping(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    spool = Spool(tmp_path)
+    spool.append(records(10))
+    batch = spool.read(4)
+    spool.commit(batch[-1][1], 4)
+    spool.close()
+    committed = tmp_path / "committed"
+    text = committed.read_bytes()
+    committed.write_bytes(text[:15] + b"9" + text[16:])  # a torn write: a larger position
+    with caplog.at_level(logging.WARNING, logger="gateway.spool"):
+        reopened = Spool(tmp_path)
+    assert "unreadable committed file" in caplog.text
+    assert read_all(reopened) == records(10)  # resent (consumers dedup), none skipped
+    reopened.close()
+
+
+def test_a_delivered_segment_is_appended_to_until_it_reaches_roll_size_and_removed_on_close(
+    tmp_path: Path,
+) -> None:
+    spool = Spool(tmp_path, roll_bytes=10_000)
+    spool.append(records(10))
+    batch = spool.read(100)
+    spool.commit(batch[-1][1], len(batch))
+    assert spool.empty() and len(list(tmp_path.glob("*.seg"))) == 1  # small: kept
+    spool.append(records(5, start=10))
+    assert len(list(tmp_path.glob("*.seg"))) == 1 and read_all(spool) == records(5, start=10)
+    spool.commit(spool.end, 5)
+    spool.close()
+    assert list(tmp_path.glob("*.seg")) == []  # everything delivered: nothing left behind
+    reopened = Spool(tmp_path)
+    assert reopened.empty() and read_all(reopened) == []
+    reopened.close()
+
+
+def test_sync_up_to_a_position_leaves_later_records_for_the_next_sync(tmp_path: Path) -> None:
+    spool = Spool(tmp_path)
+    first, _ = spool.append(records(5))
+    middle = spool.end
+    spool.append(records(5, start=5))
+    assert first == 0 and spool.sync(middle) is True
+    assert spool.sync(middle) is False  # up to there it is on disk
+    assert spool.sync() is True  # the rest
+    spool.close()
