@@ -146,5 +146,7 @@ class EvalItem(_Strict):
 
     def fingerprint(self) -> str:
         """SHA-256 of the canonical JSON of what is asked and how it is scored (not metadata)."""
-        core = self.model_dump(mode="json", by_alias=True, include={"id", "category", "messages", "prompt", "scorer"})
+        core = self.model_dump(
+            mode="json", by_alias=True, include={"id", "category", "messages", "prompt", "scorer"}
+        )
         return hashlib.sha256(orjson.dumps(core, option=orjson.OPT_SORT_KEYS)).hexdigest()

@@ -71,7 +71,9 @@ def score_answer(spec: AnswerSpec, output: str) -> Score:
             return Score.fail(f"{len(candidates)} different final answers")
         got = candidates.pop()
         want = _normal_text(spec.answer)
-        return Score.ok(f"answer {got!r}") if got == want else Score.fail(f"answer {got!r}, expected {want!r}")
+        return (
+            Score.ok(f"answer {got!r}") if got == want else Score.fail(f"answer {got!r}, expected {want!r}")
+        )
     want_n = parse_number(spec.answer)
     if want_n is None:
         return Score.fail(f"the reference answer {spec.answer!r} is not one number")

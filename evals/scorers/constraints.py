@@ -26,8 +26,10 @@ from evals.scorers.base import Score, clean, too_long
 from evals.scorers.language import is_language
 
 _WORDS = re.compile(r"\w+(?:['’-]\w+)*")
-_SENTENCE_END = re.compile(r"[.!?]+(?=\s|$)")
-_ABBREVIATIONS = frozenset({"mr", "mrs", "ms", "dr", "st", "vs", "etc", "e.g", "i.e", "no", "fig"})
+_SENTENCE_END = re.compile(r"[.!?]+[\"'’”)\]*_]*(?=\s|$)")
+_ABBREVIATIONS = frozenset(
+    {"mr", "mrs", "ms", "dr", "st", "vs", "etc", "e.g", "i.e", "no", "fig", "p.s", "p.p.s"}
+)
 _COMMAS = ",，、‚﹐﹑､٬"
 CONSTRAINED = ("My answer is yes.", "My answer is no.", "My answer is maybe.")
 Check = Callable[[str, dict[str, Any]], tuple[bool, str]]
@@ -58,7 +60,11 @@ def sentences(text: str) -> int:
     for m in _SENTENCE_END.finditer(text):
         before = text[start : m.start()].split()
         last = before[-1].lower() if before else ""
-        if m.group(0) == "." and (last in _ABBREVIATIONS or (len(last) == 1 and last.isalpha())):
+        if (
+            m.group(0).startswith(".")
+            and m.group(0).rstrip("\"'’”)]*_") == "."
+            and (last in _ABBREVIATIONS or (len(last) == 1 and last.isalpha()))
+        ):
             continue
         if _WORDS.search(text[start : m.start()]):
             count += 1
@@ -182,7 +188,9 @@ def _capital_words(text: str, kw: dict[str, Any]) -> tuple[bool, str]:
 def _case(upper: bool) -> Check:
     def check(text: str, kw: dict[str, Any]) -> tuple[bool, str]:
         letters = [c for c in text if c.isalpha()]
-        ok = bool(letters) and all(c.isupper() if upper else c.islower() for c in letters if c.upper() != c.lower())
+        ok = bool(letters) and all(
+            c.isupper() if upper else c.islower() for c in letters if c.upper() != c.lower()
+        )
         return ok, ("all upper case" if upper else "all lower case") if ok else "mixed case"
 
     return check

@@ -74,7 +74,9 @@ async def _chat(session: aiohttp.ClientSession, ep: Endpoint, system: str, user:
             "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}]}  # fmt: skip
     timeout = aiohttp.ClientTimeout(total=ep.timeout_s)
     try:
-        async with session.post(ep.url("/chat/completions"), json=body, headers=ep.headers(), timeout=timeout) as r:
+        async with session.post(
+            ep.url("/chat/completions"), json=body, headers=ep.headers(), timeout=timeout
+        ) as r:
             if r.status != 200:
                 raise JudgeError(f"judge answered HTTP {r.status}")
             data: Any = await r.json(content_type=None)
@@ -152,7 +154,11 @@ async def judge_pairwise(
 
 
 async def reward(
-    session: aiohttp.ClientSession, ep: Endpoint, spec: RewardModelSpec, messages: list[dict[str, str]], output: str
+    session: aiohttp.ClientSession,
+    ep: Endpoint,
+    spec: RewardModelSpec,
+    messages: list[dict[str, str]],
+    output: str,
 ) -> Score:
     """vLLM's pooling API for reward models: POST /pooling with the conversation; the reward
     is the last value of the first result."""

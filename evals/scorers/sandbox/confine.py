@@ -23,6 +23,7 @@ from __future__ import annotations
 import ctypes
 import os
 import resource
+
 TYPE_CHECKING = False  # typing's import costs the sandbox ~15 ms per run
 if TYPE_CHECKING:
     from typing import Any

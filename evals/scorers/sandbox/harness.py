@@ -27,6 +27,7 @@ import builtins
 import os
 import sys
 import time
+
 TYPE_CHECKING = False  # typing's import costs the sandbox ~15 ms per run
 if TYPE_CHECKING:
     from typing import Any
@@ -135,7 +136,9 @@ def _on_alarm(signum: int, frame: Any) -> None:
     raise TestTimeout
 
 
-def _run_test(channel: Channel, base: dict[str, Any], test: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+def _run_test(
+    channel: Channel, base: dict[str, Any], test: dict[str, Any], timeout_s: float
+) -> dict[str, Any]:
     ns = dict(base)
     before = channel.calls
     error: str | None = None
@@ -165,7 +168,12 @@ def _harness(cfg: dict[str, Any], isolation: str, pid: int, to_worker: int, from
     sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - prints of the test code go nowhere
     request = wire.recv(0)
     channel = Channel(pid, to_worker, from_worker)
-    out: dict[str, Any] = {"nonce": request["nonce"], "isolation": isolation, "import_error": None, "tests": []}
+    out: dict[str, Any] = {
+        "nonce": request["nonce"],
+        "isolation": isolation,
+        "import_error": None,
+        "tests": [],
+    }
     signal.signal(signal.SIGALRM, _on_alarm)
     deadline = time.monotonic() + float(request["import_timeout_s"])
     try:

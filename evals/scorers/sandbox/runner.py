@@ -117,7 +117,9 @@ def _verdict(raw: bytes, nonce: str, tests: Sequence[TestCase]) -> SandboxResult
     ]:
         return SandboxResult(False, "the result does not list the tests that were sent")
     outcomes = tuple(
-        TestOutcome(str(t["name"]), t.get("passed") is True, None if t.get("error") is None else str(t["error"]))
+        TestOutcome(
+            str(t["name"]), t.get("passed") is True, None if t.get("error") is None else str(t["error"])
+        )
         for t in reported
     )
     isolation = str(data.get("isolation"))

@@ -19,6 +19,7 @@ import os
 import select
 import struct
 import time
+
 TYPE_CHECKING = False  # typing's import costs the sandbox ~15 ms per run
 if TYPE_CHECKING:
     from typing import Any

@@ -13,6 +13,7 @@ from __future__ import annotations
 import builtins
 import os
 import sys
+
 TYPE_CHECKING = False  # typing's import costs the sandbox ~15 ms per run
 if TYPE_CHECKING:
     from typing import Any
