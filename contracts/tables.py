@@ -447,7 +447,9 @@ class EvalDatasetItem(Base):
 
     __tablename__ = "eval_dataset_items"
 
-    dataset_id: Mapped[int] = mapped_column(ForeignKey("eval_datasets.id", ondelete="CASCADE"), primary_key=True)
+    dataset_id: Mapped[int] = mapped_column(
+        ForeignKey("eval_datasets.id", ondelete="CASCADE"), primary_key=True
+    )
     item_id: Mapped[str] = mapped_column(String(256), primary_key=True)
     category: Mapped[str] = mapped_column(String(64))
     fingerprint: Mapped[str] = mapped_column(String(64))
@@ -529,7 +531,9 @@ class OfflineGateDeclaration(Base):
 
     __tablename__ = "offline_gates"
 
-    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id", ondelete="CASCADE"), primary_key=True)
+    experiment_id: Mapped[int] = mapped_column(
+        ForeignKey("experiments.id", ondelete="CASCADE"), primary_key=True
+    )
     declaration: Mapped[dict[str, Any]] = mapped_column(JSONB)
     updated_by: Mapped[str] = mapped_column(String(128))
     updated_at: Mapped[datetime] = _created()
@@ -543,7 +547,9 @@ class GateDecision(Base):
     """
 
     __tablename__ = "gate_decisions"
-    __table_args__ = (Index("ix_gate_decisions_experiment_variant", "experiment_id", "variant", "created_at"),)
+    __table_args__ = (
+        Index("ix_gate_decisions_experiment_variant", "experiment_id", "variant", "created_at"),
+    )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id", ondelete="CASCADE"))

@@ -141,15 +141,24 @@ def _verdict(gate: OfflineGate, r: CategoryResults, c: Comparison, p_holm: float
     if margin is None:
         return "no_margin", f"no margin declared for {cat}"
     if c.difference < -margin and p_holm < gate.alpha:
-        return "forgetting", f"forgetting: {cat} {pts(c.difference)} (p={p_holm:.2g}, margin {margin * 100:.1f} pts)"
+        return (
+            "forgetting",
+            f"forgetting: {cat} {pts(c.difference)} (p={p_holm:.2g}, margin {margin * 100:.1f} pts)",
+        )
     floor = gate.min_pass_rates.get(cat)
     if floor is not None and c.candidate < floor:
         return "below_minimum", f"below minimum: {cat} {c.candidate:.1%} < {floor:.1%}"
     need = gate.required_improvements.get(cat)
     if need is not None and not (c.lower > 0 and c.difference >= need):
-        return "no_improvement", f"no improvement shown: {cat} {pts(c.difference)} (needs +{need * 100:.1f} pts, CI above 0)"
+        return (
+            "no_improvement",
+            f"no improvement shown: {cat} {pts(c.difference)} (needs +{need * 100:.1f} pts, CI above 0)",
+        )
     if gate.require_noninferiority and c.lower <= -margin:
-        return "not_noninferior", f"non-inferiority not shown: {cat} CI lower bound {pts(c.lower)} ≤ −{margin * 100:.1f} pts"
+        return (
+            "not_noninferior",
+            f"non-inferiority not shown: {cat} CI lower bound {pts(c.lower)} ≤ −{margin * 100:.1f} pts",
+        )
     return "pass", f"{cat} {pts(c.difference)} [{pts(c.lower)}, {pts(c.upper)}]"
 
 
@@ -158,7 +167,9 @@ def decide(gate: OfflineGate, results: Sequence[CategoryResults], problems: Sequ
     comparisons = [compare(r, gate.alpha) for r in results]
     adjusted = holm([None if c.error else c.p_worse for c in comparisons])
     verdicts = tuple(
-        CategoryVerdict(r.category, *_verdict(gate, r, c, p), c, gate.margins.get(r.category, gate.default_margin), p)
+        CategoryVerdict(
+            r.category, *_verdict(gate, r, c, p), c, gate.margins.get(r.category, gate.default_margin), p
+        )
         for r, c, p in zip(results, comparisons, adjusted, strict=True)
     )
     reasons = [*problems, *(v.reason for v in verdicts if not v.passed)]

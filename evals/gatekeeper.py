@@ -34,7 +34,9 @@ def gate_for(conn: Any, exp: ExperimentInfo, given: OfflineGate | None) -> Offli
         return given
     stored = store.declaration(conn, exp.id)
     if stored is None:
-        raise store.StoreError(f"experiment {exp.name!r} declares no offline_gate (set one with --declare FILE)")
+        raise store.StoreError(
+            f"experiment {exp.name!r} declares no offline_gate (set one with --declare FILE)"
+        )
     return OfflineGate.model_validate(stored)
 
 

@@ -162,7 +162,12 @@ async def _evaluate(
     hit: store.CachedOutput | None, settings: RunnerSettings, slots: asyncio.Semaphore,
     sandbox: asyncio.Semaphore,
 ) -> tuple[ResultRow, dict[str, Any] | None]:  # fmt: skip
-    if hit is not None and hit.scorer_version == SCORER_VERSION and hit.passed is not None and not _judged(item):
+    if (
+        hit is not None
+        and hit.scorer_version == SCORER_VERSION
+        and hit.passed is not None
+        and not _judged(item)
+    ):
         score = Score(hit.passed, float(hit.score or 0.0), hit.reason or "")
         return ResultRow(item.id, sample, item.category, hit.output, None, score.passed, score.score, score.reason,
                          hit.latency_ms, True), None  # fmt: skip
@@ -216,7 +221,9 @@ async def run_target(
                 progress(target.variant or target.model, len(dataset.items) * settings.samples)
             return RunSummary(run_id, target.variant, "completed", True, summary["outputs"], 0, 0, summary["errors"],
                               summary["passed"], time.monotonic() - started)  # fmt: skip
-        todo = [(item, s) for item in dataset.items for s in range(settings.samples) if (item.id, s) not in done]
+        todo = [
+            (item, s) for item in dataset.items for s in range(settings.samples) if (item.id, s) not in done
+        ]
         if progress and done:
             progress(target.variant or target.model, len(done))
         keys = [cache_key(target, settings.params, item, s) for item, s in todo]
@@ -227,7 +234,9 @@ async def run_target(
         status = "interrupted"
         try:
             tasks = [
-                asyncio.ensure_future(_evaluate(session, target, item, s, k, hits.get(k), settings, slots, sandbox))
+                asyncio.ensure_future(
+                    _evaluate(session, target, item, s, k, hits.get(k), settings, slots, sandbox)
+                )
                 for (item, s), k in zip(todo, keys, strict=True)
             ]
             try:

@@ -55,7 +55,9 @@ async def score_outputs_async(
     items = dataset.by_id()
     unknown = sorted({i for i, _ in outputs if i not in items})
     if unknown:
-        raise DatasetError(f"outputs for ids not in the dataset: {unknown[:10]}{' …' if len(unknown) > 10 else ''}")
+        raise DatasetError(
+            f"outputs for ids not in the dataset: {unknown[:10]}{' …' if len(unknown) > 10 else ''}"
+        )
     slots = asyncio.Semaphore(workers or os.cpu_count() or 2)
     samples: dict[str, int] = defaultdict(int)
     jobs: list[tuple[str, int]] = []
@@ -66,14 +68,20 @@ async def score_outputs_async(
         scores = await asyncio.gather(
             *(score_async(items[iid], text, ctx, session, slots) for iid, text in outputs)
         )
-    scored = [ScoredOutput(iid, items[iid].category, sample, s) for (iid, sample), s in zip(jobs, scores, strict=True)]
+    scored = [
+        ScoredOutput(iid, items[iid].category, sample, s)
+        for (iid, sample), s in zip(jobs, scores, strict=True)
+    ]
     missing = [i for i in dataset.items if i.id not in samples]
     scored += [ScoredOutput(i.id, i.category, 0, Score.fail("no output"), has_output=False) for i in missing]
     return scored
 
 
 def score_outputs(
-    dataset: Dataset, outputs: list[tuple[str, str]], ctx: ScoringContext | None = None, workers: int | None = None
+    dataset: Dataset,
+    outputs: list[tuple[str, str]],
+    ctx: ScoringContext | None = None,
+    workers: int | None = None,
 ) -> list[ScoredOutput]:
     return asyncio.run(score_outputs_async(dataset, outputs, ctx or ScoringContext(), workers))
 
@@ -94,8 +102,10 @@ def summarize(scored: list[ScoredOutput]) -> dict[str, Any]:
         "missing": sum(1 for s in scored if not s.has_output),
         "passed": sum(sum(v) for v in categories.values()),
         "pass_rate": sum(sum(v) for v in categories.values()) / max(1, len(by_item)),
-        "categories": {c: {"items": len(v), "passed": sum(v), "pass_rate": sum(v) / len(v)}
-                       for c, v in sorted(categories.items())},  # fmt: skip
+        "categories": {
+            c: {"items": len(v), "passed": sum(v), "pass_rate": sum(v) / len(v)}
+            for c, v in sorted(categories.items())
+        },
     }
     n_min = min(len(rows) for rows in by_item.values()) if by_item else 0
     if n_min > 1:

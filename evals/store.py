@@ -96,8 +96,15 @@ def experiment(conn: Connection, ref: str) -> ExperimentInfo:
     if row is None:
         raise StoreError(f"no experiment {ref!r}")
     rows = conn.execute(
-        select(Variant.name, Variant.model, Variant.is_control, Upstream.name, Upstream.base_url,
-               Upstream.api_key, Upstream.timeout_s)  # fmt: skip
+        select(
+            Variant.name,
+            Variant.model,
+            Variant.is_control,
+            Upstream.name,
+            Upstream.base_url,
+            Upstream.api_key,
+            Upstream.timeout_s,
+        )
         .join(Upstream, Upstream.id == Variant.upstream_id)
         .where(Variant.experiment_id == row.id)
         .order_by(Variant.id)
@@ -120,7 +127,9 @@ def save_dataset(conn: Connection, dataset: Dataset) -> int:
                                       .returning(EvalDataset.id)).scalar_one())  # fmt: skip
     else:
         dataset_id = int(current.id)
-        conn.execute(update(EvalDataset).where(EvalDataset.id == dataset_id).values(**values, updated_at=func.now()))
+        conn.execute(
+            update(EvalDataset).where(EvalDataset.id == dataset_id).values(**values, updated_at=func.now())
+        )
         conn.execute(delete(EvalDatasetItem).where(EvalDatasetItem.dataset_id == dataset_id))
     conn.execute(insert(EvalDatasetItem), [
         {"dataset_id": dataset_id, "item_id": i.id, "category": i.category, "fingerprint": i.fingerprint(),
@@ -130,7 +139,9 @@ def save_dataset(conn: Connection, dataset: Dataset) -> int:
 
 
 def dataset_id(conn: Connection, name: str) -> tuple[int, str] | None:
-    row = conn.execute(select(EvalDataset.id, EvalDataset.fingerprint).where(EvalDataset.name == name)).first()
+    row = conn.execute(
+        select(EvalDataset.id, EvalDataset.fingerprint).where(EvalDataset.name == name)
+    ).first()
     return (int(row.id), str(row.fingerprint)) if row else None
 
 
@@ -144,11 +155,16 @@ def open_run(conn: Connection, *, run_key: str, dataset_id: int, dataset_fingerp
     """The run to work on for ``run_key``: the newest one (to resume or reuse), or a new one.
     Returns (run id, its status before this call)."""
     row = conn.execute(
-        select(EvalRun.id, EvalRun.status).where(EvalRun.run_key == run_key).order_by(EvalRun.id.desc()).limit(1)
+        select(EvalRun.id, EvalRun.status)
+        .where(EvalRun.run_key == run_key)
+        .order_by(EvalRun.id.desc())
+        .limit(1)
     ).first()
     if row is not None:
         if row.status != "completed":
-            conn.execute(update(EvalRun).where(EvalRun.id == row.id).values(status="running", finished_at=None))
+            conn.execute(
+                update(EvalRun).where(EvalRun.id == row.id).values(status="running", finished_at=None)
+            )
         return int(row.id), str(row.status)
     run_id = conn.execute(
         insert(EvalRun).values(
@@ -168,7 +184,9 @@ def reopen_run(conn: Connection, run_id: int) -> None:
 
 def done_results(conn: Connection, run_id: int) -> set[tuple[str, int]]:
     rows = conn.execute(
-        select(EvalResult.item_id, EvalResult.sample).where(EvalResult.run_id == run_id, EvalResult.error.is_(None))
+        select(EvalResult.item_id, EvalResult.sample).where(
+            EvalResult.run_id == run_id, EvalResult.error.is_(None)
+        )
     )
     return {(str(r[0]), int(r[1])) for r in rows}
 
@@ -176,7 +194,9 @@ def done_results(conn: Connection, run_id: int) -> set[tuple[str, int]]:
 def cached_outputs(conn: Connection, keys: Sequence[str]) -> dict[str, CachedOutput]:
     out: dict[str, CachedOutput] = {}
     for start in range(0, len(keys), 2000):
-        rows = conn.execute(select(EvalOutputCache).where(EvalOutputCache.key.in_(keys[start : start + 2000])))
+        rows = conn.execute(
+            select(EvalOutputCache).where(EvalOutputCache.key.in_(keys[start : start + 2000]))
+        )
         for r in rows.scalars():
             out[r.key] = CachedOutput(r.output, r.finish_reason, r.latency_ms, r.scorer_version, r.passed,
                                       r.score, r.reason)  # fmt: skip
@@ -233,11 +253,23 @@ class RunRecord:
 def latest_run(conn: Connection, experiment_id: int, variant: str, dataset: str, fingerprint: str | None = None,
                samples: int | None = None) -> RunRecord | None:  # fmt: skip
     query = (
-        select(EvalRun.id, EvalRun.variant, EvalDataset.name, EvalRun.fingerprint, EvalRun.status, EvalRun.samples,
-               EvalRun.summary, EvalRun.started_at)  # fmt: skip
+        select(
+            EvalRun.id,
+            EvalRun.variant,
+            EvalDataset.name,
+            EvalRun.fingerprint,
+            EvalRun.status,
+            EvalRun.samples,
+            EvalRun.summary,
+            EvalRun.started_at,
+        )
         .join(EvalDataset, EvalDataset.id == EvalRun.dataset_id)
-        .where(EvalRun.experiment_id == experiment_id, EvalRun.variant == variant, EvalDataset.name == dataset,
-               EvalRun.dataset_fingerprint == EvalDataset.fingerprint)  # fmt: skip
+        .where(
+            EvalRun.experiment_id == experiment_id,
+            EvalRun.variant == variant,
+            EvalDataset.name == dataset,
+            EvalRun.dataset_fingerprint == EvalDataset.fingerprint,
+        )
         .order_by(EvalRun.id.desc())
         .limit(1)
     )
@@ -266,7 +298,9 @@ def run_outcomes(conn: Connection, run_id: int) -> tuple[dict[str, tuple[str, fl
     return {str(r[0]): (str(r[1]), float(r[2])) for r in rows}, sum(int(r[3]) for r in rows)
 
 
-def failing_items(conn: Connection, baseline_run: int, candidate_run: int, limit: int) -> list[dict[str, Any]]:
+def failing_items(
+    conn: Connection, baseline_run: int, candidate_run: int, limit: int
+) -> list[dict[str, Any]]:
     """Items (first sample) the baseline passed and the candidate failed, with both outputs."""
     rows = conn.execute(text(
         "SELECT c.item_id, c.category, b.output, c.output, c.reason FROM eval_results c"
@@ -279,14 +313,18 @@ def failing_items(conn: Connection, baseline_run: int, candidate_run: int, limit
 
 def declaration(conn: Connection, experiment_id: int) -> dict[str, Any] | None:
     row = conn.execute(
-        select(OfflineGateDeclaration.declaration).where(OfflineGateDeclaration.experiment_id == experiment_id)
+        select(OfflineGateDeclaration.declaration).where(
+            OfflineGateDeclaration.experiment_id == experiment_id
+        )
     ).first()
     return dict(row[0]) if row else None
 
 
 def set_declaration(conn: Connection, experiment_id: int, value: dict[str, Any], actor: str) -> None:
     before = declaration(conn, experiment_id)
-    stmt = insert(OfflineGateDeclaration).values(experiment_id=experiment_id, declaration=value, updated_by=actor)
+    stmt = insert(OfflineGateDeclaration).values(
+        experiment_id=experiment_id, declaration=value, updated_by=actor
+    )
     conn.execute(stmt.on_conflict_do_update(index_elements=["experiment_id"], set_={
         "declaration": stmt.excluded.declaration, "updated_by": stmt.excluded.updated_by, "updated_at": func.now()}))  # fmt: skip
     conn.execute(insert(AuditLog).values(actor=actor, action="set_offline_gate", entity="experiment",

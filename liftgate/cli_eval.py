@@ -31,16 +31,28 @@ err = Console(stderr=True)
 DbOpt = Annotated[str | None, typer.Option("--database-url", envvar="LIFTGATE_DATABASE_URL",
                                            help="SQLAlchemy URL (default: `liftgate up`'s embedded PostgreSQL).")]  # fmt: skip
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (one object per line) instead of tables.")]
-FormatOpt = Annotated[str | None, typer.Option("--format", help="liftgate|gsm8k|humaneval|ifeval|openai (default: detected).")]
+FormatOpt = Annotated[
+    str | None, typer.Option("--format", help="liftgate|gsm8k|humaneval|ifeval|openai (default: detected).")
+]
 WeakOpt = Annotated[bool, typer.Option("--allow-weak-sandbox",
                                        help="Run code tests even where the kernel refuses namespaces (rlimits and an audit hook only).")]  # fmt: skip
-JudgeUrl = Annotated[str | None, typer.Option("--judge-url", envvar="LIFTGATE_JUDGE_URL", help="OpenAI-compatible judge server.")]
-JudgeModel = Annotated[str | None, typer.Option("--judge-model", envvar="LIFTGATE_JUDGE_MODEL", help="Judge model name.")]
-JudgeKey = Annotated[str | None, typer.Option("--judge-key", envvar="LIFTGATE_JUDGE_API_KEY", help="Judge API key.")]
+JudgeUrl = Annotated[
+    str | None,
+    typer.Option("--judge-url", envvar="LIFTGATE_JUDGE_URL", help="OpenAI-compatible judge server."),
+]
+JudgeModel = Annotated[
+    str | None, typer.Option("--judge-model", envvar="LIFTGATE_JUDGE_MODEL", help="Judge model name.")
+]
+JudgeKey = Annotated[
+    str | None, typer.Option("--judge-key", envvar="LIFTGATE_JUDGE_API_KEY", help="Judge API key.")
+]
 
 
 def _database_url(url: str | None) -> str:
-    return url or f"postgresql+psycopg://postgres@127.0.0.1:{os.environ.get('LIFTGATE_PG_PORT', '15432')}/liftgate"
+    return (
+        url
+        or f"postgresql+psycopg://postgres@127.0.0.1:{os.environ.get('LIFTGATE_PG_PORT', '15432')}/liftgate"
+    )
 
 
 def _context(weak: bool, judge_url: str | None, judge_model: str | None, judge_key: str | None) -> Any:
@@ -73,10 +85,12 @@ def _emit(obj: dict[str, Any]) -> None:
 @app.command()
 def score(
     dataset: Annotated[str, typer.Argument(help="A JSONL dataset file or a built-in suite name.")],
-    outputs: Annotated[Path, typer.Option("--outputs", help="JSONL of {\"id\": ..., \"output\": \"...\"}.")],
+    outputs: Annotated[Path, typer.Option("--outputs", help='JSONL of {"id": ..., "output": "..."}.')],
     fmt: FormatOpt = None,
     as_json: JsonOpt = False,
-    workers: Annotated[int, typer.Option(min=1, max=64, help="Sandboxes at once (code items).")] = os.cpu_count() or 2,
+    workers: Annotated[
+        int, typer.Option(min=1, max=64, help="Sandboxes at once (code items).")
+    ] = os.cpu_count() or 2,
     weak: WeakOpt = False,
     judge_url: JudgeUrl = None,
     judge_model: JudgeModel = None,
@@ -88,7 +102,9 @@ def score(
 
     try:
         data = load_dataset(dataset, fmt)
-        scored = score_outputs(data, read_outputs(outputs), _context(weak, judge_url, judge_model, judge_key), workers)
+        scored = score_outputs(
+            data, read_outputs(outputs), _context(weak, judge_url, judge_model, judge_key), workers
+        )
     except DatasetError as exc:
         raise _bad(str(exc)) from None
     summary = summarize(scored)
@@ -102,7 +118,9 @@ def score(
         table.add_column(col)
     for s in scored:
         mark = "[green]pass[/]" if s.score.passed else "[red]fail[/]"
-        table.add_row(s.item_id, s.category, str(s.sample), mark, f"{s.score.score:.2f}", s.score.reason[:100])
+        table.add_row(
+            s.item_id, s.category, str(s.sample), mark, f"{s.score.score:.2f}", s.score.reason[:100]
+        )
     console.print(table)
     console.print(f"{summary['passed']}/{summary['items']} items passed ({summary['pass_rate']:.1%}); "
                   + ", ".join(f"{c} {v['pass_rate']:.1%}" for c, v in summary["categories"].items())
@@ -113,16 +131,33 @@ def score(
 
 @app.command()
 def run(
-    suite: Annotated[str, typer.Argument(help="A built-in suite (math, code, instruction_following, json, demo) or a JSONL file.")],
-    experiment: Annotated[str, typer.Option("--experiment", help="Experiment name or id: every variant is evaluated.")],
+    suite: Annotated[
+        str,
+        typer.Argument(
+            help="A built-in suite (math, code, instruction_following, json, demo) or a JSONL file."
+        ),
+    ],
+    experiment: Annotated[
+        str, typer.Option("--experiment", help="Experiment name or id: every variant is evaluated.")
+    ],
     fmt: FormatOpt = None,
-    name: Annotated[str | None, typer.Option(help="Register a file dataset under this name (default: file stem).")] = None,
-    concurrency: Annotated[int, typer.Option(min=1, max=1024, help="Model calls in flight, all variants.")] = 32,
-    samples: Annotated[int | None, typer.Option(min=1, max=100, help="Samples per item (default: the gate's, else 1).")] = None,
+    name: Annotated[
+        str | None, typer.Option(help="Register a file dataset under this name (default: file stem).")
+    ] = None,
+    concurrency: Annotated[
+        int, typer.Option(min=1, max=1024, help="Model calls in flight, all variants.")
+    ] = 32,
+    samples: Annotated[
+        int | None, typer.Option(min=1, max=100, help="Samples per item (default: the gate's, else 1).")
+    ] = None,
     retries: Annotated[int, typer.Option(min=0, max=10, help="Retries of a failed call.")] = 3,
-    temperature: Annotated[float | None, typer.Option(min=0, max=2, help="Default: the gate's params, else 0.")] = None,
+    temperature: Annotated[
+        float | None, typer.Option(min=0, max=2, help="Default: the gate's params, else 0.")
+    ] = None,
     seed: Annotated[int | None, typer.Option(help="Default: the gate's params, else 0.")] = None,
-    max_tokens: Annotated[int | None, typer.Option(min=1, help="Default: the gate's params, else 1024.")] = None,
+    max_tokens: Annotated[
+        int | None, typer.Option(min=1, help="Default: the gate's params, else 1024.")
+    ] = None,
     fresh: Annotated[bool, typer.Option("--fresh", help="Ignore stored results and cached outputs.")] = False,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
     as_json: JsonOpt = False,
@@ -133,12 +168,12 @@ def run(
     judge_key: JudgeKey = None,
 ) -> None:
     """Run a suite against every variant of an experiment (cached, resumable) and store per-item results."""
-    from liftgate import db
     from evals import store
     from evals.datasets import DatasetError, load_dataset
     from evals.datasets.loaders import Dataset
     from evals.gate import GateParams, OfflineGate
-    from evals.runner import RunnerSettings, run_experiment
+    from evals.runner import RunnerSettings
+    from liftgate import db
 
     try:
         data = load_dataset(suite, fmt)
@@ -189,12 +224,16 @@ def _run_with_progress(engine: Any, data: Any, exp: Any, settings: Any, show: bo
         return asyncio.run(run_experiment(engine, data, exp.targets, settings, experiment_id=exp.id))
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=err) as bar:
-        tasks = {t.variant or t.model: bar.add_task(f"{data.name} · {t.variant}", total=total) for t in exp.targets}
+        tasks = {
+            t.variant or t.model: bar.add_task(f"{data.name} · {t.variant}", total=total) for t in exp.targets
+        }
 
         def advance(variant: str, n: int) -> None:
             bar.advance(tasks[variant], n)
 
-        return asyncio.run(run_experiment(engine, data, exp.targets, settings, experiment_id=exp.id, progress=advance))
+        return asyncio.run(
+            run_experiment(engine, data, exp.targets, settings, experiment_id=exp.id, progress=advance)
+        )
 
 
 def _load_declaration(path: Path) -> Any:
@@ -215,14 +254,16 @@ def _load_declaration(path: Path) -> Any:
 @app.command()
 def gate(
     experiment: Annotated[str, typer.Argument(help="Experiment name or id.")],
-    declare: Annotated[Path | None, typer.Option("--declare", help="YAML/JSON offline_gate to store (audited) first.")] = None,
+    declare: Annotated[
+        Path | None, typer.Option("--declare", help="YAML/JSON offline_gate to store (audited) first.")
+    ] = None,
     actor: Annotated[str | None, typer.Option(help="Who decides (default: the local user).")] = None,
     as_json: JsonOpt = False,
     database_url: DbOpt = None,
 ) -> None:
     """Decide the offline gate for each candidate variant (exit 0 only when all pass)."""
-    from liftgate import db
     from evals import gatekeeper, store
+    from liftgate import db
 
     who = f"cli:{actor or getpass.getuser()}"
     declaration = _load_declaration(declare) if declare else None
@@ -232,7 +273,7 @@ def gate(
             with engine.begin() as conn:
                 exp = store.experiment(conn, experiment)
                 store.set_declaration(conn, exp.id, declaration.model_dump(mode="json"), who)
-        spec, outcomes = gatekeeper.evaluate(engine, experiment, None, who)
+        _, outcomes = gatekeeper.evaluate(engine, experiment, None, who)
     except store.StoreError as exc:
         raise _bad(str(exc)) from None
     finally:
@@ -254,7 +295,9 @@ def _ci(lo: float, hi: float) -> str:
 
 def _render_decision(variant: str | None, baseline: str | None, decision: Any) -> None:
     style = "bold green" if decision.passed else "bold red"
-    console.print(f"offline gate for [bold]{variant}[/] vs {baseline}: [{style}]{decision.verdict.upper()}[/]")
+    console.print(
+        f"offline gate for [bold]{variant}[/] vs {baseline}: [{style}]{decision.verdict.upper()}[/]"
+    )
     table = Table(header_style="bold")
     for col in ("category", "items", baseline or "baseline", variant or "candidate", "Δ pts", "95% CI (pts)",
                 "p (worse, Holm)", "margin", "verdict"):  # fmt: skip
@@ -279,9 +322,9 @@ def show(
     database_url: DbOpt = None,
 ) -> None:
     """The latest runs (category × variant pass rates), gate decisions and items the candidate lost."""
-    from liftgate import db
     from evals import store
     from evals.stats import wilson
+    from liftgate import db
 
     engine = db.make_engine(_database_url(database_url))
     try:
@@ -331,7 +374,9 @@ def show(
         console.print(f"gate {d['variant']} ({d['created_at']:%Y-%m-%d %H:%M}, fingerprint {d['candidate_fingerprint'][:12]}): "
                       f"[{style}]{d['verdict']}[/] " + "; ".join(d["reasons"]))  # fmt: skip
     if lost:
-        side = Table(title="items the candidate failed and the baseline passed", header_style="bold", show_lines=True)
+        side = Table(
+            title="items the candidate failed and the baseline passed", header_style="bold", show_lines=True
+        )
         for col in ("item", control or "baseline", "candidate", "why it failed"):
             side.add_column(col, overflow="fold", max_width=60)
         for row in lost:

@@ -186,19 +186,30 @@ def _child_env(extra: dict[str, str]) -> dict[str, str]:
     return env
 
 
+#: Probability of a right answer per built-in eval category (see ``SimulatorModel.skills``).
+DEMO_SKILLS = {
+    "baseline": "math:0.70/code:0.80/json:0.85/instruction_following:0.80",
+    "candidate": "math:0.90/code:0.55/json:0.85/instruction_following:0.80",
+}
+
+
 def demo_models() -> tuple[SimulatorModel, SimulatorModel]:
     """Baseline and candidate that differ in known ways (what the demo should reveal).
 
     Candidate: 20% more verbose (tokens 144 vs 120), ~15% slower, and a higher quality
     (0.66 vs 0.60), which simulated users turn into more thumbs-up and fewer regenerations.
+    On the built-in eval suites it is better at math (90% vs 70%) and worse at code (55% vs
+    80%): the offline gate blocks it for forgetting code.
     """
     baseline = SimulatorModel(
         name="baseline", latency_ms=300, latency_sd=80, ttft_ms=60, ttft_sd=15,
         tokens=120, tokens_sd=30, error_rate=0.005, quality=0.60, seed=1,
+        skills=DEMO_SKILLS["baseline"],
     )  # fmt: skip
     candidate = SimulatorModel(
         name="candidate", latency_ms=345, latency_sd=90, ttft_ms=70, ttft_sd=18,
         tokens=144, tokens_sd=36, error_rate=0.005, quality=0.66, seed=2,
+        skills=DEMO_SKILLS["candidate"],
     )  # fmt: skip
     return baseline, candidate
 

@@ -23,7 +23,9 @@ Format = Literal["liftgate", "gsm8k", "humaneval", "ifeval", "openai"]
 FORMATS: tuple[str, ...] = ("liftgate", "gsm8k", "humaneval", "ifeval", "openai")
 MAX_ITEMS = 200_000
 GSM8K_INSTRUCTION = "Finish with a last line of the form 'The answer is N'."
-HUMANEVAL_INSTRUCTION = "Complete this Python function. Reply with the whole function in one ```python block.\n\n"
+HUMANEVAL_INSTRUCTION = (
+    "Complete this Python function. Reply with the whole function in one ```python block.\n\n"
+)
 CHAT_RUBRIC = "Is the response correct, helpful and consistent with the reference answer?"
 
 
@@ -88,7 +90,12 @@ def _ifeval(row: dict[str, Any], line: int) -> dict[str, Any]:
 def _openai(row: dict[str, Any], line: int) -> dict[str, Any]:
     messages = list(row.get("input") or row.get("messages") or [])
     ideal = row.get("ideal")
-    if ideal is None and messages and isinstance(messages[-1], dict) and messages[-1].get("role") == "assistant":
+    if (
+        ideal is None
+        and messages
+        and isinstance(messages[-1], dict)
+        and messages[-1].get("role") == "assistant"
+    ):
         ideal = messages.pop()["content"]
     if isinstance(ideal, list):
         ideal = ideal[0] if ideal else None

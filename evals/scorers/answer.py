@@ -85,13 +85,13 @@ def score_answer(spec: AnswerSpec, output: str) -> Score:
         distinct = {v[0] for v in values}
         if len(distinct) != 1:
             return Score.fail(f"{len(distinct)} different final answers")
-        got = distinct.pop()
+        value = distinct.pop()
     else:
         found = set(numbers(text))
         if len(found) != 1:
             return Score.fail(f"no marked final answer and {len(found)} different numbers in the output")
-        got = found.pop()
-    shown = f"{float(got):g}" if got.denominator != 1 else str(got.numerator)
-    if _close(got, want_n, spec.tolerance):
+        value = found.pop()
+    shown = f"{float(value):g}" if value.denominator != 1 else str(value.numerator)
+    if _close(value, want_n, spec.tolerance):
         return Score.ok(f"answer {shown}")
     return Score.fail(f"answer {shown}, expected {spec.answer}")

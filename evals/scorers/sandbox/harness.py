@@ -23,18 +23,18 @@ with an empty environment, in its own session. Stdlib only.
 
 from __future__ import annotations
 
+import _signal as signal  # not signal: its enums cost ~7 ms per run
 import builtins
 import os
 import sys
 import time
 
+import confine
+import wire
+
 TYPE_CHECKING = False  # typing's import costs the sandbox ~15 ms per run
 if TYPE_CHECKING:
     from typing import Any
-
-import _signal as signal  # type: ignore[import-not-found]  # not signal: its enums cost ~7 ms per run
-import confine
-import wire
 
 #: How the worker interpreter loads its two modules from source given on its command line.
 WORKER_BOOT = """import sys, types
@@ -73,7 +73,7 @@ class Channel:
     def kill(self, reason: str) -> None:
         if self.lost is None:
             self.lost = reason
-        try:
+        try:  # noqa: SIM105 - contextlib's import would cost every sandbox run
             os.kill(self.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
@@ -150,7 +150,7 @@ def _run_test(
         error = f"timed out after {timeout_s:g} s"
     except AssertionError as exc:
         error = f"assertion failed{': ' + str(exc)[:500] if str(exc) else ''}"
-    except BaseException as exc:  # noqa: BLE001 - every way a test can end early is a failure
+    except BaseException as exc:
         error = f"{type(exc).__name__}: {str(exc)[:500]}"
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
@@ -187,7 +187,7 @@ def _harness(cfg: dict[str, Any], isolation: str, pid: int, to_worker: int, from
     base: dict[str, Any] = {"__name__": "tests", "__builtins__": builtins}
     try:
         exec(compile(request["setup"], "<setup>", "exec", dont_inherit=True, optimize=0), base)
-    except BaseException as exc:  # noqa: BLE001 - a broken dataset fails closed
+    except BaseException as exc:
         channel.kill(f"the test setup raised {type(exc).__name__}: {exc}")
     entry = Candidate(channel, request["entry_point"])
     base["candidate"] = base[request["entry_point"]] = entry
