@@ -12,7 +12,7 @@ import re
 
 from evals.items import PythonTestsSpec
 from evals.scorers.base import MAX_OUTPUT_CHARS, Score
-from evals.scorers.sandbox import SandboxLimits, TestCase, run_tests
+from evals.scorers.sandbox import SandboxLimits, UnitTest, run_tests
 
 _FENCE = re.compile(r"```[ \t]*(?:python|py|Python)?[ \t]*\n(.*?)```", re.DOTALL)
 
@@ -31,7 +31,7 @@ def program_of(spec: PythonTestsSpec, output: str) -> str:
 def score_code(spec: PythonTestsSpec, output: str, limits: SandboxLimits | None = None) -> Score:
     if len(output) > MAX_OUTPUT_CHARS:
         return Score.fail(f"output longer than {MAX_OUTPUT_CHARS:,} characters")
-    tests = [TestCase(f"test_{i}", code) for i, code in enumerate(spec.tests)]
+    tests = [UnitTest(f"test_{i}", code) for i, code in enumerate(spec.tests)]
     result = run_tests(program_of(spec, output), tests, entry_point=spec.entry_point, setup=spec.setup,
                        limits=limits)  # fmt: skip
     passed = sum(t.passed for t in result.tests)

@@ -54,13 +54,13 @@ class SandboxLimits:
 
 
 @dataclass(frozen=True, slots=True)
-class TestCase:
+class UnitTest:
     name: str
     code: str
 
 
 @dataclass(frozen=True, slots=True)
-class TestOutcome:
+class UnitTestResult:
     name: str
     passed: bool
     error: str | None
@@ -70,7 +70,7 @@ class TestOutcome:
 class SandboxResult:
     passed: bool
     reason: str
-    tests: tuple[TestOutcome, ...] = ()
+    tests: tuple[UnitTestResult, ...] = ()
     isolation: str | None = None
     duration_s: float = 0.0
 
@@ -101,7 +101,7 @@ def _config(limits: SandboxLimits, root: str) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _verdict(raw: bytes, nonce: str, tests: Sequence[TestCase]) -> SandboxResult:
+def _verdict(raw: bytes, nonce: str, tests: Sequence[UnitTest]) -> SandboxResult:
     try:
         size = int.from_bytes(raw[:4], "big")
         if len(raw) != 4 + size:
@@ -117,7 +117,7 @@ def _verdict(raw: bytes, nonce: str, tests: Sequence[TestCase]) -> SandboxResult
     ]:
         return SandboxResult(False, "the result does not list the tests that were sent")
     outcomes = tuple(
-        TestOutcome(
+        UnitTestResult(
             str(t["name"]), t.get("passed") is True, None if t.get("error") is None else str(t["error"])
         )
         for t in reported
@@ -133,7 +133,7 @@ def _verdict(raw: bytes, nonce: str, tests: Sequence[TestCase]) -> SandboxResult
 
 def run_tests(
     program: str,
-    tests: Sequence[TestCase],
+    tests: Sequence[UnitTest],
     *,
     entry_point: str,
     setup: str = "",
