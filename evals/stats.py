@@ -23,11 +23,17 @@ import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
-
-from scipy import stats as sps
+from typing import Any, Literal
 
 Alternative = Literal["two-sided", "less", "greater"]
+
+
+def _sps() -> Any:
+    """scipy.stats, imported on first use: its import costs ~1 s, and ``eval score`` needs
+    only pass@k."""
+    from scipy import stats
+
+    return stats
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +104,7 @@ def wilson(successes: int, n: int, alpha: float = 0.05) -> tuple[float, float]:
     """Wilson score interval of a proportion."""
     if n == 0:
         return (0.0, 1.0)
-    z = float(sps.norm.ppf(1 - alpha / 2))
+    z = float(_sps().norm.ppf(1 - alpha / 2))
     p = successes / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
@@ -129,10 +135,10 @@ def mcnemar_exact(counts: PairedCounts, alternative: Alternative = "two-sided") 
     if m == 0:
         return 1.0
     if alternative == "less":
-        return float(sps.binom.cdf(c, m, 0.5))
+        return float(_sps().binom.cdf(c, m, 0.5))
     if alternative == "greater":
-        return float(sps.binom.sf(c - 1, m, 0.5))
-    return float(min(1.0, 2 * sps.binom.cdf(min(b, c), m, 0.5)))
+        return float(_sps().binom.sf(c - 1, m, 0.5))
+    return float(min(1.0, 2 * _sps().binom.cdf(min(b, c), m, 0.5)))
 
 
 def compare_binary(counts: PairedCounts, alpha: float = 0.05) -> Comparison:
@@ -165,10 +171,10 @@ def paired_t(baseline: Sequence[float], candidate: Sequence[float], alpha: float
                           1.0 if mean <= 0 else 0.0, "paired_t")  # fmt: skip
     se = math.sqrt(var / n)
     t = mean / se
-    q = float(sps.t.ppf(1 - alpha / 2, n - 1))
+    q = float(_sps().t.ppf(1 - alpha / 2, n - 1))
     return Comparison(
         n, base_mean, cand_mean, mean, mean - q * se, mean + q * se,
-        float(2 * sps.t.sf(abs(t), n - 1)), float(sps.t.cdf(t, n - 1)), float(sps.t.sf(t, n - 1)), "paired_t",
+        float(2 * _sps().t.sf(abs(t), n - 1)), float(_sps().t.cdf(t, n - 1)), float(_sps().t.sf(t, n - 1)), "paired_t",
     )  # fmt: skip
 
 

@@ -188,8 +188,8 @@ def _child_env(extra: dict[str, str]) -> dict[str, str]:
 
 #: Probability of a right answer per built-in eval category (see ``SimulatorModel.skills``).
 DEMO_SKILLS = {
-    "baseline": "math:0.70/code:0.80/json:0.85/instruction_following:0.80",
-    "candidate": "math:0.90/code:0.55/json:0.85/instruction_following:0.80",
+    "baseline": "math:0.65/code:0.85/json:0.85/instruction_following:0.80",
+    "candidate": "math:0.90/code:0.45/json:0.85/instruction_following:0.80",
 }
 
 
@@ -198,8 +198,8 @@ def demo_models() -> tuple[SimulatorModel, SimulatorModel]:
 
     Candidate: 20% more verbose (tokens 144 vs 120), ~15% slower, and a higher quality
     (0.66 vs 0.60), which simulated users turn into more thumbs-up and fewer regenerations.
-    On the built-in eval suites it is better at math (90% vs 70%) and worse at code (55% vs
-    80%): the offline gate blocks it for forgetting code.
+    On the built-in eval suites it is better at math (90% vs 65%) and worse at code (45% vs
+    85%): the offline gate blocks it for forgetting code.
     """
     baseline = SimulatorModel(
         name="baseline", latency_ms=300, latency_sd=80, ttft_ms=60, ttft_sd=15,

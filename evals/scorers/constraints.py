@@ -213,10 +213,10 @@ CHECKS: dict[str, Check] = {
     "length_constraints:nth_paragraph_first_word": _nth_first_word,
     "detectable_content:number_placeholders": _count(r"\[[^\[\]\n]*\w[^\[\]\n]*\]", "num_placeholders"),
     "detectable_content:postscript": _postscript,
-    "detectable_format:number_bullet_lists": _count(r"^\s*(?:\*|-)\s+\S.*$", "num_bullets", exact=True),
+    "detectable_format:number_bullet_lists": _count(r"^[ \t]*(?:\*|-)[ \t]+\S.*$", "num_bullets", exact=True),
     "detectable_format:constrained_response": _constrained,
     "detectable_format:number_highlighted_sections": _count(
-        r"(?<!\*)\*{1,2}[^\n*]*\w[^\n*]*\*{1,2}(?!\*)", "num_highlights"
+r"(?<!\*)(\*\*|\*)(?!\s)[^\n*]*\w[^\n*]*(?<!\s)\1(?!\*)", "num_highlights"
     ),
     "detectable_format:multiple_sections": _sections,
     "detectable_format:json_format": _json,
