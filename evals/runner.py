@@ -46,6 +46,7 @@ class RunnerSettings:
     retries: int = 3
     backoff_s: float = 0.5
     flush_every: int = 256
+    flush_interval_s: float = 1.0
     scoring: ScoringContext = field(default_factory=ScoringContext)
     sandbox_workers: int = 2
     fresh: bool = False
@@ -136,16 +137,18 @@ async def call_model(
 class _Writer:
     """Buffers results and cache rows; flushes them in one transaction per batch."""
 
-    def __init__(self, engine: Engine, run_id: int, every: int) -> None:
-        self.engine, self.run_id, self.every = engine, run_id, every
+    def __init__(self, engine: Engine, run_id: int, every: int, interval_s: float) -> None:
+        self.engine, self.run_id, self.every, self.interval_s = engine, run_id, every, interval_s
         self.results: list[ResultRow] = []
         self.cache: list[dict[str, Any]] = []
+        self.last = time.monotonic()
 
     def add(self, row: ResultRow, cache: dict[str, Any] | None) -> None:
         self.results.append(row)
         if cache is not None:
             self.cache.append(cache)
-        if len(self.results) >= self.every:
+        # By count for throughput, by time so that an interruption loses at most a second.
+        if len(self.results) >= self.every or time.monotonic() - self.last >= self.interval_s:
             self.flush()
 
     def flush(self) -> None:
@@ -155,6 +158,7 @@ class _Writer:
             store.write_cache(conn, self.cache)
             store.write_results(conn, self.run_id, self.results)
         self.results, self.cache = [], []
+        self.last = time.monotonic()
 
 
 async def _evaluate(
@@ -229,7 +233,7 @@ async def run_target(
         keys = [cache_key(target, settings.params, item, s) for item, s in todo]
         with engine.connect() as conn:
             hits = {} if settings.fresh else store.cached_outputs(conn, keys)
-        writer = _Writer(engine, run_id, settings.flush_every)
+        writer = _Writer(engine, run_id, settings.flush_every, settings.flush_interval_s)
         counts = {"called": 0, "cached": 0}
         status = "interrupted"
         try:

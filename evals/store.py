@@ -192,14 +192,15 @@ def done_results(conn: Connection, run_id: int) -> set[tuple[str, int]]:
 
 
 def cached_outputs(conn: Connection, keys: Sequence[str]) -> dict[str, CachedOutput]:
+    c = EvalOutputCache
     out: dict[str, CachedOutput] = {}
     for start in range(0, len(keys), 2000):
         rows = conn.execute(
-            select(EvalOutputCache).where(EvalOutputCache.key.in_(keys[start : start + 2000]))
+            select(c.key, c.output, c.finish_reason, c.latency_ms, c.scorer_version, c.passed, c.score, c.reason)
+            .where(c.key.in_(keys[start : start + 2000]))
         )
-        for r in rows.scalars():
-            out[r.key] = CachedOutput(r.output, r.finish_reason, r.latency_ms, r.scorer_version, r.passed,
-                                      r.score, r.reason)  # fmt: skip
+        for r in rows:
+            out[r[0]] = CachedOutput(*r[1:])
     return out
 
 

@@ -196,6 +196,9 @@ def run(
             scoring=_context(weak, judge_url, judge_model, judge_key), sandbox_workers=os.cpu_count() or 2,
         )  # fmt: skip
         summaries = _run_with_progress(engine, data, exp, settings, progress and not as_json)
+    except KeyboardInterrupt:
+        err.print("interrupted: results so far are stored; run the same command again to resume")
+        raise typer.Exit(130) from None
     except store.StoreError as exc:
         raise _bad(str(exc)) from None
     except (ValidationError, ValueError) as exc:
