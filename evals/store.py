@@ -337,11 +337,11 @@ def save_decision(conn: Connection, values: dict[str, Any]) -> int:
 
 
 def decisions(conn: Connection, experiment_id: int, limit: int = 10) -> list[dict[str, Any]]:
-    rows = conn.execute(select(GateDecision).where(GateDecision.experiment_id == experiment_id)
-                        .order_by(GateDecision.id.desc()).limit(limit)).scalars()  # fmt: skip
-    keys = ("id", "variant", "baseline_variant", "candidate_fingerprint", "baseline_fingerprint", "upstream", "model",
-            "params", "passed", "verdict", "reasons", "suites", "evidence", "declaration", "actor", "created_at")  # fmt: skip
-    return [{k: getattr(r, k) for k in keys} for r in rows]
+    table = GateDecision.__table__
+    rows = conn.execute(
+        select(table).where(table.c.experiment_id == experiment_id).order_by(table.c.id.desc()).limit(limit)
+    )
+    return [dict(r._mapping) for r in rows]
 
 
 def try_lock(engine: Engine, run_key: str) -> Connection | None:

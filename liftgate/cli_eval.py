@@ -25,7 +25,7 @@ from rich.table import Table
 
 app = typer.Typer(help="Offline evals: score outputs, run suites against variants, gate candidates.",
                   no_args_is_help=True)  # fmt: skip
-console = Console()
+console = Console(soft_wrap=True)  # reasons stay on one line when piped
 err = Console(stderr=True)
 
 DbOpt = Annotated[str | None, typer.Option("--database-url", envvar="LIFTGATE_DATABASE_URL",
