@@ -228,6 +228,10 @@ def _start_worker(cfg: dict[str, Any], sources: tuple[str, str]) -> tuple[int, i
 
 def main() -> None:
     cfg = wire.decode(bytes.fromhex(sys.argv[1]))
+    # Die with the process that asked for this run, even one killed before it could clean up.
+    confine.prctl(confine.PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != cfg["parent"]:
+        os._exit(3)
     here = os.path.dirname(os.path.abspath(wire.__file__))
     sources = tuple(open(os.path.join(here, f)).read() for f in ("wire.py", "worker.py"))  # noqa: SIM115
     isolation = confine.confine(cfg)

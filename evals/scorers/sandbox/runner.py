@@ -97,7 +97,7 @@ def _config(limits: SandboxLimits, root: str) -> dict[str, Any]:
         "root": root, "python": python, "python_prefixes": sorted(prefixes), "hide": _hidden(limits),
         "namespaces": limits.namespaces, "uid": limits.uid, "memory_mb": limits.memory_mb,
         "cpu_s": limits.cpu_s, "file_size_mb": limits.file_size_mb, "tmp_mb": limits.tmp_mb,
-        "open_files": limits.open_files, "processes": limits.processes,
+        "open_files": limits.open_files, "processes": limits.processes, "parent": os.getpid(),
     }  # fmt: skip
 
 
