@@ -203,10 +203,9 @@ async def run_target(
     started = time.monotonic()
     fp = fingerprint(target, settings.params)
     key = run_key(fp, dataset, settings.samples)
-    lock = store.try_lock(engine, key)
-    if lock is None:
-        raise store.StoreError(f"another process is running this eval for {target.variant or target.model}")
-    try:
+    with store.run_lock(engine, key) as locked:
+        if not locked:
+            raise store.StoreError(f"another process is running this eval for {target.variant or target.model}")
         with engine.begin() as conn:
             ds_id = store.save_dataset(conn, dataset)
             run_id, before = store.open_run(
@@ -260,8 +259,6 @@ async def run_target(
                 summary = store.finish_run(conn, run_id, status)
         return RunSummary(run_id, target.variant, status, False, summary["outputs"], counts["called"],
                           counts["cached"], summary["errors"], summary["passed"], time.monotonic() - started)  # fmt: skip
-    finally:
-        lock.close()
 
 
 async def run_experiment(

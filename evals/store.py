@@ -3,8 +3,9 @@ gate tables), plus the reads of experiments, variants and upstreams the runner n
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -344,16 +345,21 @@ def decisions(conn: Connection, experiment_id: int, limit: int = 10) -> list[dic
     return [dict(r._mapping) for r in rows]
 
 
-def try_lock(engine: Engine, run_key: str) -> Connection | None:
-    """A connection holding the session advisory lock of ``run_key`` (one runner per run),
-    or None when another process holds it."""
-    conn = engine.connect()
-    got = conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": advisory_key(run_key)}).scalar()
-    conn.commit()
-    if not got:
-        conn.close()
-        return None
-    return conn
+@contextlib.contextmanager
+def run_lock(engine: Engine, run_key: str) -> Iterator[bool]:
+    """Hold the session advisory lock of ``run_key`` (one runner per run) for the block;
+    yields False when another process holds it. Unlocked explicitly: a pooled connection's
+    session, and so its lock, outlives ``close()``."""
+    key = advisory_key(run_key)
+    with engine.connect() as conn:
+        got = bool(conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar())
+        conn.commit()
+        try:
+            yield got
+        finally:
+            if got:
+                conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+                conn.commit()
 
 
 def sha256(text_: str) -> str:
