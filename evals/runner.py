@@ -205,7 +205,9 @@ async def run_target(
     key = run_key(fp, dataset, settings.samples)
     with store.run_lock(engine, key) as locked:
         if not locked:
-            raise store.StoreError(f"another process is running this eval for {target.variant or target.model}")
+            raise store.StoreError(
+                f"another process is running this eval for {target.variant or target.model}"
+            )
         with engine.begin() as conn:
             ds_id = store.save_dataset(conn, dataset)
             run_id, before = store.open_run(

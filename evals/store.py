@@ -197,8 +197,9 @@ def cached_outputs(conn: Connection, keys: Sequence[str]) -> dict[str, CachedOut
     out: dict[str, CachedOutput] = {}
     for start in range(0, len(keys), 2000):
         rows = conn.execute(
-            select(c.key, c.output, c.finish_reason, c.latency_ms, c.scorer_version, c.passed, c.score, c.reason)
-            .where(c.key.in_(keys[start : start + 2000]))
+            select(
+                c.key, c.output, c.finish_reason, c.latency_ms, c.scorer_version, c.passed, c.score, c.reason
+            ).where(c.key.in_(keys[start : start + 2000]))
         )
         for r in rows:
             out[r[0]] = CachedOutput(*r[1:])

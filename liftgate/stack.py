@@ -365,6 +365,8 @@ def start_offline_gate(stack: RunningStack) -> Child:
     """The demo's offline gate (``liftgate.demo_gate``) as a one-shot child: runs the built-in
     suites against both demo variants and records the gate decision."""
     env = _child_env({"LIFTGATE_DATABASE_URL": stack.database_url})
-    child = Child("offline-gate", _py("liftgate.demo_gate"), env, stack.options.state_dir / "logs" / "offline-gate.log")
+    child = Child(
+        "offline-gate", _py("liftgate.demo_gate"), env, stack.options.state_dir / "logs" / "offline-gate.log"
+    )
     stack.supervisor.start(child)
     return child

@@ -43,7 +43,11 @@ SKILLS = "math:0.8/json:0.8/instruction_following:0.8/code:0.8"
 
 
 def _dataset(n: int) -> Dataset:
-    base = [*load_dataset("math").items, *load_dataset("json").items, *load_dataset("instruction_following").items]
+    base = [
+        *load_dataset("math").items,
+        *load_dataset("json").items,
+        *load_dataset("instruction_following").items,
+    ]
     items = [b.model_copy(update={"id": f"{b.id}-r{i // len(base)}"}) for i, b in
              ((i, base[i % len(base)]) for i in range(n))]  # fmt: skip
     return Dataset(f"bench-{n}", "bench", tuple(items))
@@ -51,14 +55,20 @@ def _dataset(n: int) -> Dataset:
 
 def _experiment(engine: object, name: str, url: str) -> store.ExperimentInfo:
     with engine.begin() as conn:  # type: ignore[attr-defined]
-        eid = conn.execute(insert(Experiment).values(name=name, route=name, mode="ab", salt="s").returning(Experiment.id)).scalar_one()
-        uid = conn.execute(insert(Upstream).values(name=name, base_url=url).returning(Upstream.id)).scalar_one()
+        eid = conn.execute(
+            insert(Experiment).values(name=name, route=name, mode="ab", salt="s").returning(Experiment.id)
+        ).scalar_one()
+        uid = conn.execute(
+            insert(Upstream).values(name=name, base_url=url).returning(Upstream.id)
+        ).scalar_one()
         conn.execute(insert(Variant).values(experiment_id=eid, name="baseline", upstream_id=uid, model="m",
                                             is_control=True, weight=100))  # fmt: skip
         return store.experiment(conn, name)
 
 
-def _run(engine: object, data: Dataset, exp: store.ExperimentInfo, concurrency: int) -> tuple[float, RunSummary]:
+def _run(
+    engine: object, data: Dataset, exp: store.ExperimentInfo, concurrency: int
+) -> tuple[float, RunSummary]:
     settings = RunnerSettings(concurrency=concurrency)
     started = time.perf_counter()
     (summary,) = asyncio.run(run_experiment(engine, data, exp.targets, settings, experiment_id=exp.id))  # type: ignore[arg-type]

@@ -216,7 +216,7 @@ CHECKS: dict[str, Check] = {
     "detectable_format:number_bullet_lists": _count(r"^[ \t]*(?:\*|-)[ \t]+\S.*$", "num_bullets", exact=True),
     "detectable_format:constrained_response": _constrained,
     "detectable_format:number_highlighted_sections": _count(
-r"(?<!\*)(\*\*|\*)(?!\s)[^\n*]*\w[^\n*]*(?<!\s)\1(?!\*)", "num_highlights"
+        r"(?<!\*)(\*\*|\*)(?!\s)[^\n*]*\w[^\n*]*(?<!\s)\1(?!\*)", "num_highlights"
     ),
     "detectable_format:multiple_sections": _sections,
     "detectable_format:json_format": _json,

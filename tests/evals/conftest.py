@@ -18,11 +18,25 @@ SKILLS = {
     "cand": "math:0.9/code:0.45/json:0.85/instruction_following:0.8",
 }
 SIM_MODELS = (
-    SimulatorModel(name="base", latency_ms=4, latency_sd=1, ttft_ms=1, ttft_sd=0, seed=1, skills=SKILLS["base"]),
-    SimulatorModel(name="cand", latency_ms=4, latency_sd=1, ttft_ms=1, ttft_sd=0, seed=2, skills=SKILLS["cand"]),
-    SimulatorModel(name="slow", latency_ms=150, latency_sd=0, ttft_ms=1, ttft_sd=0, seed=1, skills=SKILLS["base"]),
-    SimulatorModel(name="flaky", latency_ms=2, latency_sd=0, ttft_ms=1, ttft_sd=0, seed=1, error_rate=0.2,
-                   skills=SKILLS["base"]),  # fmt: skip
+    SimulatorModel(
+        name="base", latency_ms=4, latency_sd=1, ttft_ms=1, ttft_sd=0, seed=1, skills=SKILLS["base"]
+    ),
+    SimulatorModel(
+        name="cand", latency_ms=4, latency_sd=1, ttft_ms=1, ttft_sd=0, seed=2, skills=SKILLS["cand"]
+    ),
+    SimulatorModel(
+        name="slow", latency_ms=150, latency_sd=0, ttft_ms=1, ttft_sd=0, seed=1, skills=SKILLS["base"]
+    ),
+    SimulatorModel(
+        name="flaky",
+        latency_ms=2,
+        latency_sd=0,
+        ttft_ms=1,
+        ttft_sd=0,
+        seed=1,
+        error_rate=0.2,
+        skills=SKILLS["base"],
+    ),
 )
 
 

@@ -6,13 +6,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-GSM8K = [
+GSM8K: list[dict[str, Any]] = [
     {"question": "Tom has 3 boxes of 250 pens. How many pens?", "answer": "3 * 250 = 750\n#### 750"},
     {"question": "A book costs $1,200 and is 25% off. Price?", "answer": "1200 * 0.75 = 900\n#### 900"},
     {"question": "Half of 7?", "answer": "7 / 2 = 3.5\n#### 3.5"},
 ]
 
-HUMANEVAL = [
+HUMANEVAL: list[dict[str, Any]] = [
     {
         "task_id": "Toy/0",
         "prompt": 'def below_zero(ops: list) -> bool:\n    """True when the running sum of ops drops below zero."""\n',
@@ -34,7 +34,7 @@ HUMANEVAL = [
     },
 ]
 
-IFEVAL = [
+IFEVAL: list[dict[str, Any]] = [
     {"key": 1, "prompt": "Write a haiku in lowercase without commas.",
      "instruction_id_list": ["change_case:english_lowercase", "punctuation:no_comma"], "kwargs": [{}, {}]},
     {"key": 2, "prompt": "List 3 fruits as markdown bullets and end with 'Done.'",
@@ -42,7 +42,7 @@ IFEVAL = [
      "kwargs": [{"num_bullets": 3}, {"end_phrase": "Done.", "num_words": None}]},
 ]  # fmt: skip
 
-OPENAI = [
+OPENAI: list[dict[str, Any]] = [
     {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Capital of France?"},
                   {"role": "assistant", "content": "Paris."}]},
     {"input": [{"role": "user", "content": "2 + 2?"}], "ideal": "4"},

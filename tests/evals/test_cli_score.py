@@ -37,7 +37,9 @@ def test_humaneval_samples_are_scored_one_object_per_output_then_a_summary(tmp_p
 def test_ids_default_to_line_numbers_and_a_table_is_printed_without_json(tmp_path: Path) -> None:
     data = write_jsonl(tmp_path / "gsm.jsonl", [{"question": "1+1?", "answer": "#### 2"},
                                                 {"question": "2+2?", "answer": "#### 4"}])  # fmt: skip
-    outputs = write_jsonl(tmp_path / "o.jsonl", [{"output": "The answer is 2."}, {"output": "The answer is 4 or 5"}])
+    outputs = write_jsonl(
+        tmp_path / "o.jsonl", [{"output": "The answer is 2."}, {"output": "The answer is 4 or 5"}]
+    )
     res = liftgate("eval", "score", str(data), "--outputs", str(outputs), "--json")
     rows = lines(res.stdout)
     assert [(r["id"], r["passed"]) for r in rows[:2]] == [("0", True), ("1", False)]

@@ -41,7 +41,9 @@ def test_a_completion_cannot_redefine_the_trusted_helper_the_test_uses(tmp_path:
 def test_ifeval_items_map_instruction_ids_and_drop_null_kwargs(tmp_path: Path) -> None:
     ds = load_file(write_jsonl(tmp_path / "ifeval.jsonl", IFEVAL))
     assert [i.id for i in ds.items] == ["0", "1"]  # IFEval's "key" is not an id field
-    scored = score_outputs(ds, [("0", "quiet pond\nfrog leaps in\nsplash"), ("1", "* apple\n* pear\n* fig\nDone.")])
+    scored = score_outputs(
+        ds, [("0", "quiet pond\nfrog leaps in\nsplash"), ("1", "* apple\n* pear\n* fig\nDone.")]
+    )
     assert all(s.score.passed for s in scored)
     scored = score_outputs(ds, [("0", "Quiet pond, frog"), ("1", "* apple\n* pear\nDone.")])
     assert not any(s.score.passed for s in scored)

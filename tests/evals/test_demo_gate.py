@@ -15,12 +15,16 @@ from liftgate.stack import demo_models
 from tests.evals.conftest import Arm, make_experiment
 
 
-def test_the_demo_gate_blocks_the_demo_candidate_for_forgetting_code(engine: Engine, module_database_url: str) -> None:
+def test_the_demo_gate_blocks_the_demo_candidate_for_forgetting_code(
+    engine: Engine, module_database_url: str
+) -> None:
     fast = [SimulatorModel.from_mapping({**{f: getattr(m, f) for f in ("name", "seed", "skills")},
                                          "latency_ms": 5, "ttft_ms": 1}) for m in demo_models()]  # fmt: skip
     with SimulatorProcess(fast) as sim:
         url = sim.url + "/v1"
-        make_experiment(engine, [Arm("baseline", "baseline", url, True), Arm("candidate", "candidate", url)], "demo")
+        make_experiment(
+            engine, [Arm("baseline", "baseline", url, True), Arm("candidate", "candidate", url)], "demo"
+        )
         env = {**os.environ, "LIFTGATE_DATABASE_URL": module_database_url}
         res = subprocess.run([sys.executable, "-m", "liftgate.demo_gate"], env=env, capture_output=True, text=True,
                              timeout=300, check=False)  # fmt: skip

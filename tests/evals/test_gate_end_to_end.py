@@ -35,7 +35,9 @@ def jsonl(out: str) -> list[dict[str, Any]]:
 def test_the_gate_blocks_a_candidate_that_forgot_code_and_records_why(
     engine: Engine, simulator_url: str, module_database_url: str, tmp_path: Path
 ) -> None:
-    name = make_experiment(engine, [Arm("baseline", "base", simulator_url, True), Arm("candidate", "cand", simulator_url)])
+    name = make_experiment(
+        engine, [Arm("baseline", "base", simulator_url, True), Arm("candidate", "cand", simulator_url)]
+    )
     declaration = tmp_path / "gate.yaml"
     declaration.write_text(GATE_YAML)
     before = liftgate(module_database_url, "gate", name, "--declare", str(declaration), "--json")
@@ -78,7 +80,9 @@ def test_the_gate_blocks_a_candidate_that_forgot_code_and_records_why(
 def test_an_identical_candidate_passes_and_a_changed_candidate_needs_a_new_run(
     engine: Engine, simulator_url: str, module_database_url: str, tmp_path: Path
 ) -> None:
-    name = make_experiment(engine, [Arm("baseline", "base", simulator_url, True), Arm("copy", "base", simulator_url)])
+    name = make_experiment(
+        engine, [Arm("baseline", "base", simulator_url, True), Arm("copy", "base", simulator_url)]
+    )
     declaration = tmp_path / "gate.yaml"
     declaration.write_text(GATE_YAML)
     assert liftgate(module_database_url, "gate", name, "--declare", str(declaration)).returncode == 1
@@ -106,7 +110,9 @@ def test_gate_and_run_refuse_bad_input_with_exit_2(
     bad.write_text("offline_gate:\n  suites: []\n")
     res = liftgate(module_database_url, "gate", "whatever", "--declare", str(bad))
     assert res.returncode == 2 and "invalid offline_gate" in res.stderr
-    name = make_experiment(engine, [Arm("baseline", "base", simulator_url, True), Arm("c", "cand", simulator_url)])
+    name = make_experiment(
+        engine, [Arm("baseline", "base", simulator_url, True), Arm("c", "cand", simulator_url)]
+    )
     undeclared = liftgate(module_database_url, "gate", name)
     assert undeclared.returncode == 2 and "declares no offline_gate" in undeclared.stderr
     assert liftgate(module_database_url, "run", "no-such-suite", "--experiment", name).returncode == 2

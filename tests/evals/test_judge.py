@@ -47,7 +47,9 @@ async def _chat(request: web.Request) -> web.Response:
 
 async def _pooling(request: web.Request) -> web.Response:
     body = await request.json()
-    value: Any = {"rm-good": [0.1, 0.9], "rm-nan": [float("nan")], "rm-text": ["high"]}.get(body["model"], [-1.0])
+    value: Any = {"rm-good": [0.1, 0.9], "rm-nan": [float("nan")], "rm-text": ["high"]}.get(
+        body["model"], [-1.0]
+    )
     if body["model"] == "rm-nan":
         return web.Response(text='{"data": [{"data": [NaN]}]}', content_type="application/json")
     return web.json_response({"data": [{"data": value}]})
@@ -88,13 +90,17 @@ async def test_an_output_cannot_close_its_block_or_plant_a_grade(judge_url: tupl
 
 
 @pytest.mark.parametrize("model", ["garbage", "broken", "out-of-range"])
-async def test_unreadable_failed_or_out_of_range_judgements_fail(judge_url: tuple[str, list[Any]], model: str) -> None:
+async def test_unreadable_failed_or_out_of_range_judgements_fail(
+    judge_url: tuple[str, list[Any]], model: str
+) -> None:
     url, _ = judge_url
     async with aiohttp.ClientSession() as s:
         assert not (await judge_pointwise(s, Endpoint(url, model), SPEC, "q?", "a good answer")).passed
 
 
-async def test_pairwise_asks_both_orders_and_a_position_flip_is_a_tie(judge_url: tuple[str, list[Any]]) -> None:
+async def test_pairwise_asks_both_orders_and_a_position_flip_is_a_tie(
+    judge_url: tuple[str, list[Any]],
+) -> None:
     url, seen = judge_url
     async with aiohttp.ClientSession() as s:
         assert (await judge_pairwise(s, Endpoint(url, "first"), "q?", "x", "y"))[0] == "tie"

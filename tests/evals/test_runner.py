@@ -31,10 +31,14 @@ def run(engine: Engine, experiment: str, dataset: Dataset, **kw: object) -> list
 
 
 def test_every_variant_is_called_and_each_result_is_stored(engine: Engine, simulator_url: str) -> None:
-    name = make_experiment(engine, [Arm("baseline", "base", simulator_url, True), Arm("candidate", "cand", simulator_url)])
+    name = make_experiment(
+        engine, [Arm("baseline", "base", simulator_url, True), Arm("candidate", "cand", simulator_url)]
+    )
     summaries = run(engine, name, JSON_SUITE)
     assert [s.status for s in summaries] == ["completed", "completed"]
-    assert all(s.outputs == len(JSON_SUITE.items) and s.called == s.outputs and s.errors == 0 for s in summaries)
+    assert all(
+        s.outputs == len(JSON_SUITE.items) and s.called == s.outputs and s.errors == 0 for s in summaries
+    )
     with engine.connect() as conn:
         rows = conn.execute(text(
             "SELECT r.variant, count(*), count(*) FILTER (WHERE e.passed) FROM eval_results e"
@@ -122,11 +126,15 @@ def test_an_interrupted_run_resumes_where_it_stopped(
     assert summary["called"] == 60 - kept  # only what was missing was asked again
 
 
-def test_two_processes_never_work_on_the_same_run(engine: Engine, simulator_url: str, module_database_url: str) -> None:
+def test_two_processes_never_work_on_the_same_run(
+    engine: Engine, simulator_url: str, module_database_url: str
+) -> None:
     name = make_experiment(engine, [Arm("baseline", "slow", simulator_url, True)])
     first = _cli("run", "math", "--experiment", name, "--concurrency", "1", "--fresh", "--no-progress", "--json",
                  database_url=module_database_url)  # fmt: skip
-    query = text("SELECT count(*) FROM eval_runs r JOIN experiments x ON x.id = r.experiment_id WHERE x.name = :n")
+    query = text(
+        "SELECT count(*) FROM eval_runs r JOIN experiments x ON x.id = r.experiment_id WHERE x.name = :n"
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         with engine.connect() as conn:

@@ -354,7 +354,12 @@ def test_a_test_that_never_calls_the_candidate_does_not_pass() -> None:
 
 
 def test_exceptions_the_tests_expect_are_seen_as_that_builtin_type() -> None:
-    tests = [UnitTest("raises", "try:\n    candidate(-1, 0)\n    raise AssertionError('no error')\nexcept ValueError:\n    pass\n")]
+    tests = [
+        UnitTest(
+            "raises",
+            "try:\n    candidate(-1, 0)\n    raise AssertionError('no error')\nexcept ValueError:\n    pass\n",
+        )
+    ]
     ok = "def add(a, b):\n    if a < 0:\n        raise ValueError('negative')\n    return a + b\n"
     assert run_tests(ok, tests, entry_point="add", limits=FAST).passed
     fake = "class ValueError(Exception):\n    pass\ndef add(a, b):\n    raise ValueError('not the builtin one')\n"

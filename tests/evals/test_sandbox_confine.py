@@ -96,7 +96,9 @@ def _probe(port: int, namespaces: str) -> dict[str, Any]:
     return data
 
 
-def test_namespaces_cut_the_network_hide_the_filesystem_and_drop_root(listener: tuple[int, list[int]]) -> None:
+def test_namespaces_cut_the_network_hide_the_filesystem_and_drop_root(
+    listener: tuple[int, list[int]],
+) -> None:
     port, hits = listener
     out = _probe(port, "require")
     assert out["isolation"] == "namespaces"

@@ -83,7 +83,9 @@ def test_regex_fullmatch_refuses_listing_every_option() -> None:
 
 
 def test_regex_search_needs_one_distinct_match_and_respects_forbidden_patterns() -> None:
-    spec = RegexSpec(type="regex", pattern=r"\b[A-D]\b", mode="search", target="output", forbid=(r"(?i)\bor\b",))
+    spec = RegexSpec(
+        type="regex", pattern=r"\b[A-D]\b", mode="search", target="output", forbid=(r"(?i)\bor\b",)
+    )
     assert score_regex(spec, "I pick B because it is right.").passed
     assert not score_regex(spec, "B. Also possibly C.").passed
     assert not score_regex(spec, "B or B").passed
@@ -158,7 +160,9 @@ def test_placeholders_highlights_titles_and_bullets_must_hold_text() -> None:
     assert check("detectable_content:number_placeholders", "at [address] on [date]", num_placeholders=2)
     assert not check("detectable_content:number_placeholders", "[] [ ] [address]", num_placeholders=2)
     assert check("detectable_format:number_highlighted_sections", "*one* and *two*", num_highlights=2)
-    assert not check("detectable_format:number_highlighted_sections", "** and * * and *one*", num_highlights=2)
+    assert not check(
+        "detectable_format:number_highlighted_sections", "** and * * and *one*", num_highlights=2
+    )
     assert check("detectable_format:title", "<<A title>>\ntext")
     assert not check("detectable_format:title", "<<>>\n<< >>\ntext")
     assert check("detectable_format:number_bullet_lists", "* a\n* b", num_bullets=2)

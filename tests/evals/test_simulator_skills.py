@@ -15,11 +15,18 @@ from liftgate.simulator_model import ModelBehaviour, SimulatorModel, parse_skill
 def test_the_share_of_right_answers_follows_the_skill(category: str, suite: str, skill: float) -> None:
     behaviour = ModelBehaviour(SimulatorModel(name="m", skills=f"{category}:{skill}"))
     items = builtin_suite(suite)
-    outputs = ["".join(behaviour.eval_answer(b.item.prompt_text(), seed) or []) for b in items for seed in range(3)]
-    right = sum(o == b.item.reference for o, b in zip(outputs, [b for b in items for _ in range(3)], strict=True))
+    outputs = [
+        "".join(behaviour.eval_answer(b.item.prompt_text(), seed) or []) for b in items for seed in range(3)
+    ]
+    right = sum(
+        o == b.item.reference for o, b in zip(outputs, [b for b in items for _ in range(3)], strict=True)
+    )
     assert abs(right / len(outputs) - skill) < 0.12
     if category == "math":  # every answer is one the scorer can verify, right or wrong
-        verdicts = [score(b.item, o).passed for o, b in zip(outputs, [b for b in items for _ in range(3)], strict=True)]
+        verdicts = [
+            score(b.item, o).passed
+            for o, b in zip(outputs, [b for b in items for _ in range(3)], strict=True)
+        ]
         assert sum(verdicts) == right
 
 
