@@ -95,6 +95,21 @@ class CallError(RuntimeError):
     pass
 
 
+#: A reply larger than this is an error, not an answer: no scorer reads more than 100,000
+#: characters, and an upstream must not be able to exhaust the runner's memory.
+MAX_RESPONSE_BYTES = 16 * 1024 * 1024
+
+
+async def _read_capped(resp: aiohttp.ClientResponse) -> bytes:
+    chunks, size = [], 0
+    async for chunk in resp.content.iter_chunked(1 << 16):
+        size += len(chunk)
+        if size > MAX_RESPONSE_BYTES:
+            raise CallError(f"the reply is larger than {MAX_RESPONSE_BYTES >> 20} MiB")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 async def call_model(
     session: aiohttp.ClientSession, target: Target, params: GateParams, item: EvalItem, sample: int,
     retries: int, backoff_s: float,
@@ -115,7 +130,7 @@ async def call_model(
         try:
             async with session.post(url, data=orjson.dumps(body), headers={**headers, "Content-Type": "application/json"},
                                     timeout=timeout) as resp:  # fmt: skip
-                raw = await resp.read()
+                raw = await _read_capped(resp)
                 if resp.status in RETRY_STATUS:
                     last = f"HTTP {resp.status}"
                     continue

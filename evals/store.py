@@ -115,7 +115,11 @@ def experiment(conn: Connection, ref: str) -> ExperimentInfo:
 
 
 def save_dataset(conn: Connection, dataset: Dataset) -> int:
-    """Register (or refresh) a dataset by name; its items are replaced when it changed."""
+    """Register (or refresh) a dataset by name; its items are replaced when it changed.
+    Serialised per name (a transaction lock), so concurrent runs cannot both insert it."""
+    conn.execute(
+        text("SELECT pg_advisory_xact_lock(:k)"), {"k": advisory_key(sha256("dataset:" + dataset.name))}
+    )
     fingerprint = dataset.fingerprint()
     current = conn.execute(
         select(EvalDataset.id, EvalDataset.fingerprint).where(EvalDataset.name == dataset.name)
@@ -206,8 +210,20 @@ def cached_outputs(conn: Connection, keys: Sequence[str]) -> dict[str, CachedOut
     return out
 
 
+#: Stored outputs are cut here (one character past what any scorer reads, so a cached
+#: output that was too long stays too long).
+MAX_STORED_CHARS = 100_001
+
+
+def storable(text_: str | None) -> str | None:
+    """Text PostgreSQL accepts (no NUL) and of bounded size."""
+    if text_ is None:
+        return None
+    return text_[:MAX_STORED_CHARS].replace("\x00", "\ufffd")
+
+
 def write_cache(conn: Connection, rows: Iterable[dict[str, Any]]) -> None:
-    batch = list(rows)
+    batch = [{**r, "output": storable(r["output"]), "reason": storable(r["reason"])} for r in rows]
     if batch:
         stmt = insert(EvalOutputCache)
         conn.execute(stmt.on_conflict_do_update(index_elements=["key"], set_={
@@ -217,7 +233,8 @@ def write_cache(conn: Connection, rows: Iterable[dict[str, Any]]) -> None:
 
 def write_results(conn: Connection, run_id: int, rows: Iterable[ResultRow]) -> None:
     batch = [{"run_id": run_id, "item_id": r.item_id, "sample": r.sample, "category": r.category,
-              "output": r.output, "error": r.error, "passed": r.passed, "score": r.score, "reason": r.reason,
+              "output": storable(r.output), "error": storable(r.error), "passed": r.passed, "score": r.score,
+              "reason": storable(r.reason),
               "latency_ms": r.latency_ms, "cached": r.cached} for r in rows]  # fmt: skip
     if batch:
         stmt = insert(EvalResult)

@@ -4,11 +4,14 @@ failures, resume after an interrupted ``liftgate eval run``."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import http.server
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 from sqlalchemy import Engine, text
@@ -147,3 +150,53 @@ def test_two_processes_never_work_on_the_same_run(
     first.communicate(timeout=30)
     assert second.returncode == 2
     assert "another process is running this eval" in err
+
+
+class _Hostile(http.server.BaseHTTPRequestHandler):
+    """An upstream that answers with a NUL byte, 20 MB, or not JSON, by model name."""
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        model = body["model"]
+        if model == "huge":
+            payload = b'{"choices": [{"message": {"content": "' + b"x" * (20 << 20) + b'"}}]}'
+        elif model == "garbage":
+            payload = b"<html>oops</html>"
+        else:
+            payload = json.dumps({"choices": [{"message": {"content": "The answer is 5.\x00"}}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        with contextlib.suppress(OSError):
+            self.wfile.write(payload)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_nul_bytes_huge_and_malformed_replies_are_stored_or_refused_never_crash(engine: Engine) -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hostile)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    try:
+        name = make_experiment(engine, [Arm("nul", "nul", url, True), Arm("huge", "huge", url),
+                                        Arm("garbage", "garbage", url)])  # fmt: skip
+        small = Dataset("math-small", "test", MATH_SUITE.items[:2])
+        summaries = {s.variant: s for s in run(engine, name, small, retries=0)}
+    finally:
+        server.shutdown()
+        thread.join(timeout=5)
+    assert summaries["nul"].errors == 0 and summaries["nul"].outputs == 2
+    assert summaries["huge"].errors == 2 and summaries["garbage"].errors == 2
+    with engine.connect() as conn:
+        rows = dict(conn.execute(text("SELECT r.variant, e.output || coalesce(e.error, '') FROM eval_results e"
+                                      " JOIN eval_runs r ON r.id = e.run_id JOIN experiments x"
+                                      " ON x.id = r.experiment_id WHERE x.name = :n"), {"n": name}).all())  # fmt: skip
+        errors = dict(conn.execute(text("SELECT r.variant, e.error FROM eval_results e JOIN eval_runs r"
+                                        " ON r.id = e.run_id JOIN experiments x ON x.id = r.experiment_id"
+                                        " WHERE x.name = :n AND e.error IS NOT NULL"), {"n": name}).all())  # fmt: skip
+    assert rows["nul"] == "The answer is 5.\ufffd"
+    assert "larger than 16 MiB" in errors["huge"]
+    assert "not a chat completion" in errors["garbage"]
