@@ -191,10 +191,10 @@ def test_nul_bytes_huge_and_malformed_replies_are_stored_or_refused_never_crash(
     assert summaries["nul"].errors == 0 and summaries["nul"].outputs == 2
     assert summaries["huge"].errors == 2 and summaries["garbage"].errors == 2
     with engine.connect() as conn:
-        rows = dict(conn.execute(text("SELECT r.variant, e.output || coalesce(e.error, '') FROM eval_results e"
+        rows: dict[str, str] = dict(conn.execute(text("SELECT r.variant, e.output || coalesce(e.error, '') FROM eval_results e"
                                       " JOIN eval_runs r ON r.id = e.run_id JOIN experiments x"
                                       " ON x.id = r.experiment_id WHERE x.name = :n"), {"n": name}).all())  # fmt: skip
-        errors = dict(conn.execute(text("SELECT r.variant, e.error FROM eval_results e JOIN eval_runs r"
+        errors: dict[str, str] = dict(conn.execute(text("SELECT r.variant, e.error FROM eval_results e JOIN eval_runs r"
                                         " ON r.id = e.run_id JOIN experiments x ON x.id = r.experiment_id"
                                         " WHERE x.name = :n AND e.error IS NOT NULL"), {"n": name}).all())  # fmt: skip
     assert rows["nul"] == "The answer is 5.\ufffd"
