@@ -437,3 +437,148 @@ class MetricDefinition(Base):
 
 
 metadata = Base.metadata
+
+
+# ---------------------------------------------------------------- offline evaluation (evals/)
+
+
+class EvalDataset(Base):
+    """A dataset the offline evals ran on: a built-in suite or a user's file, by name."""
+
+    __tablename__ = "eval_datasets"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(256), unique=True)
+    source: Mapped[str] = mapped_column(Text)
+    fingerprint: Mapped[str] = mapped_column(String(64))
+    item_count: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = _created()
+    updated_at: Mapped[datetime] = _created()
+
+
+class EvalDatasetItem(Base):
+    """One item of a dataset as last loaded (the JSONL item format, see docs/evals.md)."""
+
+    __tablename__ = "eval_dataset_items"
+
+    dataset_id: Mapped[int] = mapped_column(
+        ForeignKey("eval_datasets.id", ondelete="CASCADE"), primary_key=True
+    )
+    item_id: Mapped[str] = mapped_column(String(256), primary_key=True)
+    category: Mapped[str] = mapped_column(String(64))
+    fingerprint: Mapped[str] = mapped_column(String(64))
+    item: Mapped[dict[str, Any]] = mapped_column(JSONB)
+
+
+class EvalRun(Base):
+    """One model (an experiment variant's upstream + model + sampling parameters) on one dataset.
+
+    ``fingerprint`` = SHA-256 of the canonical JSON of {upstream, base_url, model, params}
+    (docs/evals.md); ``run_key`` adds the dataset's fingerprint, the scorer version and the
+    number of samples, and identifies the run a rerun resumes or reuses.
+    """
+
+    __tablename__ = "eval_runs"
+    __table_args__ = (
+        CheckConstraint("status IN ('running', 'completed', 'interrupted', 'failed')", name="status"),
+        Index("ix_eval_runs_experiment_variant", "experiment_id", "variant", "started_at"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    run_key: Mapped[str] = mapped_column(String(64), index=True)
+    dataset_id: Mapped[int] = mapped_column(ForeignKey("eval_datasets.id", ondelete="CASCADE"))
+    dataset_fingerprint: Mapped[str] = mapped_column(String(64))
+    experiment_id: Mapped[int | None] = mapped_column(ForeignKey("experiments.id", ondelete="CASCADE"))
+    variant: Mapped[str | None] = mapped_column(String(64))
+    upstream: Mapped[str] = mapped_column(String(128))
+    base_url: Mapped[str] = mapped_column(String(1024))
+    model: Mapped[str] = mapped_column(String(256))
+    params: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    fingerprint: Mapped[str] = mapped_column(String(64), index=True)
+    samples: Mapped[int] = mapped_column(Integer, server_default="1")
+    status: Mapped[str] = mapped_column(String(16), server_default="running")
+    items: Mapped[int] = mapped_column(Integer, server_default="0")
+    summary: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default="{}")
+    started_at: Mapped[datetime] = _created()
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class EvalResult(Base):
+    """One scored output of a run (``error``: the call failed after its retries — never a pass)."""
+
+    __tablename__ = "eval_results"
+
+    run_id: Mapped[int] = mapped_column(ForeignKey("eval_runs.id", ondelete="CASCADE"), primary_key=True)
+    item_id: Mapped[str] = mapped_column(String(256), primary_key=True)
+    sample: Mapped[int] = mapped_column(Integer, primary_key=True)
+    category: Mapped[str] = mapped_column(String(64))
+    output: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(Text)
+    passed: Mapped[bool] = mapped_column(Boolean)
+    score: Mapped[float] = mapped_column(Double)
+    reason: Mapped[str] = mapped_column(Text)
+    latency_ms: Mapped[float | None] = mapped_column(Double)
+    cached: Mapped[bool] = mapped_column(Boolean, server_default="false")
+    created_at: Mapped[datetime] = _created()
+
+
+class EvalOutputCache(Base):
+    """Model outputs by SHA-256 of (base URL, model, item fingerprint, parameters, sample), with the
+    verifiable score of that output under ``scorer_version`` (None for judged items)."""
+
+    __tablename__ = "eval_output_cache"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    output: Mapped[str] = mapped_column(Text)
+    finish_reason: Mapped[str | None] = mapped_column(String(32))
+    latency_ms: Mapped[float | None] = mapped_column(Double)
+    scorer_version: Mapped[str | None] = mapped_column(String(16))
+    passed: Mapped[bool | None] = mapped_column(Boolean)
+    score: Mapped[float | None] = mapped_column(Double)
+    reason: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = _created()
+
+
+class OfflineGateDeclaration(Base):
+    """An experiment's ``offline_gate``: suites, margins, required improvements, minimum pass
+    rates (validated by ``evals.gate.OfflineGate``). The rollout controller reads it."""
+
+    __tablename__ = "offline_gates"
+
+    experiment_id: Mapped[int] = mapped_column(
+        ForeignKey("experiments.id", ondelete="CASCADE"), primary_key=True
+    )
+    declaration: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    updated_by: Mapped[str] = mapped_column(String(128))
+    updated_at: Mapped[datetime] = _created()
+
+
+class GateDecision(Base):
+    """The offline gate's decision for one candidate variant, with its per-category evidence.
+
+    ``candidate_fingerprint`` is the candidate's eval-run fingerprint (upstream + base URL +
+    model + parameters): a passing decision vouches for exactly that candidate.
+    """
+
+    __tablename__ = "gate_decisions"
+    __table_args__ = (
+        Index("ix_gate_decisions_experiment_variant", "experiment_id", "variant", "created_at"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id", ondelete="CASCADE"))
+    variant: Mapped[str] = mapped_column(String(64))
+    baseline_variant: Mapped[str] = mapped_column(String(64))
+    candidate_fingerprint: Mapped[str] = mapped_column(String(64), index=True)
+    baseline_fingerprint: Mapped[str] = mapped_column(String(64))
+    upstream: Mapped[str] = mapped_column(String(128))
+    model: Mapped[str] = mapped_column(String(256))
+    params: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    passed: Mapped[bool] = mapped_column(Boolean)
+    verdict: Mapped[str] = mapped_column(String(32))
+    reasons: Mapped[list[Any]] = mapped_column(JSONB, server_default="[]")
+    suites: Mapped[list[Any]] = mapped_column(JSONB, server_default="[]")
+    evidence: Mapped[list[Any]] = mapped_column(JSONB, server_default="[]")
+    declaration: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    actor: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[datetime] = _created()

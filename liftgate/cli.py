@@ -33,6 +33,9 @@ app.command("report")(cli_report.report)
 from liftgate import cli_rollout  # noqa: E402
 
 app.add_typer(cli_rollout.app, name="rollout")
+from liftgate import cli_eval  # noqa: E402
+
+app.add_typer(cli_eval.app, name="eval")
 
 
 def main() -> None:

@@ -107,6 +107,8 @@ async def _completion(request: web.Request, chat: bool) -> web.StreamResponse:
         return error_response(504, "simulated hang ended", "TimeoutError")
     prompt = _prompt_text(body, chat)
     tokens, finish = behaviour.completion(prompt.encode(), _max_tokens(body))
+    if (answer := behaviour.eval_answer(prompt, body.get("seed"))) is not None:
+        tokens, finish = answer, "stop"
     draw = behaviour.draw()
     usage = {
         "prompt_tokens": count_prompt_tokens(prompt),
@@ -308,7 +310,8 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         metavar="SPEC",
         help="name=NAME[,latency_ms=..,latency_sd=..,ttft_ms=..,ttft_sd=..,tokens=..,tokens_sd=..,"
-        "error_rate=..,hang=true,quality=..,seed=..,chunk_tokens=..]; repeat for several models",
+        "error_rate=..,hang=true,quality=..,seed=..,chunk_tokens=..,skills=math:0.9/code:0.5]; "
+        "repeat for several models",
     )
     parser.add_argument("--config", type=Path, help="JSON or YAML file with the models")
     parser.add_argument("--seed", type=int, help="default seed for models that set none")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import math
 import random
+import re
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -108,7 +109,10 @@ class SimulatorModel:
     (HTTP 500, or an error frame mid-stream for ``midstream_error_share`` of streamed
     failures). ``hang`` makes every request wait ``hang_s`` without answering. ``quality``
     (0..1) is only reported (``X-Sim-Quality`` header, ``sim_quality`` body field) for
-    simulated users to draw feedback from.
+    simulated users to draw feedback from. ``skills`` ("math:0.9/code:0.5", categories of
+    the built-in eval suites) makes the model answer those suites' prompts: correctly with
+    that probability (the item's reference), else with one of its known-wrong outputs —
+    a pure function of (seed, name, prompt, request seed), like the text.
     """
 
     name: str
@@ -127,6 +131,7 @@ class SimulatorModel:
     chunk_tokens: int = 4
     embedding_dim: int = 64
     max_model_len: int = 8192
+    skills: str = ""
 
     def __post_init__(self) -> None:
         if not self.name or "," in self.name or "=" in self.name:
@@ -139,6 +144,7 @@ class SimulatorModel:
                 raise ValueError(f"{attr} must be within [0, 1]")
         if self.chunk_tokens < 1 or self.embedding_dim < 1:
             raise ValueError("chunk_tokens and embedding_dim must be >= 1")
+        parse_skills(self.skills)
 
     @classmethod
     def from_mapping(cls, data: dict[str, Any]) -> SimulatorModel:
@@ -182,6 +188,21 @@ class SimulatorModel:
         return ",".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self))
 
 
+def parse_skills(text: str) -> dict[str, float]:
+    """``"math:0.9/code:0.5"`` -> {"math": 0.9, "code": 0.5} (probabilities of a right answer)."""
+    skills: dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in text.split("/"))):
+        category, sep, value = part.partition(":")
+        try:
+            p = float(value)
+        except ValueError:
+            p = -1.0
+        if not sep or not category or not 0.0 <= p <= 1.0:
+            raise ValueError(f"skills: expected CATEGORY:P with P in [0, 1], got {part!r}")
+        skills[category] = p
+    return skills
+
+
 def _lognormal(rng: random.Random, mean: float, sd: float) -> float:
     """A lognormal draw with the given mean and standard deviation (not log-space ones)."""
     if mean <= 0:
@@ -213,6 +234,8 @@ class ModelBehaviour:
         # Doubled, so any answer is one slice (no per-word indexing on the request path).
         self._tokens = corpus + corpus
         self._salt = f"{model.seed}:{model.name}:".encode()
+        self._skills = parse_skills(model.skills)
+        self._answers: dict[str, Any] | None = None
 
     def draw(self) -> Draw:
         m, rng = self.model, self._rng
@@ -237,6 +260,25 @@ class ModelBehaviour:
         tokens = self._tokens[start : start + min(wanted, _CORPUS_LEN)]
         tokens[0] = tokens[0][1:]  # no leading space before the first word
         return tokens, finish
+
+    def eval_answer(self, prompt: str, request_seed: object = None) -> list[str] | None:
+        """The answer tokens for a built-in eval prompt of a category with a skill, else None."""
+        if not self._skills:
+            return None
+        if self._answers is None:
+            from evals.datasets.builtin import builtin_suite  # the composition root may import evals
+
+            self._answers = {b.item.prompt_text(): b for b in builtin_suite("demo")}
+        found = self._answers.get(prompt)
+        skill = self._skills.get(found.item.category) if found is not None else None
+        if found is None or skill is None:
+            return None
+        digest = self._digest(f"eval:{request_seed}:{prompt}".encode())
+        if (digest % 1_000_000) / 1_000_000 < skill:
+            text = str(found.item.reference)
+        else:
+            text = found.wrong[(digest // 1_000_000) % len(found.wrong)]
+        return re.findall(r"\s*\S+|\s+", text)
 
     def embedding(self, text: bytes) -> list[float]:
         """A unit-length vector that depends only on (seed, model, text)."""

@@ -204,19 +204,30 @@ def _child_env(extra: dict[str, str]) -> dict[str, str]:
     return env
 
 
+#: Probability of a right answer per built-in eval category (see ``SimulatorModel.skills``).
+DEMO_SKILLS = {
+    "baseline": "math:0.65/code:0.85/json:0.85/instruction_following:0.80",
+    "candidate": "math:0.90/code:0.45/json:0.85/instruction_following:0.80",
+}
+
+
 def demo_models() -> tuple[SimulatorModel, SimulatorModel]:
     """Baseline and candidate that differ in known ways (what the demo should reveal).
 
     Candidate: 20% more verbose (tokens 144 vs 120), ~15% slower, and a higher quality
     (0.66 vs 0.60), which simulated users turn into more thumbs-up and fewer regenerations.
+    On the built-in eval suites it is better at math (90% vs 65%) and worse at code (45% vs
+    85%): the offline gate blocks it for forgetting code.
     """
     baseline = SimulatorModel(
         name="baseline", latency_ms=300, latency_sd=80, ttft_ms=60, ttft_sd=15,
         tokens=120, tokens_sd=30, error_rate=0.005, quality=0.60, seed=1,
+        skills=DEMO_SKILLS["baseline"],
     )  # fmt: skip
     candidate = SimulatorModel(
         name="candidate", latency_ms=345, latency_sd=90, ttft_ms=70, ttft_sd=18,
         tokens=144, tokens_sd=36, error_rate=0.005, quality=0.66, seed=2,
+        skills=DEMO_SKILLS["candidate"],
     )  # fmt: skip
     return baseline, candidate
 
@@ -369,5 +380,16 @@ def start_traffic(
     for route in routes:
         argv += ["--route", route]
     child = Child("traffic", argv, _child_env({}), opts.state_dir / "logs" / "traffic.log")
+    stack.supervisor.start(child)
+    return child
+
+
+def start_offline_gate(stack: RunningStack) -> Child:
+    """The demo's offline gate (``liftgate.demo_gate``) as a one-shot child: runs the built-in
+    suites against both demo variants and records the gate decision."""
+    env = _child_env({"LIFTGATE_DATABASE_URL": stack.database_url})
+    child = Child(
+        "offline-gate", _py("liftgate.demo_gate"), env, stack.options.state_dir / "logs" / "offline-gate.log"
+    )
     stack.supervisor.start(child)
     return child

@@ -108,7 +108,14 @@ def up(
     from liftgate.admin_client import AdminClient, AdminError
     from liftgate.cli_experiments import load_experiment_file
     from liftgate.procs import StartupError
-    from liftgate.stack import StackOptions, UpstreamSpec, sign_in_url, start_stack, start_traffic
+    from liftgate.stack import (
+        StackOptions,
+        UpstreamSpec,
+        sign_in_url,
+        start_offline_gate,
+        start_stack,
+        start_traffic,
+    )
 
     # No secret in this process's logs: tokens are added once the stack has them.
     redaction.install(database_url=database_url)
@@ -151,6 +158,8 @@ def up(
             )
         if not demo.wait_for_routes(stack.gateway_url, client, routes):
             console.print(f"[yellow]warning:[/yellow] the gateway does not serve all of {routes} yet")
+        if opts.simulator:
+            start_offline_gate(stack)
         if traffic:
             start_traffic(stack, users=users, rate=rate, routes=routes, duration_s=traffic_duration)
         stack.write_run_file()
@@ -170,6 +179,13 @@ def up(
     raise typer.Exit(code)
 
 
+#: Children that may finish on their own (exit 0) without stopping the stack.
+ONE_SHOT = {
+    "traffic": "simulated traffic finished",
+    "offline-gate": "offline gate decided for the demo candidate (liftgate eval show demo)",
+}
+
+
 def _watch(stack: RunningStack) -> int:
     """Run until interrupted; a service that dies stops the stack (the traffic child may finish)."""
     while True:
@@ -177,8 +193,8 @@ def _watch(stack: RunningStack) -> int:
         dead = stack.supervisor.first_dead()
         if dead is None:
             continue
-        if dead.name == "traffic" and dead.proc is not None and dead.proc.returncode == 0:
-            console.print("simulated traffic finished; the platform keeps running (Ctrl-C stops it)")
+        if dead.name in ONE_SHOT and dead.proc is not None and dead.proc.returncode == 0:
+            console.print(f"{ONE_SHOT[dead.name]}; the platform keeps running (Ctrl-C stops it)")
             stack.supervisor.children.remove(dead)
             dead.stop()
             continue
@@ -206,6 +222,7 @@ def _banner(stack: RunningStack, routes: list[str], traffic: bool, sign_in: str)
         f"  logs                  {o.state_dir / 'logs'}",
         "",
         "  try:  liftgate report demo",
+        "        liftgate eval show demo      (offline gate: built-in suites, baseline vs candidate)",
         f"        curl {gw}/v1/chat/completions -H 'X-Liftgate-Unit: me' -H 'Content-Type: application/json' \\",
         f"             -d '{{\"model\": \"{routes[0] if routes else 'assistant'}\", \"messages\": [{{\"role\": \"user\", \"content\": \"hi\"}}]}}'",
         "  simulated users: " + ("running" if traffic else "off (add --traffic)"),
