@@ -36,6 +36,8 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 _SAFE_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
 _CONTROL: Final = re.compile(r"[\x00-\x1f\x7f]")
 _OPEN_POSTS: Final = frozenset({LOGIN_PATH, "/dashboard/logout"})
+#: POSTs that change nothing (a question with a body): a read credential suffices.
+_READ_POSTS: Final = frozenset({"/api/rollout-plans/check"})
 
 
 class RequestGuard:
@@ -66,6 +68,8 @@ class RequestGuard:
                 return 400, "invalid Content-Length", {}
             if int(length) > self.max_body:
                 return 413, f"request body larger than {self.max_body} bytes", {}
+        if scope["method"] == "POST" and path in _READ_POSTS:
+            return self._read_refusal(headers)
         if scope["method"] not in _SAFE_METHODS and path not in _OPEN_POSTS:
             token = headers.get("authorization", "")
             scheme, _, value = token.partition(" ")
@@ -73,6 +77,19 @@ class RequestGuard:
                 return 401, "admin token required", {"www-authenticate": "Bearer"}
             if self.access.role_of(value.strip()) != "admin":
                 return 403, "invalid admin token", {}
+        return None
+
+    def _read_refusal(self, headers: Headers) -> tuple[int, str, dict[str, str]] | None:
+        """A read-only POST: any valid token (or none in ``open`` mode) before its body is read;
+        the route's own read dependency also applies (e.g. a dashboard session)."""
+        token = headers.get("authorization")
+        if token is None:
+            return None  # the route's read dependency decides (session cookie or open mode)
+        scheme, _, value = token.partition(" ")
+        if scheme.lower() != "bearer" or not value.strip():
+            return 401, "expected 'Authorization: Bearer <token>'", {"www-authenticate": "Bearer"}
+        if self.access.role_of(value.strip()) is None:
+            return 403, "invalid token", {}
         return None
 
     async def _guarded(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -128,6 +128,17 @@ def test_every_read_needs_a_read_credential_and_health_and_metrics_stay_open(
     assert call(url, "GET", "/metrics")[0] == 200
 
 
+def test_a_read_only_post_needs_a_read_credential_not_the_admin_token(url: str) -> None:
+    # the rollout plan check takes a body but changes nothing: a reader may ask it
+    body = {"plan": {"stages": [10, 50, 100]}}
+    assert call(url, "POST", "/api/rollout-plans/check", body=body)[0] == 401
+    assert call(url, "POST", "/api/rollout-plans/check", "wrong-" + secrets.token_hex(8), body)[0] == 403
+    status, _, raw = call(url, "POST", "/api/rollout-plans/check", READ, body)
+    assert status == 200 and orjson.loads(raw)["promotion_percent"] == 50
+    # any other POST still needs the admin token, before its body is read
+    assert call(url, "POST", "/api/metrics", READ, {"name": "x"})[0] == 403
+
+
 def test_fresh_reports_are_for_admins_and_rate_limited_per_experiment(
     url: str, experiment: dict[str, Any]
 ) -> None:

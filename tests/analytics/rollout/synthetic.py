@@ -36,11 +36,14 @@ FAST_PLAN: dict[str, Any] = {
 
 
 def create_rollout(
-    engine: Engine, plan: dict[str, Any] | None, *, status: str = "running"
+    engine: Engine, plan: dict[str, Any] | None, *, status: str = "running", salt: str | None = None
 ) -> tuple[int, str, str]:
-    """A rollout experiment (control 100 / candidate 0), committed; returns (id, name, salt)."""
+    """A rollout experiment (control 100 / candidate 0), committed; returns (id, name, salt).
+
+    Pass ``salt`` for a run that repeats exactly: the salt decides every unit's arm, so a
+    random one makes a test's outcome (e.g. an SRM flag at p < 0.001) differ between runs."""
     tag = secrets.token_hex(4)
-    name, salt = f"rollout-{tag}", f"salt-{tag}"
+    name, salt = f"rollout-{tag}", salt or f"salt-{tag}"
     with engine.begin() as conn:
         up = conn.execute(
             text("INSERT INTO upstreams (name, base_url) VALUES (:n, 'http://127.0.0.1:9') RETURNING id"),
