@@ -180,3 +180,51 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             "secrets found in logs:\n  " + "\n  ".join(_secret_leaks), red=True
         )
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+# What `make check` leaves out. A test is marked ``services`` when it reaches PostgreSQL, Kafka
+# or a started process through a fixture (directly or through another fixture), or lives in a
+# folder whose tests start servers themselves; the rest is pure logic and runs in seconds.
+SERVICE_FIXTURES = frozenset(
+    {
+        "pg_admin_url",
+        "database_url",
+        "module_database_url",
+        "engine",
+        "db",
+        "kafka_bootstrap",
+        "simulator",
+        "simulator_url",
+        "analytics_url",
+        "browser",
+        "stack",
+    }
+)
+SERVICE_FOLDERS = ("scenarios", "dashboards", "gateway", "liftgate", "scripts")
+# Modules whose tests start processes without a fixture (sandboxed scorers, the CLI, a fresh
+# interpreter per module).
+SERVICE_MODULES = frozenset(
+    {
+        "evals/test_builtin_suites.py",
+        "evals/test_cli_score.py",
+        "evals/test_demo_gate.py",
+        "evals/test_gate_end_to_end.py",
+        "evals/test_runner.py",
+        "evals/test_sandbox_attacks.py",
+        "evals/test_sandbox_confine.py",
+        "contracts/test_redaction.py",
+        "test_logs_hold_no_secrets.py",
+    }
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tests_root = Path(__file__).resolve().parent
+    for item in items:
+        where = Path(str(item.path)).resolve().relative_to(tests_root)
+        if (
+            where.parts[0] in SERVICE_FOLDERS
+            or where.as_posix() in SERVICE_MODULES
+            or SERVICE_FIXTURES & set(getattr(item, "fixturenames", ()))
+        ):
+            item.add_marker(pytest.mark.services)

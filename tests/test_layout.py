@@ -20,6 +20,8 @@ import textwrap
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("contracts", "gateway", "analytics", "evals", "liftgate")
 # The code sandbox's programs run in their own interpreter (python -I -S) with their folder
@@ -243,6 +245,7 @@ print("FAILED:" + ",".join(failed))
 """
 
 
+@pytest.mark.services  # a process per module: CI, not the fast loop
 def test_every_module_imports_in_an_interpreter_where_nothing_of_the_project_was_imported_first() -> None:
     names = [m for m in product_modules() if m not in SANDBOX_SCRIPTS]
     proc = subprocess.run(
