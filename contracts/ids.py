@@ -1,7 +1,7 @@
 """Cheap unique ids for the hot path: request ids and UUIDv7 event ids.
 
-``os.urandom`` is a syscall (~1–10 µs on a busy VM) and ``uuid6.uuid7()`` costs ~20 µs in
-pure Python; a request needs three random ids. Both draw here from a buffer of
+``os.urandom`` is a syscall and ``uuid6.uuid7()`` is pure Python, each costing a visible
+share of a request's CPU; a request needs three random ids. Both draw here from a buffer of
 ``os.urandom`` bytes refilled every 8 KiB, so ids stay unpredictable (request ids gate
 feedback attribution, so a PRNG that can be reconstructed from observed ids is not used).
 """

@@ -2,7 +2,7 @@
  * analytics.ingest._kafkarec — the records of one Kafka v2 record batch, parsed in C.
  *
  * analytics.ingest.kafka_records replaced kafka-python's per-record parsing with a flat Python
- * loop (~1.7 µs per record here, still the largest part of the consumer's Kafka cost);
+ * loop (still the largest part of the consumer's Kafka cost, bench/ingest/README.md);
  * this is the same loop in C:
  *
  *   records_v2(buf, pos, count, base_offset, first_ts, max_ts, ts_type, topic, partition,

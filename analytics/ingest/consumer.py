@@ -58,9 +58,9 @@ class ConsumerSettings(BaseSettings):
     feedback_topic: str = FEEDBACK_TOPIC
     # Records per poll = per transaction when lagging (a quiet stream gives small batches
     # every poll). The rollup upserts of a batch collapse a unit's repeated events and the
-    # fixed cost per transaction is spread: 50,000 measured ~15% faster than 20,000 here
-    # (bench/ingest, session 5; peak RSS ~600 MiB per process instead of ~230). A poll
-    # returns at most what the fetches hold: see consumer_max_partition_fetch_bytes.
+    # fixed cost per transaction is spread: 50,000 ingests faster than 20,000 at about 2.5x
+    # the peak memory per process (bench/ingest/README.md). A poll returns at most what the
+    # fetches hold: see consumer_max_partition_fetch_bytes.
     consumer_max_records: int = Field(default=50_000, ge=1, le=200_000)
     consumer_poll_ms: int = Field(default=200, ge=1, le=60_000)
     consumer_max_backoff_s: float = Field(default=10.0, gt=0, le=300)
@@ -79,15 +79,14 @@ class ConsumerSettings(BaseSettings):
     consumer_threads: int = Field(default=1, ge=1, le=16)
     consumer_session_timeout_ms: int = Field(default=10_000, ge=6_000, le=300_000)
     consumer_metrics_port: int = Field(default=0, ge=0, le=65535)  # 0: no own /metrics server
-    # Fetch tuning: kafka-python parses records in Python (~7-10 us each here), so fewer,
-    # larger fetches matter; fetch_max_wait_ms bounds the latency a small fetch adds.
+    # Fetch tuning: kafka-python parses records in Python, so fewer, larger fetches matter; fetch_max_wait_ms bounds the latency a small fetch adds.
     consumer_fetch_min_bytes: int = Field(default=256 * 1024, ge=1)
     consumer_fetch_max_wait_ms: int = Field(default=100, ge=0, le=10_000)
     # At most this much per partition per fetch: with 4 MiB (~5,700 events of ~700 bytes) a
     # member of 3 partitions never polled more than ~17,000 records, whatever max_records.
     consumer_max_partition_fetch_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
-    # analytics.ingest.kafka_records: a flat per-record loop instead of kafka-python's (~1.5x
-    # the poll rate measured here); False keeps kafka-python's own parser.
+    # analytics.ingest.kafka_records: a flat per-record loop instead of kafka-python's (a
+    # higher poll rate, bench/ingest/README.md); False keeps kafka-python's own parser.
     consumer_fast_parse: bool = True
     # How often the client refreshes topic metadata (kafka-python's default is 5 min): a
     # group that formed before its topics were visible, or topics that gained partitions,
@@ -106,10 +105,10 @@ class ConsumerSettings(BaseSettings):
     consumer_stop_grace_s: float = Field(default=15.0, gt=0)
     # The cyclic GC's first-generation threshold while consuming (CPython's default: 700
     # allocations). A batch allocates ~10 container objects per event, hardly any in cycles,
-    # so the default runs hundreds of young collections per batch that free ~nothing: measured
-    # 20,000 → consumer CPU per event 23.8 → 20.1 and 21.8 → 19.5 µs (bench/ingest). Batches
-    # of 50,000 keep more alive, whose promotions trigger full collections: 1,000,000 →
-    # 27.7 → 16.5 µs per event (1M-event runs, session 5). 0 keeps the interpreter's setting.
+    # so the default runs hundreds of young collections per batch that free ~nothing, and
+    # batches of 50,000 keep enough alive that promotions trigger full collections; a high
+    # threshold cuts the consumer's CPU per event (bench/ingest/README.md). 0 keeps the
+    # interpreter's setting.
     # Process-wide; a lower threshold set elsewhere is raised.
     consumer_gc_gen0: int = Field(default=1_000_000, ge=0)
 

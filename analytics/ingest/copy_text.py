@@ -8,7 +8,7 @@ multi-insert path and writes every row twice. Instead:
    uncommitted insert) raises ``UniqueViolation`` from the primary key: the caller rolls
    back to its savepoint and redoes the batch on the ``ON CONFLICT`` path, so every
    event is still stored and counted exactly once. Redeliveries are rare, so no
-   existence probe is paid on every batch (measured: 10–50 ms per 5,000 events);
+   existence probe is paid on every batch (it costs more than the COPY it guards);
 3. the counted rows, narrowed to the columns the rollups read, are COPYed into the
    session temp table ``lg_fold`` (no WAL, no index); one statement aggregates the rollup
    and histogram deltas from it in SQL (Python formats no sums, the consumer's GIL being
@@ -351,7 +351,7 @@ def render_c(
     """The COPY text of ``interactions`` and ``lg_fold`` rows of the batch, rendered in C.
 
     The same bytes as the Python loop of ``insert_interactions`` writes through psycopg
-    (~0.5 against ~5 µs per event here); None when the extension is not built or switched
+    (about a tenth of its CPU, bench/ingest/README.md); None when the extension is not built or switched
     off, or when a value is outside its common case (the Python loop then decides).
     """
     if _copyfmt is None or not USE_C_RENDERER:

@@ -2,8 +2,7 @@
 
 kafka-python parses every record of a fetched batch in pure Python through several
 layers (``DefaultRecordBatch._read_msg`` → ``DefaultRecord`` → properties →
-``ConsumerRecord``): ~25 µs per record on this project's 2-core reference machine, the
-largest single cost of the analytics consumer (bench/ingest/README.md). This module
+``ConsumerRecord``), the largest single cost of the analytics consumer (bench/ingest/README.md). This module
 replaces only the per-record loop of ``Fetcher.PartitionRecords._unpack_records`` with a
 flat loop over the (decompressed) batch buffer that decodes the record fields with the
 one-byte varint case inlined and yields the same ``ConsumerRecord`` tuples — in C
