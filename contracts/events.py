@@ -21,9 +21,9 @@ from typing import Annotated, Any, Final, Literal, Union, get_args, get_origin, 
 
 import msgspec
 import orjson
-import uuid6
 from sqlalchemy import String
 
+from contracts.ids import uuid7
 from contracts.tables import Feedback, Interaction
 
 SCHEMA_VERSION: Final = 1
@@ -74,8 +74,8 @@ class DecodeError(ValueError):
 
 
 def new_event_id() -> str:
-    """A time-ordered UUID (v7): unique, and sorts by creation time."""
-    return str(uuid6.uuid7())
+    """A time-ordered UUID (v7): unique, and sorts by creation time (to the millisecond)."""
+    return uuid7()
 
 
 def now() -> float:

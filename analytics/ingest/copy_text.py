@@ -40,10 +40,6 @@ try:  # the batch's COPY text rendered in C; built by `pip install` (setup.py)
 except ImportError:  # no C compiler at install time: the same rows rendered in Python
     _copyfmt = None  # type: ignore[assignment]
 
-#: Whether ``insert_interactions`` renders with ``analytics.ingest._copyfmt`` when it is built
-#: (tests switch it off to compare both renderers).
-USE_C_RENDERER = True
-
 # COLLATE "C": the batch's keys are sorted and grouped byte-wise (the database's default
 # collation may be a libc locale, whose strcoll comparisons cost more than the sort).
 TEMP_TABLES: Final = """
@@ -351,10 +347,10 @@ def render_c(
     """The COPY text of ``interactions`` and ``lg_fold`` rows of the batch, rendered in C.
 
     The same bytes as the Python loop of ``insert_interactions`` writes through psycopg
-    (about a tenth of its CPU, bench/ingest/README.md); None when the extension is not built or switched
-    off, or when a value is outside its common case (the Python loop then decides).
+    (about a tenth of its CPU, bench/ingest/README.md); None when the extension is not built,
+    or when a value is outside its common case (the Python loop then decides).
     """
-    if _copyfmt is None or not USE_C_RENDERER:
+    if _copyfmt is None:
         return None
     flags = bytes(
         [
@@ -368,8 +364,13 @@ def render_c(
         return None
 
 
-def insert_interactions(pg: psycopg.Connection[Any], events: Sequence[InteractionEvent]) -> Inserted:
+def insert_interactions(
+    pg: psycopg.Connection[Any], events: Sequence[InteractionEvent], *, c_renderer: bool = True
+) -> Inserted:
     """COPY the batch's interactions and fold them into the rollups (caller's transaction).
+
+    ``c_renderer``: render the COPY text with ``analytics.ingest._copyfmt`` when it is built
+    (False: the Python loop, which writes the same bytes; tests and benchmarks compare both).
 
     Duplicates within the batch are dropped here; one already stored makes the COPY fail
     with ``psycopg.errors.UniqueViolation`` (a redelivery, or a concurrent transaction
@@ -393,7 +394,7 @@ def insert_interactions(pg: psycopg.Connection[Any], events: Sequence[Interactio
     counted = [e for e in new if _counted(e)]
     counted_ids = {id(e) for e in counted}
     firsts = _first_turns(pg, counted)
-    rendered = render_c(new, counted_ids, firsts)
+    rendered = render_c(new, counted_ids, firsts) if c_renderer else None
     fold_rows: list[tuple[Any, ...]] = []
     fold_text = b""
     with pg.cursor() as cur:

@@ -38,7 +38,7 @@ from starlette.requests import ClientDisconnect
 from analytics.report.assembly import ReportOptions
 from analytics.report.snapshots import Snapshotter
 from analytics.rollout import view
-from analytics.rollout.settings import RolloutSettings, make_controller
+from analytics.rollout.settings import make_controller
 from analytics.service import api, login, rollout_api
 from analytics.service.access import Access, require_read, require_read_page
 from analytics.service.context import BackgroundWorker, ServiceContext, WorkerFactory
@@ -83,7 +83,7 @@ def consumer_worker(ctx: ServiceContext) -> BackgroundWorker | None:
 
 def controller_worker(ctx: ServiceContext) -> BackgroundWorker | None:
     """The rollout controller (``python -m analytics.rollout`` runs it alone)."""
-    settings = RolloutSettings(database_url=ctx.settings.database_url)
+    settings = ctx.settings.rollout
     if not settings.rollout_controller:
         return None
     controller = make_controller(ctx.engine, settings, ctx.metrics.registry)

@@ -7,6 +7,8 @@ from typing import Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from analytics.rollout.settings import RolloutSettings
+
 _WEAK_TOKENS = frozenset({"changeme", "change-me", "admin", "secret", "token", "password", "liftgate"})
 MIN_TOKEN_LENGTH = 16
 
@@ -58,6 +60,9 @@ class AnalyticsSettings(BaseSettings):
     # same variable): a rollout report's live look measures exactly as the controller does.
     rollout_srm_grace_s: float = Field(default=2.0, ge=0, le=600)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # The rollout controller run as one of the service's workers (``LIFTGATE_ROLLOUT_*``): read
+    # from the environment with everything else when the entry point builds these settings.
+    rollout: RolloutSettings = Field(default_factory=RolloutSettings)
 
     @field_validator("read_token", mode="before")
     @classmethod
