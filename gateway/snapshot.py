@@ -102,7 +102,10 @@ def build_route(exp: ExperimentConfig) -> RouteConfig:
     # passed) serves only its control, whatever weights it was created with.
     unstarted = exp.mode == "rollout" and exp.rollout_stage is None
     layout = layout_from_weights(
-        [(v.name, (1.0 if v.is_control else 0.0) if unstarted else v.weight, v.is_control) for v in exp.variants]
+        [
+            (v.name, (1.0 if v.is_control else 0.0) if unstarted else v.weight, v.is_control)
+            for v in exp.variants
+        ]
     )
     return RouteConfig(
         route=exp.route,

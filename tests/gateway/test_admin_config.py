@@ -266,7 +266,7 @@ def test_an_ab_experiment_with_a_declared_offline_gate_starts_only_once_the_gate
                 "fb": candidate_fingerprint("up-gated-ab", simulator, "base", params),
                 "p": orjson.dumps(params).decode(),
                 "d": orjson.dumps(declaration).decode(),
-            },  # fmt: skip
+            },
         )
     r = admin(url, "POST", "/experiments/gated-ab/start")
     assert r.status_code == 200, r.text
