@@ -387,6 +387,7 @@ def test_a_gateway_sigkilled_during_a_broker_outage_loses_at_most_100_ms_of_even
     # depends on how long a restart takes), and at most 1% more.
     unexplained_failures = failures_while_up(traffic.failures, downtimes)
     record_property("failures_during_restarts", len(traffic.failures) - len(unexplained_failures))
+    record_property("failures_while_up", len(unexplained_failures))
     assert len(unexplained_failures) <= len(answered) // 100, Counter(f.what for f in unexplained_failures)
     spooled_by_killed = [
         r
