@@ -21,9 +21,9 @@ from datetime import UTC, datetime
 import psycopg
 from sqlalchemy import Connection, Engine
 
-from analytics.aggregate import unit_counts, variant_stats
-from analytics.metrics import Metric
-from analytics.report import resolve_metrics
+from analytics.report.aggregate import unit_counts, variant_stats
+from analytics.report.assembly import resolve_metrics
+from analytics.report.catalogue import Metric
 from analytics.rollout import store
 from analytics.rollout.check import check_plan, guardrails_of, plan_metric_names
 from analytics.rollout.decisions import Decision, Look, decide
