@@ -174,7 +174,7 @@ def create_app(
     workers: Sequence[WorkerFactory] | None = None,
     metrics: ServiceMetrics | None = None,
 ) -> FastAPI:
-    from analytics.service import api, rollout_api
+    from analytics.service import api, offline_gate_api, rollout_api
 
     service_metrics = metrics if metrics is not None else ServiceMetrics()
     factories = list(default_workers() if workers is None else workers)
@@ -239,6 +239,7 @@ def create_app(
 
     app.include_router(api.router)
     app.include_router(rollout_api.router, dependencies=[Depends(require_read)])
+    app.include_router(offline_gate_api.router, dependencies=[Depends(require_read)])
     _mount_dashboard(app)
     _mount_docs(app)
     return app
