@@ -9,6 +9,7 @@ import asyncio
 import json
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -35,7 +36,11 @@ def run_and_gate(engine: Engine, name: str, dataset: Any, gate: dict[str, Any]) 
         exp = store.experiment(conn, name)
         store.set_declaration(conn, exp.id, OfflineGate.model_validate(gate).model_dump(mode="json"), "test")
     settings = RunnerSettings(params=OfflineGate.model_validate(gate).params, concurrency=16)
-    summaries = asyncio.run(run_experiment(engine, dataset, exp.targets, settings, experiment_id=exp.id))
+    # In a thread of its own: Playwright's sync API keeps an event loop running in this one.
+    with ThreadPoolExecutor(1) as pool:
+        summaries = pool.submit(
+            asyncio.run, run_experiment(engine, dataset, exp.targets, settings, experiment_id=exp.id)
+        ).result(timeout=300)
     assert all(s.status == "completed" and not s.errors for s in summaries), summaries
     gatekeeper.evaluate(engine, name, None, "test")
 
