@@ -39,7 +39,7 @@ from analytics.report.assembly import ReportOptions
 from analytics.report.snapshots import Snapshotter
 from analytics.rollout import view
 from analytics.rollout.settings import make_controller
-from analytics.service import api, login, rollout_api
+from analytics.service import api, login, offline_gate_api, rollout_api
 from analytics.service.access import Access, require_read, require_read_page
 from analytics.service.context import BackgroundWorker, ServiceContext, WorkerFactory
 from analytics.service.guard import RequestGuard
@@ -206,6 +206,7 @@ def create_app(
 
     app.include_router(api.router)
     app.include_router(rollout_api.router, dependencies=[Depends(require_read)])
+    app.include_router(offline_gate_api.router, dependencies=[Depends(require_read)])
     _mount_dashboard(app)
     _mount_docs(app)
     return app

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
@@ -39,14 +40,28 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def _produce_slowly(
-    bootstrap: str, events: list[Event], topics: tuple[str, str], chunks: int, gap_s: float
+    bootstrap: str,
+    events: list[Event],
+    topics: tuple[str, str],
+    chunks: int,
+    gap_s: float,
+    paced_by: Callable[[], int] | None = None,
+    per_step: int = 3,
 ) -> threading.Thread:
-    """Produce the events in ``chunks`` parts, ``gap_s`` apart, in a background thread."""
+    """Produce the events in ``chunks`` parts, ``gap_s`` apart, in a background thread.
+
+    With ``paced_by`` (a counter of kills) the stream never runs more than a few steps ahead
+    of it: chunk j waits (at most 20 s) until ``paced_by() >= j // per_step - 1``, so on a
+    loaded machine, where each restart is slow, the kills still land while events remain."""
     records = event_records(events, *topics)
     size = -(-len(records) // chunks)
 
     def run() -> None:
-        for i in range(0, len(records), size):
+        for j, i in enumerate(range(0, len(records), size)):
+            if paced_by is not None:
+                deadline = time.monotonic() + 20
+                while paced_by() < j // per_step - 1 and time.monotonic() < deadline:
+                    time.sleep(0.05)
             produce(bootstrap, records[i : i + size])
             time.sleep(gap_s)  # paces the stream so that kills/outages land mid-flow
 
@@ -108,9 +123,9 @@ def test_consumer_killed_with_sigkill_at_random_moments_ingests_every_event_exac
     def ingested() -> int:
         return count_rows(database_url, "SELECT count(*) FROM interactions WHERE experiment_id = %s", exp)
 
-    producer = _produce_slowly(kafka_bootstrap, events, topics, chunks=40, gap_s=0.75)
     kills_mid_run = 0
     kills = 0
+    producer = _produce_slowly(kafka_bootstrap, events, topics, chunks=40, gap_s=0.75, paced_by=lambda: kills)
     deadline = time.monotonic() + 150
     proc = start()
     try:
