@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, CursorResult, Executable
+from sqlalchemy import Connection, Executable
 
 
-def stream(
-    conn: Connection, batch: int, statement: Executable, params: dict[str, Any] | None = None
-) -> CursorResult[Any]:
+def stream(conn: Connection, batch: int, statement: Executable, params: dict[str, Any] | None = None) -> Any:
     """``statement`` on a server-side cursor, fetched ``batch`` rows at a time (the option
     applies to this statement only, not to the connection)."""
     return conn.execute(

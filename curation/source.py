@@ -12,7 +12,7 @@ gave ≤ 4 and the user sent ``thumbs_up``.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy import Connection, inspect, text
 
 from curation.db import stream
-from curation.spec import FILTER_KINDS, CurationError, CurationSpec
+from curation.spec import FILTER_KINDS, CurationError, CurationSpec, NotFound
 
 #: A stored prompt that is a SHA-256 was logged while content logging was ``hashed``.
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -62,7 +62,7 @@ def experiment(conn: Connection, ref: str) -> Experiment:
         text(f"SELECT id, name, content_logging FROM experiments WHERE {cond}"), {"ref": ref}
     ).first()
     if row is None:
-        raise CurationError(f"no experiment {ref!r}")
+        raise NotFound(f"no experiment {ref!r}")
     return Experiment(int(row[0]), str(row[1]), str(row[2]))
 
 
@@ -140,7 +140,7 @@ def counts(conn: Connection, exp: Experiment, spec: CurationSpec) -> dict[str, i
 
 def rows(
     conn: Connection, exp: Experiment, spec: CurationSpec, *, category: str | None = None, batch: int = 2000
-) -> Iterator[list[Row]]:
+) -> Generator[list[Row], None, None]:
     """Matching calls in batches: in a seeded random order within ``category`` when
     sampling, else by time. Streamed with a server-side cursor (bounded memory)."""
     cat_sql = category_sql(conn)

@@ -21,6 +21,10 @@ class CurationError(ValueError):
     """Bad input or a state that forbids the action (the message says which and why)."""
 
 
+class NotFound(CurationError):
+    """The named dataset, version or experiment does not exist."""
+
+
 class CurationSpec(BaseModel):
     """The filters of ``liftgate datasets create`` (and ``POST /api/datasets``)."""
 

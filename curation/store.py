@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import Connection, insert, text
 
 from curation.audit import audit
-from curation.spec import CurationError
+from curation.spec import CurationError, NotFound
 
 MAX_REFERENCE_TEXT = 100_000
 
@@ -53,7 +53,7 @@ def version(conn: Connection, ref: str) -> VersionRef:
     )
     row = conn.execute(text(query), {"n": name, "v": number}).first()
     if row is None:
-        raise CurationError(f"no dataset {ref!r}")
+        raise NotFound(f"no dataset {ref!r}")
     return VersionRef(
         str(row[0]), int(row[1]), int(row[2]), int(row[3]), str(row[4]), int(row[5]), bool(row[6])
     )
@@ -74,7 +74,7 @@ def show(conn: Connection, name: str) -> dict[str, Any]:
     ds = conn.execute(text("SELECT id, name, description, created_by, created_at, expires_at FROM datasets"
                            " WHERE name = :n"), {"n": name}).first()  # fmt: skip
     if ds is None:
-        raise CurationError(f"no dataset {name!r}")
+        raise NotFound(f"no dataset {name!r}")
     versions = conn.execute(text(
         "SELECT v.id, v.version, v.parent_version, v.content_hash, v.item_count, v.spec, v.stats, v.created_by,"
         " v.created_at FROM dataset_versions v WHERE v.dataset_id = :d ORDER BY v.version"), {"d": ds[0]}).all()  # fmt: skip
@@ -106,7 +106,7 @@ def delete(conn: Connection, name: str, actor: str) -> dict[str, int]:
         " LEFT JOIN dataset_versions v ON v.dataset_id = d.id WHERE d.name = :n GROUP BY d.id FOR UPDATE OF d"),
         {"n": name}).first()  # fmt: skip
     if row is None:
-        raise CurationError(f"no dataset {name!r}")
+        raise NotFound(f"no dataset {name!r}")
     exports = conn.execute(text("SELECT count(*) FROM dataset_exports e JOIN dataset_versions v ON v.id ="
                                 " e.version_id WHERE v.dataset_id = :d"), {"d": row[0]}).scalar_one()  # fmt: skip
     conn.execute(text("DELETE FROM datasets WHERE id = :d"), {"d": row[0]})
@@ -119,7 +119,7 @@ def set_expiry(conn: Connection, name: str, expires_at: datetime | None, actor: 
     found = conn.execute(text("UPDATE datasets SET expires_at = :t WHERE name = :n RETURNING id"),
                          {"t": expires_at, "n": name}).first()  # fmt: skip
     if found is None:
-        raise CurationError(f"no dataset {name!r}")
+        raise NotFound(f"no dataset {name!r}")
     audit(
         conn,
         actor,
