@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import re
 
-_EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
+# The lookbehind starts a match only where a run of address characters starts: without it,
+# a long run with no '@' is scanned again from each of its positions (quadratic time).
+_EMAIL = re.compile(r"(?<![\w.+-])[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
 _NUMBER = re.compile(r"\d{3,}")
 
 

@@ -1,7 +1,7 @@
 """Sealed holdout: a split version whose ``holdout`` items are never exported for training.
 
 ``split`` makes a new version from a parent that has not been split: within each category,
-items in the order of SHA-256(seed:item id), the first round(fraction × n) go to
+items in the order of SHA-256(seed:item id), the first round(fraction × n) (half up) go to
 ``holdout`` (a category with one item stays in ``eval``), the rest to ``eval``. Seeded and
 independent of item order, so the same seed gives the same split. A split version cannot be
 split again: a new split would move holdout items into ``eval``.
@@ -29,7 +29,7 @@ def assign(ids_by_category: dict[str, list[str]], fraction: float, seed: int) ->
     out: dict[str, str] = {}
     for ids in ids_by_category.values():
         ordered = sorted(ids, key=lambda i: hashlib.sha256(f"{seed}:{i}".encode()).hexdigest())
-        n_hold = round(fraction * len(ordered)) if len(ordered) > 1 else 0
+        n_hold = int(fraction * len(ordered) + 0.5) if len(ordered) > 1 else 0  # half up
         n_hold = min(n_hold, len(ordered) - 1)
         for k, item in enumerate(ordered):
             out[item] = "holdout" if k < n_hold else "eval"

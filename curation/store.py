@@ -101,12 +101,11 @@ def show(conn: Connection, name: str) -> dict[str, Any]:
 
 def delete(conn: Connection, name: str, actor: str) -> dict[str, int]:
     """Delete a dataset: its versions, items and export records (cascade), audited."""
-    row = conn.execute(text(
-        "SELECT d.id, count(DISTINCT v.id), coalesce(sum(v.item_count), 0) FROM datasets d"
-        " LEFT JOIN dataset_versions v ON v.dataset_id = d.id WHERE d.name = :n GROUP BY d.id FOR UPDATE OF d"),
-        {"n": name}).first()  # fmt: skip
-    if row is None:
+    ds_id = conn.execute(text("SELECT id FROM datasets WHERE name = :n FOR UPDATE"), {"n": name}).scalar()
+    if ds_id is None:
         raise NotFound(f"no dataset {name!r}")
+    row = conn.execute(text("SELECT :d, count(*), coalesce(sum(item_count), 0) FROM dataset_versions"
+                            " WHERE dataset_id = :d"), {"d": ds_id}).one()  # fmt: skip
     exports = conn.execute(text("SELECT count(*) FROM dataset_exports e JOIN dataset_versions v ON v.id ="
                                 " e.version_id WHERE v.dataset_id = :d"), {"d": row[0]}).scalar_one()  # fmt: skip
     conn.execute(text("DELETE FROM datasets WHERE id = :d"), {"d": row[0]})

@@ -69,7 +69,10 @@ def wilson(successes: float, n: int) -> tuple[float, float]:
     denom = 1 + Z95**2 / n
     centre = (p + Z95**2 / (2 * n)) / denom
     half = Z95 * math.sqrt(max(p * (1 - p), 0.0) / n + Z95**2 / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # At 0 or n successes the bound is exactly 0 or 1 (rounding would leave 1 − 1e-16).
+    low = 0.0 if successes <= 0 else max(0.0, centre - half)
+    high = 1.0 if successes >= n else min(1.0, centre + half)
+    return low, high
 
 
 def fit_length_controlled(y: np.ndarray, z: np.ndarray) -> tuple[float, float, float] | None:

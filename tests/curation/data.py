@@ -27,6 +27,17 @@ class Call:
     minutes: int = 0
     request_id: str = field(default_factory=lambda: "req-" + secrets.token_hex(6))
 
+    def ts(self, t0: datetime = datetime(2026, 1, 1, tzinfo=UTC)) -> datetime:
+        return t0 + timedelta(minutes=self.minutes)
+
+    def ts_after(self) -> datetime:
+        """Just after this call (a ``since`` that excludes it)."""
+        return self.ts() + timedelta(seconds=1)
+
+    def ts_before(self) -> datetime:
+        """Just before this call (an ``until`` that excludes it)."""
+        return self.ts() - timedelta(seconds=1)
+
 
 def experiment(engine: Engine, content_logging: str = "full") -> str:
     name = f"exp-{secrets.token_hex(4)}"
@@ -37,7 +48,7 @@ def experiment(engine: Engine, content_logging: str = "full") -> str:
 
 
 def store_calls(engine: Engine, exp_name: str, calls: list[Call], t0: datetime | None = None) -> None:
-    t0 = t0 or datetime(2026, 1, 1, tzinfo=UTC)
+    t0 = t0 or datetime(2026, 1, 1, tzinfo=UTC)  # Call.ts() assumes this default
     with engine.begin() as conn:
         exp_id = conn.execute(Experiment.__table__.select().where(Experiment.name == exp_name)).first()[0]  # type: ignore[index]
         rows: list[dict[str, Any]] = []
