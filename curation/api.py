@@ -8,9 +8,10 @@ dataset or experiment, 409 an export that would leak a holdout (with the overlap
 
 Exports stream: the body is written to a spooled temporary file (memory up to 8 MiB, then
 disk) after the holdout check, and sent from there.
-"""
 
-from __future__ import annotations
+(No ``from __future__ import annotations`` here: FastAPI must see the route signatures'
+dependency types, which are local to :func:`make_router`, as objects.)
+"""
 
 import tempfile
 from collections.abc import Callable, Iterator

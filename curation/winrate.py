@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 from scipy import stats as sps
 
 from evals.stats import holm
@@ -114,7 +115,7 @@ def fit_length_controlled(y: np.ndarray, z: np.ndarray) -> tuple[float, float, f
 
 
 def win_rate(
-    outcomes: Sequence[float], candidate_lengths: Sequence[float], baseline_lengths: Sequence[float]
+    outcomes: npt.ArrayLike, candidate_lengths: npt.ArrayLike, baseline_lengths: npt.ArrayLike
 ) -> WinRate:
     """Raw and length-controlled win rate of the candidate (outcomes in {0, ½, 1})."""
     y = np.asarray(outcomes, dtype=float)

@@ -138,7 +138,7 @@ def test_filters_by_variant_category_time_error_and_judge_disagreement(engine: E
 
     def ids(**kw: object) -> list[str]:
         name = _name()
-        create_version(engine, name, CurationSpec(experiment=exp, **kw), "tester")  # type: ignore[arg-type]
+        create_version(engine, name, CurationSpec(experiment=exp, **kw), "tester")
         return [str(i["item_id"]) for i in _items(engine, name)]
 
     rid = [c.request_id for c in calls]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import secrets
+from typing import Any
 
 import orjson
 import pytest
@@ -26,7 +27,7 @@ def _name() -> str:
     return f"ds-{secrets.token_hex(4)}"
 
 
-def _lines(buf: io.BytesIO) -> list[dict[str, object]]:
+def _lines(buf: io.BytesIO) -> list[dict[str, Any]]:
     return [orjson.loads(line) for line in buf.getvalue().splitlines()]
 
 
@@ -82,7 +83,7 @@ def test_training_exports_never_contain_holdout_items(engine: Engine) -> None:
     assert result.items == 20 and not exported & holdout
     chat = io.BytesIO()
     export(engine, name, "chat", chat, "tester")
-    prompts = {str(line["messages"][0]["content"]) for line in _lines(chat)}  # type: ignore[index]
+    prompts = {str(line["messages"][0]["content"]) for line in _lines(chat)}
     assert len(prompts) == 20
     with pytest.raises(CurationError, match="never exported for training"):
         export(engine, name, "chat", io.BytesIO(), "tester", split="holdout")
@@ -143,12 +144,12 @@ def test_the_formats_use_references_pairs_and_skip_what_cannot_be_learned(engine
     create_version(engine, name, CurationSpec(experiment=exp, until=kept.ts_before()), "t")
     chat, pref, ev = io.BytesIO(), io.BytesIO(), io.BytesIO()
     r_chat = export(engine, name, "chat", chat, "t")
-    answers = [line["messages"][1]["content"] for line in _lines(chat)]  # type: ignore[index]
+    answers = [line["messages"][1]["content"] for line in _lines(chat)]
     assert answers == ["a fine answer", "right text"] and r_chat.skipped == 3
     r_pref = export(engine, name, "preference", pref, "t")
     pairs = [
         (p["preferred_output"][0]["content"], p["non_preferred_output"][0]["content"]) for p in _lines(pref)
-    ]  # type: ignore[index]
+    ]
     assert pairs == [("right text", "wrong text"), ("second try", "first try")] and r_pref.skipped == 3
     export(engine, name, "eval", ev, "t")
     items = [EvalItem.model_validate(line) for line in _lines(ev)]
