@@ -7,6 +7,7 @@ starts the background workers, each a thread that runs until its stop event is s
 - the Kafka consumer, when ``LIFTGATE_KAFKA_BOOTSTRAP`` is set (and
   ``LIFTGATE_ANALYTICS_CONSUMER`` is not false);
 - the rollout controller (``analytics.rollout.service.controller_worker``);
+- the content retention job (``analytics.service.datasets.retention_worker``);
 - anything else listed in :func:`default_workers`: a factory
   ``(ServiceContext) -> BackgroundWorker | None``.
 
@@ -126,8 +127,9 @@ def consumer_worker(ctx: ServiceContext) -> BackgroundWorker | None:
 def default_workers() -> list[WorkerFactory]:
     """Background workers of ``python -m analytics`` (add new ones here)."""
     from analytics.rollout.service import controller_worker
+    from analytics.service.datasets import retention_worker
 
-    return [snapshotter_worker, consumer_worker, controller_worker]
+    return [snapshotter_worker, consumer_worker, controller_worker, retention_worker]
 
 
 def _run_worker(ctx: ServiceContext, worker: BackgroundWorker, stop: threading.Event) -> None:
@@ -174,7 +176,7 @@ def create_app(
     workers: Sequence[WorkerFactory] | None = None,
     metrics: ServiceMetrics | None = None,
 ) -> FastAPI:
-    from analytics.service import api, rollout_api
+    from analytics.service import api, datasets, rollout_api
 
     service_metrics = metrics if metrics is not None else ServiceMetrics()
     factories = list(default_workers() if workers is None else workers)
@@ -239,6 +241,7 @@ def create_app(
 
     app.include_router(api.router)
     app.include_router(rollout_api.router, dependencies=[Depends(require_read)])
+    app.include_router(datasets.router())
     _mount_dashboard(app)
     _mount_docs(app)
     return app
