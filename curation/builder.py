@@ -123,10 +123,11 @@ class _Selection:
             if room is not None and len(out) >= room:
                 self.seen.discard(digest)  # not kept: a later call with this text may be
                 continue
-            if self.index.near(sig, first_only=True):
+            bands = minhash.band_keys(sig)
+            if self.index.near(sig, first_only=True, bands=bands):
                 self.stats["near_duplicates"] += 1
                 continue
-            self.index.add(digest, sig)
+            self.index.add(digest, sig, bands)
             out.append((row, prompt, response, digest, cut))
         self.stats["kept"] += len(out)
         return out

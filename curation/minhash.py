@@ -108,12 +108,29 @@ def from_bytes(raw: bytes) -> Signature:
     return np.frombuffer(raw, dtype="<u4").astype(np.uint32)
 
 
+_BAND_MIX = np.uint64(0x9E3779B97F4A7C15)
+
+
+def band_keys(sig: Signature) -> list[int]:
+    """One 64-bit key per band (its 4 rows, combined): equal rows give equal keys; two
+    different bands share a key with probability ~2^-64 (and a candidate is verified on
+    the whole signature anyway)."""
+    pairs = np.ascontiguousarray(sig, dtype=np.uint32).view(np.uint64).reshape(BANDS, ROWS // 2)
+    with np.errstate(over="ignore"):
+        keys = pairs[:, 0] * _BAND_MIX ^ pairs[:, 1]
+    return [int(k) for k in keys.tolist()]
+
+
 class LshIndex:
-    """Signatures by band; ``near(sig)`` returns the keys of stored near-duplicates."""
+    """Signatures by band; ``near(sig)`` returns the keys of stored near-duplicates.
+
+    Buckets map a band key to the first signature's position (an int), or to a list once a
+    second one shares it: ints keep the dicts out of the garbage collector's way, which
+    otherwise rescans millions of small lists as the index grows."""
 
     def __init__(self, threshold: float = THRESHOLD) -> None:
         self.threshold = threshold
-        self._bands: list[defaultdict[bytes, list[int]]] = [defaultdict(list) for _ in range(BANDS)]
+        self._bands: list[dict[int, int | list[int]]] = [{} for _ in range(BANDS)]
         self._sigs: list[Signature] = []
         self._keys: list[str] = []
         self._where: dict[str, int] = {}
@@ -121,14 +138,14 @@ class LshIndex:
     def __len__(self) -> int:
         return len(self._keys)
 
-    def _band_keys(self, sig: Signature) -> list[bytes]:
-        return [sig[i * ROWS : (i + 1) * ROWS].tobytes() for i in range(BANDS)]
-
-    def near(self, sig: Signature, first_only: bool = False) -> list[str]:
+    def near(self, sig: Signature, first_only: bool = False, bands: list[int] | None = None) -> list[str]:
         seen: set[int] = set()
         found: list[str] = []
-        for band, key in zip(self._bands, self._band_keys(sig), strict=True):
-            for idx in band.get(key, ()):
+        for band, key in zip(self._bands, bands or band_keys(sig), strict=True):
+            hit = band.get(key)
+            if hit is None:
+                continue
+            for idx in (hit,) if isinstance(hit, int) else hit:
                 if idx in seen:
                     continue
                 seen.add(idx)
@@ -141,10 +158,16 @@ class LshIndex:
     def signature(self, key: str) -> Signature:
         return self._sigs[self._where[key]]
 
-    def add(self, key: str, sig: Signature) -> None:
+    def add(self, key: str, sig: Signature, bands: list[int] | None = None) -> None:
         idx = len(self._keys)
         self._where[key] = idx
         self._keys.append(key)
         self._sigs.append(sig)
-        for band, bkey in zip(self._bands, self._band_keys(sig), strict=True):
-            band[bkey].append(idx)
+        for band, bkey in zip(self._bands, bands or band_keys(sig), strict=True):
+            hit = band.get(bkey)
+            if hit is None:
+                band[bkey] = idx
+            elif isinstance(hit, int):
+                band[bkey] = [hit, idx]
+            else:
+                hit.append(idx)
