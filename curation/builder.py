@@ -35,7 +35,7 @@ from curation import minhash, source
 from curation.audit import audit
 from curation.source import Row
 from curation.spec import CurationError, CurationSpec, check_name
-from curation.tables import Dataset, DatasetItem, DatasetVersion
+from curation.tables import Dataset, DatasetVersion
 from curation.text import clean, normalise, text_hash
 
 #: Feedback that says the logged answer is not one to learn from.
@@ -187,7 +187,7 @@ def create_version(
                 for item in rows:
                     digest.update(item_digest(item))
                 if rows:
-                    write.execute(insert(DatasetItem), rows)
+                    copy_items(write, rows)
                 position += len(rows)
             if position == 0:
                 raise CurationError(
@@ -210,6 +210,24 @@ def create_version(
             audit(write, actor, "create_dataset_version", name,
                   after={"version": version, "content_hash": content_hash, "items": position, "spec": spec.as_json()})  # fmt: skip
     return VersionInfo(name, ds_id, version, version_id, content_hash, position, stats)
+
+
+_ITEM_COLUMNS = ("version_id", "item_id", "position", "category", "split", "text_hash", "minhash", "prompt",
+                 "response", "reference", "pair", "provenance")  # fmt: skip
+_JSON_COLUMNS = frozenset({"reference", "pair", "provenance"})
+
+
+def copy_items(conn: Connection, rows: list[dict[str, Any]]) -> None:
+    """Insert items with COPY on the transaction's own connection (several times faster than
+    row-by-row inserts: no per-row statement, JSON encoded by orjson)."""
+    raw = conn.connection.driver_connection
+    assert raw is not None
+    with raw.cursor() as cur, cur.copy(f"COPY dataset_items ({', '.join(_ITEM_COLUMNS)}) FROM STDIN") as copy:
+        for row in rows:
+            copy.write_row([
+                (None if row[c] is None else orjson.dumps(row[c]).decode()) if c in _JSON_COLUMNS else row[c]
+                for c in _ITEM_COLUMNS
+            ])  # fmt: skip
 
 
 def _new_version(conn: Connection, name: str, actor: str, description: str | None) -> tuple[int, int]:

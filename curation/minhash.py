@@ -16,7 +16,6 @@ Seeds are fixed: signatures stored in the database stay comparable across proces
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable
 
 import numpy as np
