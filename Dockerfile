@@ -10,8 +10,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 WORKDIR /app
 # Dependencies first, so code edits do not reinstall them.
 COPY pyproject.toml README.md ./
-RUN mkdir -p contracts gateway analytics evals liftgate migrations \
- && touch contracts/__init__.py gateway/__init__.py analytics/__init__.py evals/__init__.py liftgate/__init__.py migrations/__init__.py \
+RUN mkdir -p contracts gateway analytics evals curation liftgate migrations \
+ && touch contracts/__init__.py gateway/__init__.py analytics/__init__.py evals/__init__.py curation/__init__.py liftgate/__init__.py migrations/__init__.py \
  && pip install . && pip uninstall -y liftgate
 
 COPY alembic.ini setup.py ./
@@ -19,6 +19,7 @@ COPY contracts ./contracts
 COPY gateway ./gateway
 COPY analytics ./analytics
 COPY evals ./evals
+COPY curation ./curation
 COPY liftgate ./liftgate
 COPY migrations ./migrations
 COPY examples ./examples
