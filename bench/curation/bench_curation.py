@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
 import random
 import time
 import uuid
@@ -122,6 +123,7 @@ def main() -> None:
         dbmod.upgrade(url)
         started = time.perf_counter()
         exp = load(url, args.calls, args.thumbs_down, 1)
+        print(f"load average at start: {os.getloadavg()}")
         print(f"load: {args.calls:,} calls in {time.perf_counter() - started:.1f} s (not curation)")
         engine = create_engine(url)
         runs = [("thumbs_down", CurationSpec(experiment=exp, feedback=("thumbs_down",))),
@@ -129,10 +131,11 @@ def main() -> None:
         if not args.skip_unfiltered:
             runs.append(("unfiltered", CurationSpec(experiment=exp)))
         for k, (label, spec) in enumerate(runs):
-            t = time.perf_counter()
+            t, cpu = time.perf_counter(), time.process_time()
             info = create_version(engine, f"bench-{k}", spec, "bench")
             s = info.stats
-            print(f"create {label}: {time.perf_counter() - t:.2f} s; matched {s['matched']:,}, kept {info.item_count:,}"
+            print(f"create {label}: {time.perf_counter() - t:.2f} s (this process's CPU {time.process_time() - cpu:.2f} s);"
+                  f" matched {s['matched']:,}, kept {info.item_count:,}"
                   f" (exact dup {s['exact_duplicates']:,}, near dup {s['near_duplicates']:,})")  # fmt: skip
         # eval: the thumbs-down set; chat: the sample after a 20% holdout split (its items
         # mostly have no negative feedback, so their logged answers are usable).
