@@ -8,13 +8,13 @@ the redaction hook, by default e-mail addresses and digit runs replaced).
 from __future__ import annotations
 
 import logging
-import re
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from hashlib import sha256
 from typing import Any
 
+from contracts.content import redact_content
 from contracts.events import InteractionEvent
 from contracts.ids import uuid7
 from gateway.relay import CallResult
@@ -23,12 +23,8 @@ from gateway.telemetry import GatewayMetrics
 
 log = logging.getLogger(__name__)
 
-_EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
-_NUMBER = re.compile(r"\d{3,}")
-
-
-def default_redact(text: str) -> str:
-    return _NUMBER.sub("<num>", _EMAIL.sub("<email>", text))
+#: The default redaction hook (shared with curation, which re-applies it to dataset items).
+default_redact = redact_content
 
 
 def prompt_text(request: dict[str, Any], endpoint: str) -> str:

@@ -7,6 +7,7 @@ starts the background workers, each a thread that runs until its stop event is s
 - the Kafka consumer, when ``LIFTGATE_KAFKA_BOOTSTRAP`` is set (and
   ``LIFTGATE_ANALYTICS_CONSUMER`` is not false);
 - the rollout controller (:func:`controller_worker`);
+- the content retention job (``analytics.service.datasets.retention_worker``);
 - anything else listed in :func:`default_workers`: a factory
   ``(ServiceContext) -> BackgroundWorker | None``.
 
@@ -39,9 +40,10 @@ from analytics.report.assembly import ReportOptions
 from analytics.report.snapshots import Snapshotter
 from analytics.rollout import view
 from analytics.rollout.settings import make_controller
-from analytics.service import api, login, offline_gate_api, rollout_api
+from analytics.service import api, datasets, login, offline_gate_api, rollout_api
 from analytics.service.access import Access, require_read, require_read_page
 from analytics.service.context import BackgroundWorker, ServiceContext, WorkerFactory
+from analytics.service.datasets import retention_worker
 from analytics.service.guard import RequestGuard
 from analytics.service.settings import AnalyticsSettings
 from analytics.service.telemetry import ServiceMetrics
@@ -96,7 +98,7 @@ def controller_worker(ctx: ServiceContext) -> BackgroundWorker | None:
 
 def default_workers() -> list[WorkerFactory]:
     """Background workers of ``python -m analytics`` (add new ones here)."""
-    return [snapshotter_worker, consumer_worker, controller_worker]
+    return [snapshotter_worker, consumer_worker, controller_worker, retention_worker]
 
 
 def _run_worker(ctx: ServiceContext, worker: BackgroundWorker, stop: threading.Event) -> None:
@@ -207,6 +209,7 @@ def create_app(
     app.include_router(api.router)
     app.include_router(rollout_api.router, dependencies=[Depends(require_read)])
     app.include_router(offline_gate_api.router, dependencies=[Depends(require_read)])
+    app.include_router(datasets.router())
     _mount_dashboard(app)
     _mount_docs(app)
     return app

@@ -47,6 +47,9 @@ class AnalyticsSettings(BaseSettings):
     # Periodic snapshots older than this keep only their time-series points, except the
     # newest of each hour (0: keep every report body; they are tens of kB with segments).
     snapshot_keep_full_s: float = Field(default=86_400.0, ge=0)
+    # Content retention job (curation.retention): clears stored text past its TTL and deletes
+    # expired datasets this often (0 disables it).
+    retention_interval_s: float = Field(default=3_600.0, ge=0, le=86_400)
     # A report request is served from the latest snapshot when it is younger than this.
     report_max_age_s: float = Field(default=60.0, ge=0, le=86_400)
     alpha: float = Field(default=0.05, gt=0, lt=0.5)
