@@ -22,7 +22,7 @@ from sqlalchemy import Connection, text
 from analytics.access import Admin, Reader
 from analytics.app import ServiceContext
 from analytics.audit import write_audit
-from analytics.metrics import BUILTINS, MetricError, parse_spec, spec_dict
+from analytics.metrics import BUILTINS, MetricError, MetricSpec, parse_spec, spec_dict
 from analytics.report_schema import ExperimentSummary, Report, Verdict, headline
 from analytics.snapshot import latest_snapshot, load_timeseries, save_snapshot, with_current_point
 
@@ -205,8 +205,13 @@ async def _json_body(request: Request) -> Any:
 # Handlers are sync (FastAPI runs them in its thread pool) because they talk to the DB;
 # the JSON body arrives parsed.
 MetricBody = Annotated[Any, Depends(_json_body)]
+# The body's schema in the OpenAPI document (readers and fuzzers see its fields); the handler
+# validates with MetricSpec itself, so a mismatch is a 422 with the reason, never a crash.
 _METRIC_DOC: Final[dict[str, Any]] = {
-    "requestBody": {"required": True, "content": {"application/json": {"schema": {"type": "object"}}}}
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": MetricSpec.model_json_schema()}},
+    }
 }
 
 

@@ -135,7 +135,7 @@ class Sender:
             session = self.local.session = requests.Session()
         return session
 
-    def _raw(self, request: dict[str, Any]) -> tuple[int, bytes]:
+    def _raw(self, request: dict[str, Any]) -> tuple[int, bytes, str | None]:
         """Through http.client, which sends header bytes requests refuses (control characters,
         leading spaces): what a hostile client can put on the wire."""
         parts = urllib.parse.urlsplit(request["url"])
@@ -148,9 +148,10 @@ class Sender:
         if conn is None:
             conn = self.local.conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=self.timeout_s)
         try:
-            conn.request(request["method"], parts.path, request.get("data"), request["headers"])
+            path = parts.path + (f"?{parts.query}" if parts.query else "")
+            conn.request(request["method"], path, request.get("data"), request["headers"])
             res = conn.getresponse()
-            return res.status, res.read()
+            return res.status, res.read(), res.getheader("location")
         except BaseException:
             conn.close()
             self.local.conn = None
@@ -164,12 +165,14 @@ class Sender:
         t0 = time.monotonic()
         try:
             if request.get("raw"):
-                status, body = self._raw(request)
+                status, body, location = self._raw(request)
             else:
                 res = self._session().request(**request, timeout=self.timeout_s, allow_redirects=False)
-                status, body = res.status_code, res.content
+                status, body, location = res.status_code, res.content, res.headers.get("location")
             if status >= 500 and status not in allowed:
                 problem = f"answered {status}: {body[:300]!r}"
+            elif location is not None and not _own_path(location, request["url"]):
+                problem = f"redirects off this service: Location {location!r}"
         except (requests.Timeout, TimeoutError):
             problem = f"no answer within {self.timeout_s:g} s (a hang)"
         except (requests.RequestException, OSError, http.client.HTTPException) as exc:
@@ -267,6 +270,15 @@ def _run_shards(target: Target, shards: Sequence[Shard], seed: int) -> Score:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     score.cpu_s = usage.ru_utime + usage.ru_stime
     return score
+
+
+def _own_path(location: str, url: str) -> bool:
+    """A redirect target on the same service: a path (never ``//host`` or ``/\\host``, which
+    browsers read as another host), or a URL of the host the request was sent to."""
+    if location.startswith("/"):
+        return not location.startswith(("//", "/\\"))
+    here, there = urllib.parse.urlsplit(url), urllib.parse.urlsplit(location)
+    return (there.scheme, there.netloc) == (here.scheme, here.netloc)
 
 
 def describe(request: dict[str, Any]) -> str:

@@ -11,6 +11,7 @@ cannot hold, deep nesting, bodies that are not JSON, and missing or wrong client
 from __future__ import annotations
 
 import json
+import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
@@ -22,10 +23,12 @@ Request = dict[str, Any]  # keyword arguments of requests.Session.request (witho
 
 # Text that reaches identifiers and logs: any code point, control characters and lone
 # surrogates included (json.dumps escapes them; the gateway must refuse what it cannot store).
-TEXT = st.text(max_size=24)
+TEXT = st.text(max_size=16)
 SHORT = st.text(max_size=8)
 # Text a well-behaved client sends: no control characters.
-CLEAN = st.text(st.characters(exclude_categories=("Cc", "Cs")), max_size=24)
+CLEAN = st.text(st.characters(exclude_categories=("Cc", "Cs")), max_size=16)
+# Long text costs one draw (a character at a time would cost one each).
+LONG = st.integers(min_value=0, max_value=20_000).map(lambda n: "word " * n)
 # Header values travel as Latin-1; CR and LF cannot be sent at all.
 HEADER_TEXT = st.text(st.characters(min_codepoint=0, max_codepoint=255, exclude_characters="\r\n"), max_size=24)
 SHORT_HEADER = st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=1, max_size=12)
@@ -40,7 +43,7 @@ SCALARS = (
 JSON: st.SearchStrategy[Any] = st.recursive(
     SCALARS,
     lambda children: st.lists(children, max_size=4) | st.dictionaries(SHORT, children, max_size=4),
-    max_leaves=12,
+    max_leaves=6,
 )
 # Numbers as JSON text that parsers disagree about: orjson refuses some, Python reads others as inf.
 ODD_NUMBERS = st.sampled_from(["1e999", "-1e999", "NaN", "Infinity", "-Infinity", "1.7e308", "1" + "0" * 400, "-0"])
@@ -74,7 +77,8 @@ def _object(fields: dict[str, st.SearchStrategy[Any]]) -> st.SearchStrategy[dict
             value = draw(strategy)
             if value is not _MISSING:
                 out[name] = value
-        for name, value in draw(st.dictionaries(SHORT, JSON, max_size=2)).items():
+        extra = draw(_maybe(st.dictionaries(SHORT, JSON, min_size=1, max_size=2), 0.7))
+        for name, value in ({} if extra is _MISSING else extra).items():
             out.setdefault(name, value)
         return out
 
@@ -87,7 +91,7 @@ def _roles() -> st.SearchStrategy[Any]:
 
 def _content() -> st.SearchStrategy[Any]:
     part = _object({"type": _maybe(st.sampled_from(["text", "image_url"]) | TEXT), "text": _maybe(TEXT | JSON)})
-    return _pick((5, TEXT), (2, st.text(max_size=400)), (2, st.lists(part, max_size=3)), (1, JSON))
+    return _pick((5, TEXT), (2, LONG), (2, st.lists(part, max_size=3)), (1, JSON))
 
 
 def _messages() -> st.SearchStrategy[Any]:
@@ -199,9 +203,75 @@ def feedback(request_ids: list[str], client_key: str) -> st.SearchStrategy[Reque
     )
 
 
+# --- the analytics service's dashboard (not in its OpenAPI document) -------------------------
+
+URL_TEXT = st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E, exclude_characters="#?"), max_size=24)
+# Where a sign-in may send the browser next: only this service's own dashboard paths are
+# honoured; the rest are open-redirect attempts.
+NEXT = st.sampled_from(
+    ["/dashboard", "/dashboard/experiments/x", "//evil.example/x", "/\\evil.example", "https://evil.example",
+     "javascript:alert(1)", "/dashboard/../admin", "/%2F%2Fevil.example", "\\\\evil", "/dashboard\r\nSet-Cookie: x=1"]
+) | URL_TEXT
+
+
+def _path_segment() -> st.SearchStrategy[str]:
+    escaped = st.text(max_size=12).map(lambda t: urllib.parse.quote(t, safe=""))
+    traversal = st.sampled_from(["..%2F..%2Fsettings.py", "../../analytics/app.py", "%2e%2e/%2e%2e/", "css/../../x", "js/api.js", "js/app.js", "css/app.css", "%00", "a%00b", "%C0%AE%C0%AE/"])
+    return _pick((3, escaped), (3, URL_TEXT.map(lambda t: urllib.parse.quote(t, safe="/"))), (2, traversal))
+
+
+def dashboard(experiments: list[str], read_token: str, admin_token: str) -> st.SearchStrategy[Request]:
+    """A browser (or someone pretending to be one) on the dashboard and its sign-in page."""
+    cookie = _pick(
+        (2, st.just(_MISSING)),
+        (1, st.builds(lambda a, b, c: f"lg_session={a}.{b}.{c}", st.integers(0, 10**13), URL_TEXT, URL_TEXT)),
+        (1, HEADER_TEXT.map(lambda t: "lg_session=" + t)),
+    )
+    auth = _pick(
+        (3, st.just(f"Bearer {read_token}")),
+        (2, st.just(_MISSING)),
+        (1, st.just(f"Bearer {admin_token}")),
+        (1, HEADER_TEXT),
+    )
+    form = st.fixed_dictionaries(
+        {"token": _pick((2, st.just(read_token)), (2, TEXT), (1, st.just(admin_token))), "next": NEXT}
+    ).map(lambda f: urllib.parse.urlencode(f).encode())
+    ticket = st.builds(lambda a, b, c: f"{a}.{b}.{c}", st.integers(0, 10**13), URL_TEXT, URL_TEXT) | URL_TEXT
+    query = st.fixed_dictionaries({}, optional={"ticket": ticket, "next": NEXT}).map(urllib.parse.urlencode)
+    ref = _pick((2, st.sampled_from(experiments)), (3, _path_segment()))
+
+    @st.composite
+    def build(draw: st.DrawFn) -> Request:
+        headers: dict[str, str] = {}
+        for name, value in (("Cookie", draw(cookie)), ("Authorization", draw(auth))):
+            if value is not _MISSING:
+                headers[name] = value
+        kind = draw(st.sampled_from(["static", "page", "list", "login-get", "login-post", "logout", "docs"]))
+        method, data = "GET", None
+        if kind == "static":
+            url = "/dashboard/static/" + draw(_path_segment())
+        elif kind == "page":
+            url = "/dashboard/experiments/" + draw(ref)
+        elif kind == "list":
+            url = draw(st.sampled_from(["/dashboard", "/dashboard/", "/dashboard/experiments/"]))
+        elif kind == "login-get":
+            url = "/dashboard/login?" + draw(query)
+        elif kind == "login-post":
+            method, url, data = "POST", "/dashboard/login", draw(form | st.binary(max_size=64))
+            headers["Content-Type"] = draw(st.sampled_from(["application/x-www-form-urlencoded", "text/plain"]))
+        elif kind == "logout":
+            method, url = "POST", "/dashboard/logout"
+        else:
+            url = draw(st.sampled_from(["/docs", "/openapi.json", "/docs/oauth2-redirect"]))
+        return {"method": method, "url": url, "headers": headers, "data": data}
+
+    return build()
+
+
 def build(name: str, extra: dict[str, Any]) -> st.SearchStrategy[Request]:
-    """The strategy ``hot:<name>`` of a fuzz shard (``extra``: models, client key, request ids)."""
+    """The strategy ``hot:<name>`` of a fuzz shard (``extra``: what each one draws from)."""
     factories: dict[str, Callable[[], st.SearchStrategy[Request]]] = {
+        "dashboard": lambda: dashboard(extra["experiments"], extra["read_token"], extra["admin_token"]),
         "chat": lambda: completions("chat", extra["models"], extra["client_key"]),
         "completions": lambda: completions("completions", extra["models"], extra["client_key"]),
         "embeddings": lambda: completions("embeddings", extra["models"], extra["client_key"]),
