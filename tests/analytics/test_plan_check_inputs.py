@@ -26,7 +26,9 @@ def url(module_database_url: str) -> Iterator[str]:
 
 @pytest.mark.parametrize("route", ["\u0000#", "r\u0001", "\u007f", "a\nb"])
 def test_a_route_with_control_characters_is_refused_with_a_reason(url: str, route: str) -> None:
-    status, answer = http_json("POST", url + "/api/rollout-plans/check", ADMIN, {"route": route, "plan": None})
+    status, answer = http_json(
+        "POST", url + "/api/rollout-plans/check", ADMIN, {"route": route, "plan": None}
+    )
     assert status == 422 and "route" in answer["detail"], (status, answer)
 
 

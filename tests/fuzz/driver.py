@@ -15,6 +15,7 @@ of them), hence the processes: the machine's cores draw cases while the service 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import hashlib
 import http.client
 import multiprocessing
@@ -146,7 +147,9 @@ class Sender:
             conn.close()
             conn = None
         if conn is None:
-            conn = self.local.conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=self.timeout_s)
+            conn = self.local.conn = http.client.HTTPConnection(
+                parts.hostname, parts.port, timeout=self.timeout_s
+            )
         try:
             path = parts.path + (f"?{parts.query}" if parts.query else "")
             conn.request(request["method"], path, request.get("data"), request["headers"])
@@ -225,7 +228,7 @@ def _run_shards(target: Target, shards: Sequence[Shard], seed: int) -> Score:
 
     def sending_to(key: str, allowed: tuple[int, ...]) -> Callable[[Any], None]:
         def send(case: Any) -> None:
-            request = case.as_transport_kwargs(base_url=target.base_url)
+            request = _wire(case.as_transport_kwargs(base_url=target.base_url))
             sender.submit(key, request, lambda: str(case.as_curl_command(base_url=target.base_url)), allowed)
 
         return send
@@ -240,6 +243,8 @@ def _run_shards(target: Target, shards: Sequence[Shard], seed: int) -> Score:
     try:
         for shard in shards:
             key = shard.key
+            if shard.mode == "negative" and not negatable(target.document, shard.operation):
+                continue  # nothing to make invalid: Hypothesis would spend its time proving so
             if shard.operation.startswith("hot:"):
                 from tests.fuzz import strategies
 
@@ -261,15 +266,48 @@ def _run_shards(target: Target, shards: Sequence[Shard], seed: int) -> Score:
                 phases=[Phase.generate],
                 suppress_health_check=list(HealthCheck),
             )(hypothesis_seed(shard_seed(seed, key))(test))
-            try:
+            # Unsatisfiable: nothing in this operation can be made invalid (no parameters, no body).
+            with contextlib.suppress(Unsatisfiable):
                 generate()
-            except Unsatisfiable:
-                pass  # nothing in this operation can be made invalid (no parameters, no body)
     finally:
         sender.close()
     usage = resource.getrusage(resource.RUSAGE_SELF)
     score.cpu_s = usage.ru_utime + usage.ru_stime
     return score
+
+
+def negatable(document: dict[str, Any], operation: str) -> bool:
+    """Whether schemathesis' negative mode can draw anything for ``operation``: it needs a
+    body or a parameter with a type to break (a bare string in the path has none)."""
+    if operation.startswith("hot:"):
+        return True
+    method, path = operation.split(" ", 1)
+    spec = document["paths"][path][method.lower()]
+    if "requestBody" in spec:
+        return True
+    for parameter in spec.get("parameters", []):
+        schema = {k: v for k, v in parameter.get("schema", {}).items() if k != "title"}
+        if parameter["in"] != "path" or schema != {"type": "string"}:
+            return True
+    return False
+
+
+def _wire(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A schemathesis case's request as bytes for ``Sender._raw``: requests encodes it (query,
+    JSON body, cookies) and http.client sends it, which costs a fraction of a requests
+    session's CPU per request. A request requests refuses to encode goes through requests."""
+    try:
+        prepared = requests.Request(**kwargs).prepare()
+    except (requests.RequestException, ValueError):
+        return kwargs
+    body = prepared.body.encode() if isinstance(prepared.body, str) else prepared.body
+    return {
+        "method": prepared.method,
+        "url": prepared.url,
+        "headers": dict(prepared.headers),
+        "data": body,
+        "raw": True,
+    }
 
 
 def _own_path(location: str, url: str) -> bool:
@@ -283,7 +321,9 @@ def _own_path(location: str, url: str) -> bool:
 
 def describe(request: dict[str, Any]) -> str:
     """A request as a reproducible line (the credential masked: the test knows it)."""
-    headers = {k: ("[Filtered]" if k.lower() == "authorization" else v) for k, v in request["headers"].items()}
+    headers = {
+        k: ("[Filtered]" if k.lower() == "authorization" else v) for k, v in request["headers"].items()
+    }
     return f"{request['method']} {request['url']} headers={headers!r} body={request.get('data')!r:.600}"
 
 

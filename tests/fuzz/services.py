@@ -68,7 +68,9 @@ class Service:
                 pass
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.__exit__()
-                raise RuntimeError(f"{self.cmd} did not start:\n{self.log.read_text(errors='replace')[-3000:]}")
+                raise RuntimeError(
+                    f"{self.cmd} did not start:\n{self.log.read_text(errors='replace')[-3000:]}"
+                )
             time.sleep(0.05)
 
     def __exit__(self, *exc: object) -> None:

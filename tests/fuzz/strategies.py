@@ -30,7 +30,9 @@ CLEAN = st.text(st.characters(exclude_categories=("Cc", "Cs")), max_size=16)
 # Long text costs one draw (a character at a time would cost one each).
 LONG = st.integers(min_value=0, max_value=20_000).map(lambda n: "word " * n)
 # Header values travel as Latin-1; CR and LF cannot be sent at all.
-HEADER_TEXT = st.text(st.characters(min_codepoint=0, max_codepoint=255, exclude_characters="\r\n"), max_size=24)
+HEADER_TEXT = st.text(
+    st.characters(min_codepoint=0, max_codepoint=255, exclude_characters="\r\n"), max_size=24
+)
 SHORT_HEADER = st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=1, max_size=12)
 
 SCALARS = (
@@ -46,7 +48,9 @@ JSON: st.SearchStrategy[Any] = st.recursive(
     max_leaves=6,
 )
 # Numbers as JSON text that parsers disagree about: orjson refuses some, Python reads others as inf.
-ODD_NUMBERS = st.sampled_from(["1e999", "-1e999", "NaN", "Infinity", "-Infinity", "1.7e308", "1" + "0" * 400, "-0"])
+ODD_NUMBERS = st.sampled_from(
+    ["1e999", "-1e999", "NaN", "Infinity", "-Infinity", "1.7e308", "1" + "0" * 400, "-0"]
+)
 
 
 _MISSING = object()  # "leave the field out" (None is a value: JSON null)
@@ -86,17 +90,25 @@ def _object(fields: dict[str, st.SearchStrategy[Any]]) -> st.SearchStrategy[dict
 
 
 def _roles() -> st.SearchStrategy[Any]:
-    return _pick((16, st.sampled_from(["system", "user", "assistant", "tool", "developer"])), (1, TEXT), (1, JSON))
+    return _pick(
+        (16, st.sampled_from(["system", "user", "assistant", "tool", "developer"])), (1, TEXT), (1, JSON)
+    )
 
 
 def _content() -> st.SearchStrategy[Any]:
-    part = _object({"type": _maybe(st.sampled_from(["text", "image_url"]) | TEXT), "text": _maybe(TEXT | JSON)})
+    part = _object(
+        {"type": _maybe(st.sampled_from(["text", "image_url"]) | TEXT), "text": _maybe(TEXT | JSON)}
+    )
     return _pick((5, TEXT), (2, LONG), (2, st.lists(part, max_size=3)), (1, JSON))
 
 
 def _messages() -> st.SearchStrategy[Any]:
-    message = _object({"role": _maybe(_roles(), 0.03), "content": _maybe(_content(), 0.1), "name": _maybe(TEXT, 0.8)})
-    return _pick((8, st.lists(message, min_size=1, max_size=4)), (1, st.lists(message, max_size=0)), (1, JSON))
+    message = _object(
+        {"role": _maybe(_roles(), 0.03), "content": _maybe(_content(), 0.1), "name": _maybe(TEXT, 0.8)}
+    )
+    return _pick(
+        (8, st.lists(message, min_size=1, max_size=4)), (1, st.lists(message, max_size=0)), (1, JSON)
+    )
 
 
 def _common(models: list[str]) -> dict[str, st.SearchStrategy[Any]]:
@@ -104,7 +116,9 @@ def _common(models: list[str]) -> dict[str, st.SearchStrategy[Any]]:
     return {
         "model": _maybe(model, 0.03),
         "stream": _maybe(_pick((9, st.booleans()), (1, JSON)), 0.4),
-        "stream_options": _maybe(_pick((6, _object({"include_usage": _maybe(st.booleans() | JSON)})), (1, JSON)), 0.8),
+        "stream_options": _maybe(
+            _pick((6, _object({"include_usage": _maybe(st.booleans() | JSON)})), (1, JSON)), 0.8
+        ),
         "user": _maybe(_pick((8, CLEAN), (1, TEXT), (1, JSON)), 0.5),
         "metadata": _maybe(st.dictionaries(SHORT, TEXT, max_size=3) | JSON, 0.7),
         "max_tokens": _maybe(st.integers(min_value=-(2**40), max_value=2**40) | JSON, 0.6),
@@ -148,7 +162,9 @@ def _headers(client_key: str) -> st.SearchStrategy[dict[str, str]]:
         if value is not _MISSING:
             headers["Authorization"] = value
         for name in ("X-Liftgate-Unit", "X-Liftgate-Tags", "X-Liftgate-Conversation"):
-            value = draw(_maybe(_pick((4, st.just("team=a,plan=pro")), (4, SHORT_HEADER), (1, HEADER_TEXT)), 0.7))
+            value = draw(
+                _maybe(_pick((4, st.just("team=a,plan=pro")), (4, SHORT_HEADER), (1, HEADER_TEXT)), 0.7)
+            )
             if value is not _MISSING:
                 headers[name] = value
         return headers
@@ -162,9 +178,15 @@ def completions(endpoint: str, models: list[str], client_key: str) -> st.SearchS
     if endpoint == "chat":
         path, fields["messages"] = "/v1/chat/completions", _maybe(_messages(), 0.05)
     elif endpoint == "completions":
-        path, fields["prompt"] = "/v1/completions", _maybe(_pick((4, TEXT), (2, st.lists(TEXT, max_size=3)), (1, JSON)), 0.05)
+        path, fields["prompt"] = (
+            "/v1/completions",
+            _maybe(_pick((4, TEXT), (2, st.lists(TEXT, max_size=3)), (1, JSON)), 0.05),
+        )
     else:
-        path, fields["input"] = "/v1/embeddings", _maybe(_pick((4, TEXT), (2, st.lists(TEXT, max_size=3)), (1, JSON)), 0.05)
+        path, fields["input"] = (
+            "/v1/embeddings",
+            _maybe(_pick((4, TEXT), (2, st.lists(TEXT, max_size=3)), (1, JSON)), 0.05),
+        )
         fields["encoding_format"] = _maybe(st.sampled_from(["float", "base64"]) | TEXT, 0.8)
     return st.builds(
         lambda headers, body: {"method": "POST", "url": path, "headers": headers, "data": body},
@@ -182,7 +204,9 @@ def feedback(request_ids: list[str], client_key: str) -> st.SearchStrategy[Reque
         JSON,
     )
     fields = {
-        "request_id": _maybe(_pick((12, st.sampled_from(request_ids)), (2, CLEAN), (1, TEXT), (1, JSON)), 0.03),
+        "request_id": _maybe(
+            _pick((12, st.sampled_from(request_ids)), (2, CLEAN), (1, TEXT), (1, JSON)), 0.03
+        ),
         "kind": _maybe(
             _pick(
                 (6, st.sampled_from(sorted(FEEDBACK_KINDS))),
@@ -205,18 +229,46 @@ def feedback(request_ids: list[str], client_key: str) -> st.SearchStrategy[Reque
 
 # --- the analytics service's dashboard (not in its OpenAPI document) -------------------------
 
-URL_TEXT = st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E, exclude_characters="#?"), max_size=24)
+URL_TEXT = st.text(
+    st.characters(min_codepoint=0x21, max_codepoint=0x7E, exclude_characters="#?"), max_size=24
+)
 # Where a sign-in may send the browser next: only this service's own dashboard paths are
 # honoured; the rest are open-redirect attempts.
-NEXT = st.sampled_from(
-    ["/dashboard", "/dashboard/experiments/x", "//evil.example/x", "/\\evil.example", "https://evil.example",
-     "javascript:alert(1)", "/dashboard/../admin", "/%2F%2Fevil.example", "\\\\evil", "/dashboard\r\nSet-Cookie: x=1"]
-) | URL_TEXT
+NEXT = (
+    st.sampled_from(
+        [
+            "/dashboard",
+            "/dashboard/experiments/x",
+            "//evil.example/x",
+            "/\\evil.example",
+            "https://evil.example",
+            "javascript:alert(1)",
+            "/dashboard/../admin",
+            "/%2F%2Fevil.example",
+            "\\\\evil",
+            "/dashboard\r\nSet-Cookie: x=1",
+        ]
+    )
+    | URL_TEXT
+)
 
 
 def _path_segment() -> st.SearchStrategy[str]:
     escaped = st.text(max_size=12).map(lambda t: urllib.parse.quote(t, safe=""))
-    traversal = st.sampled_from(["..%2F..%2Fsettings.py", "../../analytics/app.py", "%2e%2e/%2e%2e/", "css/../../x", "js/api.js", "js/app.js", "css/app.css", "%00", "a%00b", "%C0%AE%C0%AE/"])
+    traversal = st.sampled_from(
+        [
+            "..%2F..%2Fsettings.py",
+            "../../analytics/app.py",
+            "%2e%2e/%2e%2e/",
+            "css/../../x",
+            "js/api.js",
+            "js/app.js",
+            "css/app.css",
+            "%00",
+            "a%00b",
+            "%C0%AE%C0%AE/",
+        ]
+    )
     return _pick((3, escaped), (3, URL_TEXT.map(lambda t: urllib.parse.quote(t, safe="/"))), (2, traversal))
 
 
@@ -258,7 +310,9 @@ def dashboard(experiments: list[str], read_token: str, admin_token: str) -> st.S
             url = "/dashboard/login?" + draw(query)
         elif kind == "login-post":
             method, url, data = "POST", "/dashboard/login", draw(form | st.binary(max_size=64))
-            headers["Content-Type"] = draw(st.sampled_from(["application/x-www-form-urlencoded", "text/plain"]))
+            headers["Content-Type"] = draw(
+                st.sampled_from(["application/x-www-form-urlencoded", "text/plain"])
+            )
         elif kind == "logout":
             method, url = "POST", "/dashboard/logout"
         else:

@@ -36,20 +36,26 @@ def data(module_database_url: str) -> dict[str, str]:
     try:
         rng = np.random.default_rng(13)
         with engine.begin() as conn:
-            ab_id, ab = create_experiment(conn, [("control", 1), ("candidate", 1)], metrics=["thumbs_up_rate"])
+            ab_id, ab = create_experiment(
+                conn, [("control", 1), ("candidate", 1)], metrics=["thumbs_up_rate"]
+            )
             for v in ("control", "candidate"):
                 insert_units(conn, ab_id, v, simulate_units(rng, 60, thumbs_p=0.2, tokens=50, error_p=0.05))
             ro_id, ro = create_experiment(conn, [("control", 90), ("candidate", 10)], mode="rollout")
             plan = {"stages": [10, 50, 100], "guardrails": [{"metric": "error_rate", "margin": 0.1}]}
             conn.execute(
-                text("UPDATE experiments SET rollout_plan = CAST(:p AS jsonb), rollout_stage = 0 WHERE id = :e"),
+                text(
+                    "UPDATE experiments SET rollout_plan = CAST(:p AS jsonb), rollout_stage = 0 WHERE id = :e"
+                ),
                 {"p": orjson.dumps(plan).decode(), "e": ro_id},
             )
             for v in ("control", "candidate"):
                 insert_units(conn, ro_id, v, simulate_units(rng, 40, thumbs_p=0.2, tokens=50, error_p=0.02))
             spec = {"name": "fz_metric", "kind": "mean", "numerator": "completion_tokens"}
             conn.execute(
-                text("INSERT INTO metric_definitions (name, definition) VALUES ('fz_metric', CAST(:d AS jsonb))"),
+                text(
+                    "INSERT INTO metric_definitions (name, definition) VALUES ('fz_metric', CAST(:d AS jsonb))"
+                ),
                 {"d": orjson.dumps(spec).decode()},
             )
     finally:
@@ -79,13 +85,18 @@ def _shards(data: dict[str, str]) -> list[Shard]:
     def each(operation: str, examples: int, *pins: tuple[tuple[str, str], ...]) -> list[Shard]:
         """Both modes as the admin (who gets furthest), generated and pinned path parameters;
         a tenth of the positive cases as a reader and with no credential."""
-        out = [Shard(operation, mode, examples, pin, "admin") for pin in ((), *pins) for mode in ("positive", "negative")]
+        out = [
+            Shard(operation, mode, examples, pin, "admin")
+            for pin in ((), *pins)
+            for mode in ("positive", "negative")
+        ]
         out += [Shard(operation, "positive", max(1, examples // 10), (), who) for who in ("read", None)]
         return out
 
     experiments = [(("id_or_name", data[k]),) for k in ("ab", "ab_id", "rollout", "rollout_id")]
     actions = [
-        (("id_or_name", data["rollout"]), ("action", action)) for action in ("advance", "pause", "resume", "rollback")
+        (("id_or_name", data["rollout"]), ("action", action))
+        for action in ("advance", "pause", "resume", "rollback")
     ]
     return [
         *each("GET /healthz", 5),
@@ -106,6 +117,7 @@ def _shards(data: dict[str, str]) -> list[Shard]:
 
 
 @pytest.mark.slow
+@pytest.mark.fuzz
 def test_the_analytics_service_answers_every_generated_request_below_500_in_time(
     service: Service, data: dict[str, str]
 ) -> None:

@@ -43,7 +43,11 @@ def _resources(url: str) -> dict[str, str]:
         return data
 
     for name in ("fz-up-read", "fz-up-patch", "fz-up-used", "fz-up-free"):
-        admin("POST", "/admin/upstreams", {"name": name, "base_url": "http://127.0.0.1:9/v1", "api_key": UPSTREAM_KEY})
+        admin(
+            "POST",
+            "/admin/upstreams",
+            {"name": name, "base_url": "http://127.0.0.1:9/v1", "api_key": UPSTREAM_KEY},
+        )
     variants = [
         {"name": "control", "upstream": "fz-up-used", "model": "m", "weight": 50, "is_control": True},
         {"name": "cand", "upstream": "fz-up-used", "model": "m2", "weight": 50},
@@ -72,14 +76,19 @@ def _shards(resources: dict[str, str]) -> list[Shard]:
     ) -> list[Shard]:
         out = [Shard(operation, mode, examples, (), credential, allowed) for mode in ("positive", "negative")]
         for pin in pins:
-            out += [Shard(operation, mode, examples, pin, credential, allowed) for mode in ("positive", "negative")]
+            out += [
+                Shard(operation, mode, examples, pin, credential, allowed)
+                for mode in ("positive", "negative")
+            ]
         # Without a credential the guard answers: fewer cases show all it does.
-        out.append(Shard(operation, "positive", max(1, examples // 10), pins[0] if pins else (), None, allowed))
+        out.append(
+            Shard(operation, "positive", max(1, examples // 10), pins[0] if pins else (), None, allowed)
+        )
         return out
 
-    exp_pins = [
-        (("id_or_name", name),) for name in ("fz-exp-draft", "fz-exp-running", "fz-exp-rollout")
-    ] + [(("id_or_name", resources["running_id"]),)]
+    exp_pins = [(("id_or_name", name),) for name in ("fz-exp-draft", "fz-exp-running", "fz-exp-rollout")] + [
+        (("id_or_name", resources["running_id"]),)
+    ]
     return [
         *both("GET /v1/models", 50, credential="client"),
         *both("POST /v1/feedback", 900, credential="client"),
@@ -105,6 +114,7 @@ def _shards(resources: dict[str, str]) -> list[Shard]:
 
 
 @pytest.mark.slow
+@pytest.mark.fuzz
 def test_the_gateway_answers_every_generated_admin_and_public_request_below_500_in_time(
     service: Service, tmp_path: Path
 ) -> None:
@@ -122,7 +132,9 @@ def test_the_gateway_answers_every_generated_admin_and_public_request_below_500_
     seed = run_seed()
     cpu0 = service.cpu_s()
     score, elapsed = run(target, _shards(resources), seed)
-    summary = score.summary("gateway (OpenAPI)", seed, elapsed) + f", gateway CPU {service.cpu_s() - cpu0:.0f} s"
+    summary = (
+        score.summary("gateway (OpenAPI)", seed, elapsed) + f", gateway CPU {service.cpu_s() - cpu0:.0f} s"
+    )
     print(summary)
     print("cases per operation:", dict(sorted(score.per_shard.items())))
     assert score.failed == 0, summary + "\n" + "\n".join(score.failures)

@@ -21,8 +21,8 @@ from gateway.snapshot import UpstreamConfig, VariantConfig
 from liftgate.simulator_model import SimulatorModel
 from liftgate.simulator_process import SimulatorProcess
 from tests.fuzz.driver import Shard, Target, run, run_seed, scale
-from tests.known_secrets import secret
 from tests.gateway.conftest import MemorySink, experiment, post, start_gateway, static_source
+from tests.known_secrets import secret
 
 CLIENT_KEY = secret("lg-fuzz-client")
 #: Cases this test must send (with ``test_gateway_openapi_fuzz``'s: the gateway's ≥ 20,000).
@@ -82,6 +82,7 @@ def _request_ids(url: str, key: str) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.fuzz
 def test_the_hot_path_answers_every_generated_request_below_500_in_time_with_storable_events(
     gateway: tuple[str, CheckingSink],
 ) -> None:
@@ -105,4 +106,6 @@ def test_the_hot_path_answers_every_generated_request_below_500_in_time_with_sto
     assert score.failed == 0, summary + "\n" + "\n".join(score.failures)
     assert sink.poisoned == [], summary + "\n" + "\n".join(sink.poisoned[:10])
     assert score.cases >= MIN_CASES * scale(), summary
-    assert score.statuses[200] + score.statuses[202] > score.cases // 10, summary  # the fuzz got past the checks
+    assert score.statuses[200] + score.statuses[202] > score.cases // 10, (
+        summary
+    )  # the fuzz got past the checks

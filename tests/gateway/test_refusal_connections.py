@@ -27,7 +27,9 @@ BODY = b'{"model": "r", "messages": [{"role": "user", "content": "hello"}]}'
 @pytest.fixture(scope="module")
 def port(simulator: str) -> Iterator[int]:
     ups = [UpstreamConfig("sim", simulator)]
-    exps = [experiment("r", [VariantConfig("control", "sim", "base", 1, True), VariantConfig("c", "sim", "cand")])]
+    exps = [
+        experiment("r", [VariantConfig("control", "sim", "base", 1, True), VariantConfig("c", "sim", "cand")])
+    ]
     with start_gateway(MemorySink(), static_source(exps, ups), client_keys="required") as g:
         yield g.port
 
@@ -40,7 +42,11 @@ def _answer(s: socket.socket) -> bytes:
         assert part, f"connection closed before an answer: {data!r}"
         data += part
     head, _, body = data.partition(b"\r\n\r\n")
-    length = next(int(line.split(b":")[1]) for line in head.lower().split(b"\r\n") if line.startswith(b"content-length:"))
+    length = next(
+        int(line.split(b":")[1])
+        for line in head.lower().split(b"\r\n")
+        if line.startswith(b"content-length:")
+    )
     while len(body) < length:
         part = s.recv(65536)
         assert part, f"connection closed mid-answer: {data!r}"
