@@ -125,6 +125,7 @@ def _setup_gateway(url: str, simulator: str) -> str:
 
 @pytest.mark.slow
 @pytest.mark.fuzz
+@pytest.mark.timeout(900)  # a few minutes in CI; more on a busy machine
 def test_both_services_stay_small_and_serving_under_oversized_slow_and_flooding_clients_at_once(
     module_database_url: str, simulator: str, tmp_path: Path
 ) -> None:

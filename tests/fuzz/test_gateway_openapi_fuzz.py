@@ -21,7 +21,7 @@ from tests.known_secrets import secret
 ADMIN = secret("fuzz-gw-admin")
 UPSTREAM_KEY = secret("sk-fuzz-upstream")
 #: Cases this test must send (the hot path's test sends the rest of the gateway's 20,000).
-MIN_CASES = 12_000
+MIN_CASES = 11_000
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +91,7 @@ def _shards(resources: dict[str, str]) -> list[Shard]:
     ]
     return [
         *both("GET /v1/models", 50, credential="client"),
-        *both("POST /v1/feedback", 900, credential="client"),
+        *both("POST /v1/feedback", 700, credential="client"),
         *both("GET /healthz", 10),
         *both("GET /readyz", 10, allowed=(503,)),  # not ready: routes on unreachable upstreams
         *both("GET /metrics", 10),
@@ -101,9 +101,9 @@ def _shards(resources: dict[str, str]) -> list[Shard]:
         *both("PATCH /admin/upstreams/{name}", 500, (("name", "fz-up-patch"),)),
         *both("DELETE /admin/upstreams/{name}", 200, (("name", "fz-up-used"),), (("name", "fz-up-free"),)),
         *both("GET /admin/experiments", 100),
-        *both("POST /admin/experiments", 900),
+        *both("POST /admin/experiments", 700),
         *both("GET /admin/experiments/{id_or_name}", 200, *exp_pins[:2]),
-        *both("PATCH /admin/experiments/{id_or_name}", 350, *exp_pins),
+        *both("PATCH /admin/experiments/{id_or_name}", 250, *exp_pins),
         *both("POST /admin/experiments/{id_or_name}/start", 100, *exp_pins[:2]),
         *both("POST /admin/experiments/{id_or_name}/pause", 100, *exp_pins[1:3]),
         *both("POST /admin/experiments/{id_or_name}/stop", 100, exp_pins[2]),
@@ -115,6 +115,7 @@ def _shards(resources: dict[str, str]) -> list[Shard]:
 
 @pytest.mark.slow
 @pytest.mark.fuzz
+@pytest.mark.timeout(900)  # a few minutes in CI; more on a busy machine
 def test_the_gateway_answers_every_generated_admin_and_public_request_below_500_in_time(
     service: Service, tmp_path: Path
 ) -> None:
