@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from liftgate.admin_client import AdminClient, AdminError, resolve_read_token, resolve_token
-from liftgate.cli_experiments import load_experiment_file
+from liftgate.experiment_file import load_experiment_file
 
 app = typer.Typer(help="Staged rollouts: status and manual control.", no_args_is_help=True)
 console = Console()
@@ -146,9 +146,9 @@ _action("resume", "Resume a paused rollout at its stage (the stage clock restart
 _action("rollback", "Roll back: candidate to 0%, status rolled_back.")
 
 
-def check_remote(analytics: str, plan: Any, route: str | None) -> dict[str, Any]:
-    """The analytics service's plan check (``POST /api/rollout-plans/check``; no token needed)."""
-    result: dict[str, Any] = AdminClient(analytics, "").request(
+def check_remote(analytics: str, plan: Any, route: str | None, token: str | None = None) -> dict[str, Any]:
+    """The analytics service's plan check (``POST /api/rollout-plans/check``; a read credential)."""
+    result: dict[str, Any] = AdminClient(analytics, resolve_read_token(token)).request(
         "POST", "/api/rollout-plans/check", {"plan": plan, "route": route}
     )
     return result
@@ -219,11 +219,12 @@ def check(
     route: Annotated[str | None, typer.Option(help="Use this route's recent traffic and baselines.")] = None,
     analytics: AnalyticsOpt = DEFAULT_ANALYTICS,
     as_json: JsonOpt = False,
+    token: TokenOpt = None,
 ) -> None:
     """Check rollout plans before creating them: errors, warnings, detectable harm per stage."""
     try:
         plans = _plans(file)
-        results = [(title, check_remote(analytics, plan, route or r)) for title, plan, r in plans]
+        results = [(title, check_remote(analytics, plan, route or r, token)) for title, plan, r in plans]
     except ValueError as exc:
         err.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from None

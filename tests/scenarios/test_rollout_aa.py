@@ -51,7 +51,7 @@ def test_identical_candidates_are_never_rolled_back_for_a_guardrail(engine: Engi
     for seed in range(ROLLOUTS):
         clock = Clock()
         controller = Controller(engine, for_registry(CollectorRegistry()), clock=clock)
-        eid, _, salt = create_rollout(engine, PLAN)
+        eid, _, salt = create_rollout(engine, PLAN, salt=f"aa-{seed}")
         traffic = make_traffic(engine, eid, salt, SAME, control=SAME, units=1000, seed=100 + seed)
         controller.evaluate(eid)
         for _ in range(MAX_STEPS):

@@ -326,7 +326,9 @@ def _plan_check_sees_the_first_stage_harm(stack: Stack, route: str) -> None:
     """The plan check, at about this stack's traffic per route, states that the first stage
     catches a 30%-error candidate against a 5% baseline."""
     body = {"plan": {**PLAN, "expected_units_per_s": 20, "baselines": {"error_rate": 0.05}}, "route": route}
-    status, checked = http("POST", stack.analytics + "/api/rollout-plans/check", body)
+    status, checked = http(
+        "POST", stack.analytics + "/api/rollout-plans/check", body, {"Authorization": f"Bearer {TOKEN}"}
+    )
     assert status == 200 and checked["ok"], checked
     first = next(r for r in checked["mde"] if r["metric"] == "error_rate" and r["stage_index"] == 0)
     assert first["units_candidate"] >= 80 and first["mde"] < 0.25, first

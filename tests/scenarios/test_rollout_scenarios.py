@@ -203,14 +203,16 @@ def test_plans_are_checked_when_created_through_the_gateway_the_api_and_the_cli(
     assert status == 422 and "no stage keeps control traffic" in detail
     # the analytics API checks what needs the catalogue and statistics
     url = stack.analytics + "/api/rollout-plans/check"
-    status, checked = http("POST", url, {"plan": {"guardrails": ["latency_p95"]}})
+    reader = {"Authorization": f"Bearer {TOKEN}"}
+    assert http("POST", url, {"plan": {}})[0] == 401  # a read credential is needed
+    status, checked = http("POST", url, {"plan": {"guardrails": ["latency_p95"]}}, reader)
     assert status == 200 and not checked["ok"] and "quantile" in checked["errors"][0]
-    status, checked = http("POST", url, {"plan": {"min_units": 20, "expected_units_per_s": 2}})
+    status, checked = http("POST", url, {"plan": {"min_units": 20, "expected_units_per_s": 2}}, reader)
     assert status == 200 and checked["ok"] and checked["promotion_stage"] == 4
     assert any("min_units 20 is below min_test_units 30" in w for w in checked["warnings"])
     assert {r["stage_percent"] for r in checked["mde"]} == {1, 5, 10, 25, 50}
-    assert http("POST", url, {"plan": [1, 2]})[0] == 422
-    assert http("POST", url, {"plan": {}, "surprise": 1})[0] == 422
+    assert http("POST", url, {"plan": [1, 2]}, reader)[0] == 422
+    assert http("POST", url, {"plan": {}, "surprise": 1}, reader)[0] == 422
     # the CLI prints the warnings and creates; refuses a plan with errors and creates nothing
     good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
     good.write_text(json.dumps({**body, "rollout_plan": {"stages": [10, 50, 100], "min_units": 20}}))

@@ -21,7 +21,7 @@ from analytics.rollout.plan import parse_plan
 from analytics.rollout.telemetry import for_registry
 from tests.analytics.ramp_data import Behaviour, create_rollout, population
 from tests.analytics.web.conftest import WatchedPage, snapshot
-from tests.analytics.web.services import get_json
+from tests.analytics.web.services import READ_TOKEN, get_json
 from tests.analytics.web.test_dashboard import SCREENSHOTS, assert_numbers_match, open_page, shown_numbers
 
 PLAN = {"stages": [5, 25, 50, 100], "min_duration_s": 10, "min_units": 10, "interval_s": 0,
@@ -124,8 +124,8 @@ def test_every_decision_of_a_ramp_shows_its_evidence_and_no_srm_banner(
     watched: WatchedPage, analytics_url: str, rollouts: Rollouts
 ) -> None:
     open_page(watched, f"{analytics_url}/dashboard/experiments/{rollouts.ramping}")
-    report = get_json(f"{analytics_url}/api/experiments/{rollouts.ramping}/report")
-    rollout = get_json(f"{analytics_url}/api/experiments/{rollouts.ramping}/rollout")
+    report = get_json(f"{analytics_url}/api/experiments/{rollouts.ramping}/report", READ_TOKEN)
+    rollout = get_json(f"{analytics_url}/api/experiments/{rollouts.ramping}/rollout", READ_TOKEN)
     # a normal ramp: per-stage SRM, no banner
     assert report["srm"]["method"] == "per_stage" and not report["srm"]["flagged"]
     assert watched.page.get_attribute("#srm-banner", "data-flagged") == "false"
@@ -165,7 +165,7 @@ def test_a_completed_rollout_says_which_evidence_the_controller_used_where_the_t
     watched: WatchedPage, analytics_url: str, rollouts: Rollouts
 ) -> None:
     open_page(watched, f"{analytics_url}/dashboard/experiments/{rollouts.completed}")
-    report = get_json(f"{analytics_url}/api/experiments/{rollouts.completed}/report")
+    report = get_json(f"{analytics_url}/api/experiments/{rollouts.completed}/report", READ_TOKEN)
     assert report["status"] == "completed"
     [verdict] = report["verdicts"]
     assert verdict["verdict"] != "harm"
