@@ -37,7 +37,9 @@ from gateway.bodies import (
     Scope,
     Send,
     content_length,
+    is_chunked,
     read_body,
+    refusal_headers,
     replay,
 )
 from gateway.config_source import ConfigSource, DatabaseConfigSource, SnapshotHolder
@@ -82,8 +84,9 @@ class GatewayApp:
 
     The guard decides from the headers alone — client key on ``/v1/*``, admin token on
     ``/admin/*``, per-client feedback rate, declared body size — and then reads the body
-    within its path's limit before FastAPI sees it. Refusals before the body is read close
-    the connection, so an unread upload is never parsed.
+    within its path's limit before FastAPI sees it. A refusal before the body is read closes
+    the connection when the declared body is large or chunked, so such an upload is never
+    read; a small one is discarded as it arrives and the connection kept (``bodies.DRAIN_BYTES``).
     """
 
     def __init__(self, api: FastAPI, runtime: Runtime) -> None:
@@ -120,13 +123,15 @@ class GatewayApp:
         refused = self.runtime.metrics.refused
         openai = path.startswith("/v1/")
         limit = settings.max_admin_body_bytes
+        length = content_length(headers)
+        end = refusal_headers(length, is_chunked(headers))  # of a refusal before the body is read
         if openai:
             client = peer(scope)
             if self.keys_required:
                 digest = client_key_digest(header(headers, b"authorization"))
                 if digest is None or digest not in self.runtime.snapshot().api_key_hashes:
                     refused["unauthorized"].inc()
-                    await send_json(send, *errors.unauthorized(), [CLOSE])
+                    await send_json(send, *errors.unauthorized(), end)
                     return
                 client = digest
             if path == "/v1/feedback":
@@ -136,15 +141,15 @@ class GatewayApp:
                     refused["rate_limited"].inc()
                     retry = (b"retry-after", b"%d" % max(1, math.ceil(wait)))
                     msg = "Too many feedback calls for this client; retry later."
-                    await send_json(send, *errors.rate_limited(msg), [retry, CLOSE])
+                    await send_json(send, *errors.rate_limited(msg), [retry, *end])
                     return
         elif path.startswith("/admin"):
             denial = admin_denial(header(headers, b"authorization"), settings.admin_token)
             if denial is not None:
                 extra = [(b"www-authenticate", b"Bearer")] if denial[0] == 401 else []
-                await send_json(send, denial[0], orjson.dumps({"detail": denial[1]}), [*extra, CLOSE])
+                await send_json(send, denial[0], orjson.dumps({"detail": denial[1]}), [*extra, *end])
                 return
-        if content_length(headers) > limit:
+        if length > limit:
             await self._too_large(send, openai, limit)
             return
         try:

@@ -33,7 +33,7 @@ from contracts.events import ROLLOUT_STAGE_TAG
 from contracts.ids import request_id
 from gateway import errors
 from gateway.auth import peer
-from gateway.bodies import CLOSE, BodyTooLarge, ClientGone, Receive, Scope, Send, read_body
+from gateway.bodies import CLOSE, BodyTooLarge, ClientGone, Receive, Scope, Send, read_body, refusal_headers
 from gateway.http_client import StreamResponse
 from gateway.inputs import MAX_DEPTH, completion_problem, header_problem, too_deep
 from gateway.limits import ConcurrencyLimit
@@ -108,18 +108,21 @@ class CompletionProxy:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send, endpoint: str) -> None:
         """Headers first — key, declared size, liftgate headers, per-client limit — and only
-        then the body: a request refused on its headers is answered without reading it (and
-        its connection closed, so the unread body is never parsed)."""
+        then the body: a request refused on its headers is answered without reading it (its
+        connection closed when the body is large or chunked, see ``bodies.refusal_headers``)."""
         t0 = perf_counter()
         unit_header = tags_raw = conversation = None
         authorization: bytes | None = None
         length = -1
+        chunked = False
         headers: list[tuple[bytes, bytes]] = scope["headers"]
         for name, value in headers:
             if name == b"authorization":
                 authorization = value
             elif name == b"content-length":
                 length = int(value) if value.isdigit() else -1
+            elif name == b"transfer-encoding":
+                chunked = True
             elif name.startswith(b"x-liftgate-"):
                 if name == b"x-liftgate-unit":
                     unit_header = value.decode("utf-8", "replace")
@@ -132,7 +135,7 @@ class CompletionProxy:
         refused = self.metrics.refused
         if self.keys_required and (digest is None or digest not in snap.api_key_hashes):
             refused["unauthorized"].inc()
-            await send_json(send, *_UNAUTHORIZED, [CLOSE])
+            await send_json(send, *_UNAUTHORIZED, refusal_headers(length, chunked))
             return
         if length > self.max_body:
             refused["body_too_large"].inc()
@@ -142,12 +145,12 @@ class CompletionProxy:
             problem = header_problem(unit_header, tags_raw, conversation)
             if problem is not None:
                 refused["invalid_request"].inc()
-                await send_json(send, *errors.bad_request(*problem), [CLOSE])
+                await send_json(send, *errors.bad_request(*problem), refusal_headers(length, chunked))
                 return
         client = digest if self.keys_required and digest else peer(scope)
         if not self.concurrency.acquire(client):
             refused["rate_limited"].inc()
-            await send_json(send, *_TOO_MANY, [_RETRY_1S, CLOSE])
+            await send_json(send, *_TOO_MANY, [_RETRY_1S, *refusal_headers(length, chunked)])
             return
         try:
             try:

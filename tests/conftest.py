@@ -24,7 +24,11 @@ from sqlalchemy.orm import Session
 
 from liftgate import db as dbmod
 from liftgate.embedded_pg import EmbeddedPostgres, default_state_dir
-from tests import known_secrets
+from tests.secret_scan import (  # noqa: F401  (the secret scan's hooks and fixture, by their names)
+    _secret_scan_log_root,
+    pytest_runtest_logreport,
+    pytest_sessionfinish,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 TEST_DB_PREFIX = "lg_test_"
@@ -142,44 +146,6 @@ def unique_name(request: pytest.FixtureRequest) -> str:
     """A name no other test (or concurrent test session) uses: for topics, groups, experiments."""
     base = "".join(c if c.isalnum() else "-" for c in request.node.name)[:40]
     return f"{base}-{secrets.token_hex(4)}"
-
-
-# --- secrets in logs (opt-in for a whole run: LIFTGATE_TEST_SECRET_SCAN=1) --------------------
-
-SECRET_SCAN = os.environ.get("LIFTGATE_TEST_SECRET_SCAN") == "1"
-_secret_leaks: list[str] = []
-_basetemp: list[Path] = []
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _secret_scan_of_temp_files(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """Where the services started by tests write their log files (scanned at the end)."""
-    if SECRET_SCAN:
-        _basetemp.append(tmp_path_factory.getbasetemp())
-
-
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Every test's captured stdout, stderr and log records, checked for registered secrets."""
-    if not SECRET_SCAN:
-        return
-    for title, content in report.sections:
-        found = known_secrets.leaks(content)
-        line = f"{report.nodeid} [{title}]: {', '.join(sorted(found))}"
-        if found and line not in _secret_leaks:  # a later phase's report repeats earlier sections
-            _secret_leaks.append(line)
-
-
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    if not SECRET_SCAN:
-        return
-    for basetemp in _basetemp:
-        for path, found in known_secrets.leaks_in_files(basetemp).items():
-            _secret_leaks.append(f"{path}: {', '.join(found)}")
-    if _secret_leaks:
-        session.config.get_terminal_writer().line(
-            "secrets found in logs:\n  " + "\n  ".join(_secret_leaks), red=True
-        )
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 # What `make check` leaves out. A test is marked ``services`` when it reaches PostgreSQL, Kafka

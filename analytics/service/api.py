@@ -20,7 +20,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
 from sqlalchemy import Connection, text
 
 from analytics.audit import write_audit
-from analytics.report.catalogue import BUILTINS, MetricError, parse_spec, spec_dict
+from analytics.report.catalogue import BUILTINS, MetricError, MetricSpec, parse_spec, spec_dict
 from analytics.report.schema import ExperimentSummary, Report, Verdict, headline
 from analytics.report.snapshots import latest_snapshot, load_timeseries, save_snapshot, with_current_point
 from analytics.service.access import Admin, Reader
@@ -197,8 +197,13 @@ async def _json_body(request: Request) -> Any:
 # Handlers are sync (FastAPI runs them in its thread pool) because they talk to the DB;
 # the JSON body arrives parsed.
 MetricBody = Annotated[Any, Depends(_json_body)]
+# The body's schema in the OpenAPI document (readers and fuzzers see its fields); the handler
+# validates with MetricSpec itself, so a mismatch is a 422 with the reason, never a crash.
 _METRIC_DOC: Final[dict[str, Any]] = {
-    "requestBody": {"required": True, "content": {"application/json": {"schema": {"type": "object"}}}}
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": MetricSpec.model_json_schema()}},
+    }
 }
 
 

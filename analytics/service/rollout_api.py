@@ -60,7 +60,9 @@ class PlanCheckIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     plan: dict[str, Any] | None = None
-    route: str | None = Field(default=None, min_length=1, max_length=128)
+    # Routes carry no control characters (the gateway refuses them), and PostgreSQL cannot
+    # hold a NUL: such a route is a 422 here, not a database error.
+    route: str | None = Field(default=None, min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]+$")
 
 
 @router.post("/api/rollout-plans/check")
