@@ -32,6 +32,7 @@ import orjson
 import psycopg
 from psycopg import pq
 
+from analytics.ingest.rollups import bucket_sql
 from contracts.events import InteractionEvent
 from contracts.tables import INTERACTION_MEASURES
 
@@ -112,13 +113,13 @@ ON CONFLICT (experiment_id, segment, variant, unit_id) DO UPDATE SET {_TS_SET}, 
 """.encode()
 # Last statement of the batch: every consumer updates the same histogram rows, so their
 # locks are taken as late as possible (held until the commit that follows).
-HISTOGRAMS: Final = b"""
+HISTOGRAMS: Final = f"""
 WITH v AS (
     SELECT experiment_id, variant, segments, 'latency' AS metric,
-        floor(ln(greatest(latency_ms, 0.01)) * 20)::int AS bucket
+        {bucket_sql("latency_ms")} AS bucket
     FROM lg_fold
     UNION ALL
-    SELECT experiment_id, variant, segments, 'ttft', floor(ln(greatest(ttft_ms, 0.01)) * 20)::int
+    SELECT experiment_id, variant, segments, 'ttft', {bucket_sql("ttft_ms")}
     FROM lg_fold WHERE ttft_ms IS NOT NULL
 ), g AS (
     -- Count before expanding segments: far fewer rows to split.
@@ -135,7 +136,7 @@ INSERT INTO latency_histograms AS h (experiment_id, metric, segment, variant, bu
 SELECT experiment_id, metric, segment, variant, bucket, n FROM dh
 ORDER BY experiment_id, metric, segment, variant, bucket
 ON CONFLICT (experiment_id, metric, segment, variant, bucket) DO UPDATE SET count = h.count + EXCLUDED.count
-"""
+""".encode()
 
 # Which (experiment, conversation) pairs of the batch have a primary turn stored already:
 # one index probe per pair that stops at the first such row (LIMIT 1 inside LATERAL: not

@@ -29,6 +29,7 @@ from typing import Any, Final
 
 import psycopg
 
+from analytics.stats.quantile import BUCKETS_PER_E, MIN_BUCKETED
 from contracts.events import FEEDBACK_KINDS
 from contracts.tables import ROLLUP_MEASURES
 
@@ -110,14 +111,21 @@ g AS (
 SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM g)
 """
 
-# Request-level latency/TTFT histograms: bucket = floor(20·ln(ms)), see analytics.report.aggregate.
-HISTOGRAM_SQL: Final = """
+
+def bucket_sql(column: str) -> str:
+    """The histogram bucket of ``column`` in SQL: ``analytics.stats.quantile.bucket_of``'s rule
+    (tests/analytics/ingest/test_histogram_buckets.py checks that both agree)."""
+    return f"floor(ln(greatest({column}, {MIN_BUCKETED})) * {BUCKETS_PER_E})::int"
+
+
+# Request-level latency/TTFT histograms.
+HISTOGRAM_SQL: Final = f"""
 WITH v AS (
     SELECT experiment_id, variant, tags, 'latency' AS metric,
-        floor(ln(greatest(latency_ms, 0.01)) * 20)::int AS bucket
+        {bucket_sql("latency_ms")} AS bucket
     FROM lg_new_i WHERE role = 'primary' AND experiment_id IS NOT NULL AND variant IS NOT NULL
     UNION ALL
-    SELECT experiment_id, variant, tags, 'ttft', floor(ln(greatest(ttft_ms, 0.01)) * 20)::int
+    SELECT experiment_id, variant, tags, 'ttft', {bucket_sql("ttft_ms")}
     FROM lg_new_i
     WHERE role = 'primary' AND experiment_id IS NOT NULL AND variant IS NOT NULL AND ttft_ms IS NOT NULL
 ), g AS (
