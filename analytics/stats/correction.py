@@ -84,8 +84,13 @@ class Effect:
     @property
     def p_value(self) -> float:
         t = abs(self.estimate) / self.std_error
-        dist = sps.norm if self.dof is None else sps.t(self.dof)
-        return float(min(1.0, 2.0 * dist.sf(t)))
+        sf = sps.norm.sf(t) if self.dof is None else sps.t.sf(t, self.dof)
+        return float(min(1.0, 2.0 * sf))
+
+    def quantile(self, level: float) -> float:
+        """The two-sided critical value at confidence ``level`` for this estimate's reference."""
+        p = 0.5 + level / 2.0
+        return float(sps.norm.ppf(p) if self.dof is None else sps.t.ppf(p, self.dof))
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,8 +156,7 @@ def adjusted_intervals(
             if stopped_at is None and not p_adj < alpha:
                 stopped_at = r
             level_alpha = alpha / (m - (r if stopped_at is None else stopped_at))
-        dist = sps.norm if e.dof is None else sps.t(e.dof)
-        q = float(dist.ppf(1.0 - level_alpha / 2.0))
+        q = e.quantile(1.0 - level_alpha)
         lo, hi = finite(e.estimate - q * e.std_error), finite(e.estimate + q * e.std_error)
         out[i] = AdjustedInterval(e.estimate, lo, hi, 1.0 - level_alpha, p_adj)
     return out
