@@ -166,7 +166,15 @@ def group_sequential_design(
 
     def fail(msg: str) -> GroupSequentialDesign:
         return GroupSequentialDesign(
-            tuple(fractions), (), (), (), alpha, spending, two_sided, ErrorCode.INVALID_INPUT, msg
+            (),  # the bad input is named in the message, never echoed as NaN
+            (),
+            (),
+            (),
+            alpha,
+            spending,
+            two_sided,
+            ErrorCode.INVALID_INPUT,
+            msg,
         )
 
     if (msg := check_alpha(alpha) or _check_fractions(fractions)) is not None:
