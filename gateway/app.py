@@ -42,7 +42,6 @@ from gateway.bodies import (
 )
 from gateway.config_source import ConfigSource, DatabaseConfigSource, SnapshotHolder
 from gateway.limits import ConcurrencyLimit, RateLimit
-from gateway.metrics import GatewayMetrics
 from gateway.proxy import CompletionProxy, send_json
 from gateway.recorder import Recorder
 from gateway.server import ReadLimits
@@ -50,6 +49,7 @@ from gateway.settings import GatewaySettings
 from gateway.shadow import ShadowMirror
 from gateway.sink import EventSink
 from gateway.snapshot import Snapshot
+from gateway.telemetry import GatewayMetrics
 from gateway.upstreams import UpstreamPool
 
 log = logging.getLogger(__name__)
