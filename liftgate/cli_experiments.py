@@ -7,11 +7,12 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-import yaml
 from rich.console import Console
 from rich.table import Table
 
 from liftgate.admin_client import AdminClient, AdminError, resolve_token
+from liftgate.cli_rollout import check_remote, render_check
+from liftgate.experiment_file import load_experiment_file
 
 app = typer.Typer(help="Manage experiments through the gateway's admin API.", no_args_is_help=True)
 console = Console()
@@ -52,37 +53,6 @@ def _client(gateway: str, token: str | None, state_dir: Path) -> AdminClient:
 def _fail(exc: AdminError) -> typer.Exit:
     err.print(f"[red]error:[/red] {exc}")
     return typer.Exit(1)
-
-
-def load_experiment_file(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(upstreams, experiments) from a YAML file: one experiment, or ``{upstreams: [...], experiments: [...]}``."""
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ValueError(f"cannot read {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{path} is not valid YAML: {exc}") from None
-    if not isinstance(doc, dict):
-        raise ValueError(f"{path}: expected a mapping (an experiment, or 'experiments:' and 'upstreams:')")
-    if "experiments" in doc or "upstreams" in doc:
-        upstreams, experiments = doc.get("upstreams") or [], doc.get("experiments") or []
-    else:
-        upstreams, experiments = [], [doc]
-    if not isinstance(upstreams, list) or not isinstance(experiments, list):
-        raise ValueError(f"{path}: 'upstreams' and 'experiments' must be lists")
-    for i, exp in enumerate(experiments):
-        where = f"{path}: experiment #{i + 1}"
-        if not isinstance(exp, dict):
-            raise ValueError(f"{where} must be a mapping")
-        missing = [k for k in ("name", "route", "variants") if not exp.get(k)]
-        if missing:
-            raise ValueError(f"{where} ({exp.get('name', '?')}) is missing {', '.join(missing)}")
-        if not isinstance(exp["variants"], list) or not all(isinstance(v, dict) for v in exp["variants"]):
-            raise ValueError(f"{where}: 'variants' must be a list of mappings")
-    for i, up in enumerate(upstreams):
-        if not isinstance(up, dict) or not up.get("name") or not up.get("base_url"):
-            raise ValueError(f"{path}: upstream #{i + 1} needs 'name' and 'base_url'")
-    return upstreams, experiments
 
 
 @app.command()
@@ -136,8 +106,6 @@ def create(
 
 
 def _check_rollouts(experiments: list[dict[str, Any]], analytics: str) -> None:
-    from liftgate.cli_rollout import check_remote, render_check
-
     refused = []
     for exp in experiments:
         if exp.get("mode") != "rollout":

@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from liftgate.admin_client import AdminClient, AdminError, resolve_read_token, resolve_token
-from liftgate.cli_experiments import load_experiment_file
+from liftgate.experiment_file import load_experiment_file
 
 app = typer.Typer(help="Staged rollouts: status and manual control.", no_args_is_help=True)
 console = Console()

@@ -106,7 +106,7 @@ def up(
     from contracts import redaction
     from liftgate import demo
     from liftgate.admin_client import AdminClient, AdminError
-    from liftgate.cli_experiments import load_experiment_file
+    from liftgate.experiment_file import load_experiment_file
     from liftgate.procs import StartupError
     from liftgate.stack import (
         StackOptions,

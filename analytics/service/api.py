@@ -24,17 +24,9 @@ from analytics.report.catalogue import BUILTINS, MetricError, parse_spec, spec_d
 from analytics.report.schema import ExperimentSummary, Report, Verdict, headline
 from analytics.report.snapshots import latest_snapshot, load_timeseries, save_snapshot, with_current_point
 from analytics.service.access import Admin, Reader
-from analytics.service.app import ServiceContext
+from analytics.service.context import Ctx, ServiceContext
 
 router = APIRouter()
-
-
-def get_ctx(request: Request) -> ServiceContext:
-    ctx: ServiceContext = request.app.state.ctx
-    return ctx
-
-
-Ctx = Annotated[ServiceContext, Depends(get_ctx)]
 
 
 __all__ = ["Admin", "Ctx", "Reader", "resolve_experiment", "router"]

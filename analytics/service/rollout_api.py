@@ -26,7 +26,8 @@ from starlette.concurrency import run_in_threadpool
 from analytics.rollout import manual
 from analytics.rollout.baseline import EvidenceCache
 from analytics.rollout.telemetry import for_registry
-from analytics.service.api import Admin, Ctx
+from analytics.service.access import Admin
+from analytics.service.context import Ctx
 
 router = APIRouter()
 _ACTOR = re.compile(r"[^A-Za-z0-9_.@:\-]")
