@@ -343,6 +343,30 @@ class LatencyHistogram(Base):
     count: Mapped[int] = mapped_column(BigInteger, server_default="0")
 
 
+class LatencySample(Base):
+    """A bounded uniform sample of request latencies/TTFTs per variant, overall and per stage.
+
+    Rank tests (Mann–Whitney on per-batch quantiles: ``analytics.stats.rank``) need request-level
+    values, which histograms do not keep. The sample is a bottom-k sketch: per (experiment,
+    metric, segment, variant) the requests with the smallest ``sample_key`` (a hash of the
+    request's identity) — uniform, the same on every replay, mergeable across consumers.
+    The ingest inserts a request only while its key is below the group's current k-th
+    smallest, so the table holds about k·(1 + ln(N/k)) rows for N requests; readers take the
+    k smallest. ``segment`` is '' or a rollout stage (``rollout_stage=N``); ``batch`` is
+    hash(unit) mod 20, the unit's batch for per-batch quantiles.
+    """
+
+    __tablename__ = "latency_samples"
+
+    experiment_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    metric: Mapped[str] = mapped_column(String(32), primary_key=True)
+    segment: Mapped[str] = mapped_column(String(256), primary_key=True, server_default="")
+    variant: Mapped[str] = mapped_column(String(64), primary_key=True)
+    sample_key: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    batch: Mapped[int] = mapped_column(Integer)
+    value: Mapped[float] = mapped_column(Double)
+
+
 class AnalysisSnapshot(Base):
     """A computed report for one experiment at one moment (also the lift time series).
 

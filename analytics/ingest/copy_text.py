@@ -32,6 +32,7 @@ import orjson
 import psycopg
 from psycopg import pq
 
+from analytics.ingest import samples
 from analytics.ingest.rollups import bucket_sql
 from contracts.events import InteractionEvent
 from contracts.tables import INTERACTION_MEASURES
@@ -414,5 +415,6 @@ def insert_interactions(
                 for row in fold_rows:
                     copy.write_row(row)
             cur.execute(FOLD)
+            samples.fold(pg, samples.FROM_FOLD)
             cur.execute(HISTOGRAMS)
     return Inserted(len(new), [e.request_id for e in counted])

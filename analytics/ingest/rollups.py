@@ -29,6 +29,7 @@ from typing import Any, Final
 
 import psycopg
 
+from analytics.ingest import samples
 from analytics.stats.quantile import BUCKETS_PER_E, MIN_BUCKETED
 from contracts.events import FEEDBACK_KINDS
 from contracts.tables import ROLLUP_MEASURES
@@ -203,6 +204,7 @@ def apply(pg: psycopg.Connection[Any], *, feedback: bool) -> None:
     if feedback:
         pg.execute(ONCE_SQL.encode())
     pg.execute(ROLLUP_SQL.encode())
+    samples.fold(pg, samples.FROM_NEW_INTERACTIONS)
     pg.execute(HISTOGRAM_SQL.encode())
     if feedback:
         pg.execute(COUNTERS_SQL.encode())
