@@ -29,7 +29,7 @@ import contextlib
 import logging
 import re
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Final
 
@@ -42,7 +42,7 @@ from sqlalchemy.orm import Session
 from analytics import bulk, rollup
 from analytics.deadletter import DeadLetterRow, write_dead_letters
 from contracts import redaction
-from contracts.events import DecodeError, Event, InteractionEvent, decode, topic_for
+from contracts.events import DecodeError, Event, InteractionEvent, JudgeEvent, decode, topic_for
 
 log = logging.getLogger(__name__)
 
@@ -505,6 +505,9 @@ class Encoded:
     interactions: list[Raw]
     feedback: list[Raw]
     dead: list[DeadLetterRow]  # events ``decode`` refuses, with the reason
+    # Judge scores: not stored by ingest yet (the RL-risk tables come with their migration);
+    # kept apart so they never reach the feedback tables.
+    judgements: list[Raw] = field(default_factory=list)
 
 
 def encode_for_ingest(events: Sequence[Event]) -> Encoded:
@@ -513,7 +516,7 @@ def encode_for_ingest(events: Sequence[Event]) -> Encoded:
     An event the contract refuses (a NUL, a value out of range) becomes a dead letter here,
     as it would on the Kafka path, instead of making the database refuse the batch.
     """
-    out = Encoded([], [], [])
+    out = Encoded([], [], [], [])
     for ev in events:
         try:
             payload = orjson.dumps(ev)
@@ -527,7 +530,10 @@ def encode_for_ingest(events: Sequence[Event]) -> Encoded:
             out.dead.append(DeadLetterRow(topic_for(ev), None, None, ev.key, payload, exc.reason))
             continue
         raw = Raw(payload, topic_for(ev), event=ev)
-        (out.interactions if isinstance(ev, InteractionEvent) else out.feedback).append(raw)
+        if isinstance(ev, JudgeEvent):
+            out.judgements.append(raw)
+        else:
+            (out.interactions if isinstance(ev, InteractionEvent) else out.feedback).append(raw)
     return out
 
 

@@ -283,15 +283,15 @@ def _start_database(stack: RunningStack) -> None:
 
 
 def ensure_topics(bootstrap: str, partitions: int = 6, timeout_s: float = 30.0) -> None:
-    """Create the two event topics when missing (the broker does not auto-create them)."""
+    """Create the event topics when missing (the broker does not auto-create them)."""
     from kafka.admin import KafkaAdminClient, NewTopic
     from kafka.errors import TopicAlreadyExistsError
 
-    from contracts.events import FEEDBACK_TOPIC, INTERACTIONS_TOPIC
+    from contracts.events import FEEDBACK_TOPIC, INTERACTIONS_TOPIC, JUDGEMENTS_TOPIC
 
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000))
     try:
-        missing = {INTERACTIONS_TOPIC, FEEDBACK_TOPIC} - set(admin.list_topics())
+        missing = {INTERACTIONS_TOPIC, FEEDBACK_TOPIC, JUDGEMENTS_TOPIC} - set(admin.list_topics())
         for name in sorted(missing):
             # Another process may create it at the same moment: that is fine.
             with contextlib.suppress(TopicAlreadyExistsError):
