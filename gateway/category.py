@@ -6,9 +6,12 @@ regular expression match the first user message; else ``other``. The category de
 only on the request, never on the variant, so per-category comparisons stay randomised.
 
 Rules are compiled once when the gateway starts (``CategoryRules.compile``, or
-``default_rules()``); per request
-the cost is one scan of at most ``SCAN_CHARS`` characters per rule (a few µs; measured in
-``bench/gateway/bench_category.py``). A prompt of megabytes costs the same as a short one.
+``default_rules()``) into one RE2 *set*: per request, one linear-time pass over at most
+``SCAN_CHARS`` characters finds every category whose pattern matches, and the first in the
+configured order wins (µs figures: ``bench/gateway/category_bench.py``). A prompt of
+megabytes costs what a short one does, and RE2 has no backtracking, so no rule — however
+written — can make a request take exponential time. Regular expressions use RE2 syntax
+(no look-around, no back-references).
 
 Rules file (``LIFTGATE_CATEGORY_RULES``, YAML or JSON), first match wins::
 
@@ -28,10 +31,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import re2
+
 OTHER = "other"
 TASK_TAG = "task"
-#: Rules look at this many characters of the first user message (bounds the CPU per request).
-SCAN_CHARS = 1000
+#: Rules look at this many characters of the first user message (bounds the CPU per request;
+#: the task is nearly always stated at the start).
+SCAN_CHARS = 512
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,31}$")
 _MAX_RULES = 64
 
@@ -70,16 +76,18 @@ class RulesError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class CategoryRules:
-    """Compiled, ordered rules: (category, pattern) pairs and the set of category names."""
+    """Compiled, ordered rules: category names in order and one RE2 set of their patterns."""
 
-    rules: tuple[tuple[str, re.Pattern[str]], ...]
+    order: tuple[str, ...]
     names: frozenset[str]
+    matcher: Any  # re2.Set: Match(text) -> indices of the matching patterns, or None
 
     @classmethod
     def compile(cls, entries: Sequence[Mapping[str, Any]]) -> CategoryRules:
         if len(entries) > _MAX_RULES:
             raise RulesError(f"at most {_MAX_RULES} categories")
-        rules: list[tuple[str, re.Pattern[str]]] = []
+        order: list[str] = []
+        patterns: list[str] = []
         for i, entry in enumerate(entries):
             if not isinstance(entry, Mapping):
                 raise RulesError(f"category #{i + 1}: expected a mapping with name, keywords and/or regex")
@@ -103,17 +111,24 @@ class CategoryRules:
                 if not isinstance(regex, str) or not regex:
                     raise RulesError(f"category {name!r}: regex must be a non-empty string")
                 try:
-                    re.compile(regex)
-                except re.error as exc:
-                    raise RulesError(f"category {name!r}: invalid regex: {exc}") from None
+                    re2.compile(regex)
+                except re2.error as exc:
+                    raise RulesError(f"category {name!r}: invalid regex (RE2 syntax): {exc}") from None
                 parts.append(f"(?:{regex})")
             if not parts:
                 raise RulesError(f"category {name!r}: needs keywords or a regex")
-            rules.append((name, re.compile("|".join(parts), re.IGNORECASE)))
-        names = [n for n, _ in rules]
-        if len(set(names)) != len(names):
-            raise RulesError(f"duplicate category names: {names}")
-        return cls(tuple(rules), frozenset(names))
+            order.append(name)
+            patterns.append("(?i)(?:" + "|".join(parts) + ")")
+        if len(set(order)) != len(order):
+            raise RulesError(f"duplicate category names: {order}")
+        matcher = re2.Set.SearchSet()
+        try:
+            for pattern in patterns:
+                matcher.Add(pattern)
+            matcher.Compile()
+        except re2.error as exc:  # e.g. RE2's memory budget for the combined automaton
+            raise RulesError(f"cannot compile the rules: {exc}") from None
+        return cls(tuple(order), frozenset(order), matcher)
 
     @classmethod
     def load(cls, path: Path) -> CategoryRules:
@@ -137,10 +152,10 @@ class CategoryRules:
             if task in self.names or task == OTHER:
                 return task
         text = first_user_text(request, endpoint)
-        if text:
-            for name, pattern in self.rules:
-                if pattern.search(text):
-                    return name
+        if text and self.order:
+            found: list[int] | None = self.matcher.Match(text)
+            if found:
+                return self.order[min(found)]
         return OTHER
 
 

@@ -157,15 +157,16 @@ def test_the_task_header_tag_overrides_the_rules(gw: tuple[str, MemorySink]) -> 
         headers={"X-Liftgate-Tags": "task=math"},
     )
     assert r.status_code == 200
-    rid = r.headers["x-request-id"]
-    assert [e.category for e in sink.interactions(rid)] == ["math"]
+    rid = r.headers["x-request-id"]  # the event is recorded just after the response is sent
+    assert [e.category for e in sink.wait_for(lambda e: e.request_id == rid)] == ["math"]
 
 
 def test_embeddings_carry_no_category(gw: tuple[str, MemorySink]) -> None:
     url, sink = gw
     r = post(url + "/v1/embeddings", {"model": "assistant", "input": "python"})
     assert r.status_code == 200, r.text
-    assert [e.category for e in sink.interactions(r.headers["x-request-id"])] == [None]
+    rid = r.headers["x-request-id"]
+    assert [e.category for e in sink.wait_for(lambda e: e.request_id == rid)] == [None]
 
 
 def test_a_bad_rules_file_stops_the_gateway_at_start(tmp_path: Path) -> None:
@@ -182,3 +183,18 @@ def test_a_bad_rules_file_stops_the_gateway_at_start(tmp_path: Path) -> None:
             config_source=static_source([], []),
             metrics=GatewayMetrics(),
         )
+
+
+def test_rules_run_in_linear_time_so_no_regex_can_stall_a_request() -> None:
+    """``(a+)+$`` backtracks exponentially in Python's re; RE2 has no backtracking."""
+    rules = CategoryRules.compile([{"name": "evil", "regex": r"(a+)+$"}])
+    text = "a" * 400 + "!"
+    t0 = time.perf_counter()
+    for _ in range(100):
+        assert rules.categorize(chat(text), "chat", {}) == OTHER
+    assert time.perf_counter() - t0 < 0.5
+
+
+def test_look_around_is_refused_because_rules_use_re2_syntax() -> None:
+    with pytest.raises(RulesError, match="RE2"):
+        CategoryRules.compile([{"name": "code", "regex": r"(?<=def )\w+"}])
