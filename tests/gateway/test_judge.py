@@ -188,3 +188,15 @@ def test_the_first_number_in_range_is_the_score(content: str, score: float | Non
     assert parse_score(body, 1.0, 10.0) == score
     assert parse_score(b"not json", 1.0, 10.0) is None
     assert parse_score(b'{"choices": []}', 1.0, 10.0) is None
+
+
+def test_judge_events_never_reach_the_feedback_tables_of_in_process_ingest() -> None:
+    from analytics.ingest import encode_for_ingest
+    from contracts.events import JUDGEMENTS_TOPIC
+
+    ev = JudgeEvent(
+        request_id="r1", unit_id="u", judge="j", role="primary", status="ok", latency_ms=3.0, score=7.0
+    )
+    enc = encode_for_ingest([ev])
+    assert enc.feedback == [] and enc.interactions == [] and enc.dead == []
+    assert [r.topic for r in enc.judgements] == [JUDGEMENTS_TOPIC]
