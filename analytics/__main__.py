@@ -7,9 +7,9 @@ import sys
 
 from pydantic import ValidationError
 
-from analytics.app import create_app
-from analytics.server import ServerLimits, serve
-from analytics.settings import AnalyticsSettings
+from analytics.service.app import create_app
+from analytics.service.server import ServerLimits, serve
+from analytics.service.settings import AnalyticsSettings
 from contracts import redaction
 
 

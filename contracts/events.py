@@ -365,7 +365,7 @@ def _bounded(what: str, name: str, t: Any) -> Any:
         base = Annotated[str, msgspec.Meta(max_length=_TEXT_MAX[what][name])]
     elif base is str and name == "event_id":
         # The length only: a pattern would cost ~0.8 µs per event; the database refuses
-        # the rare malformed id and ingest isolates that event (see analytics.ingest).
+        # the rare malformed id and ingest isolates that event (see analytics.ingest.write).
         base = Annotated[str, msgspec.Meta(min_length=_UUID_LEN[0], max_length=_UUID_LEN[1])]
     elif base in (int, float) and name in _RANGES[what]:
         lo, hi = _RANGES[what][name]

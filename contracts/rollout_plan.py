@@ -79,6 +79,9 @@ class RolloutPlanSchema(_Strict):
     expected_units_per_s: float | None = Field(default=None, gt=0, le=1e7)
     expected_requests_per_s: float | None = Field(default=None, gt=0, le=1e8)
     baselines: dict[str, float | Baseline] = Field(default_factory=dict, max_length=MAX_METRICS)
+    # "if_declared": the candidate gets no traffic until the experiment's declared offline gate
+    # passed for it as configured now; "required": the same, and a missing declaration holds.
+    offline_gate: Literal["if_declared", "required"] = "if_declared"
 
     @field_validator("guardrails", mode="before")
     @classmethod

@@ -201,7 +201,7 @@ class Feedback(Base):
 class FeedbackCounted(Base):
     """The yes/no feedback already counted: one row per response (request id) and kind.
 
-    Ingest counts a thumbs-up (or any kind of ``analytics.rollup.ONCE_KINDS``) for a response
+    Ingest counts a thumbs-up (or any kind of ``analytics.ingest.rollups.ONCE_KINDS``) for a response
     only in the transaction that inserts its row here, so 50 thumbs-up for one response
     count once, also when they arrive in concurrent batches.
     """
@@ -329,7 +329,7 @@ class PreperiodRollup(RollupMeasures, Base):
 class LatencyHistogram(Base):
     """Log-bucketed counts of latency/TTFT per experiment variant and segment (quantile metrics).
 
-    ``bucket`` = floor(20·ln(ms)) (≈5% wide); see ``analytics.aggregate.bucket_bounds``.
+    ``bucket`` = floor(20·ln(ms)) (≈5% wide); see ``analytics.report.aggregate.bucket_bounds``.
     """
 
     __tablename__ = "latency_histograms"
@@ -349,7 +349,7 @@ class AnalysisSnapshot(Base):
     ``points``: the candidates' rows of the overall table the time series reads (a few
     hundred bytes a metric); ``report``: the whole report (tens of kB with tag segments),
     kept for recent and API-requested snapshots and one an hour after that (None once
-    pruned, see ``analytics.snapshot.prune_snapshots``).
+    pruned, see ``analytics.report.snapshots.prune_snapshots``).
     """
 
     __tablename__ = "analysis_snapshots"

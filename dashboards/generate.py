@@ -4,7 +4,7 @@
 
 The JSON files are committed (Grafana provisions them as they are); edit this script and
 rerun it rather than editing the JSON. Queries use only the metric names documented in
-``gateway/metrics.py``, ``analytics/service_metrics.py``, ``analytics/consumer.py`` and
+``gateway/telemetry.py``, ``analytics/service/telemetry.py``, ``analytics/ingest/consumer.py`` and
 ``analytics/rollout/telemetry.py``; ``tests/dashboards`` runs every query against a real
 Prometheus scraping a real gateway and analytics service.
 """

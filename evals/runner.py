@@ -26,6 +26,7 @@ import aiohttp
 import orjson
 from sqlalchemy import Engine
 
+from contracts.offline_gate import candidate_fingerprint
 from evals import store
 from evals.datasets.loaders import Dataset
 from evals.gate import GateParams
@@ -71,10 +72,8 @@ def _canonical(value: Any) -> bytes:
 
 
 def fingerprint(target: Target, params: GateParams) -> str:
-    """What a gate decision vouches for: SHA-256 of the canonical (sorted-key, compact) JSON
-    of {"upstream", "base_url", "model", "params"}."""
-    return store.sha256(_canonical({"upstream": target.upstream, "base_url": target.base_url.rstrip("/"),
-                                    "model": target.model, "params": params.as_dict()}).decode())  # fmt: skip
+    """What a gate decision vouches for (:func:`contracts.fingerprint.candidate_fingerprint`)."""
+    return candidate_fingerprint(target.upstream, target.base_url, target.model, params.as_dict())
 
 
 def run_key(fp: str, dataset: Dataset, samples: int) -> str:

@@ -23,7 +23,7 @@ from sqlalchemy import Engine, create_engine, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
-from contracts import redaction
+from contracts import offline_gate, redaction
 from contracts.tables import ApiKey, AuditLog, Experiment, Upstream, Variant
 from gateway.admin_models import (
     ApiKeyIn,
@@ -316,9 +316,27 @@ def update_experiment(id_or_name: str, body: ExperimentPatch, actor: Actor, db: 
     db.flush()
     db.expire_all()
     after = _experiment(db, str(e.id))
+    if after.status == "running":
+        _require_gate(db, after)
     _audit(db, actor, "update", "experiment", e.id, before, experiment_out(after))
     _commit(db)
     return experiment_out(after)
+
+
+def _require_gate(db: Session, e: Experiment) -> None:
+    """An A/B experiment shows its candidates to users: when it declares an offline gate, every
+    candidate with traffic must have passed it as configured now (rollouts are held by their
+    controller instead, which serves only the control until the gate passes)."""
+    control = next((v for v in e.variants if v.is_control), None)
+    if e.mode != "ab" or control is None:
+        return
+    conn = db.connection()
+    for v in e.variants:
+        if v.is_control or v.weight <= 0:
+            continue
+        gate = offline_gate.check(conn, e.id, v.name, control.name, required=False)
+        if not gate.passed:
+            raise HTTPException(409, f"variant {v.name!r}: {gate.reason}")
 
 
 _TRANSITIONS = {
@@ -335,6 +353,8 @@ def _transition(id_or_name: str, action: str, actor: str, db: Session) -> dict[s
         raise HTTPException(409, f"cannot {action} an experiment that is {e.status}")
     if target == "running" and _running_elsewhere(db, e.route, e.id):
         raise HTTPException(422, f"another experiment is already running on route {e.route!r}")
+    if target == "running":
+        _require_gate(db, e)
     before = experiment_out(e)
     e.status = target
     now = datetime.now(UTC)

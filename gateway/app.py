@@ -46,7 +46,6 @@ from gateway.category import CategoryRules, default_rules
 from gateway.config_source import ConfigSource, DatabaseConfigSource, SnapshotHolder
 from gateway.judge import DEFAULT_RUBRIC, JudgeConfig, JudgeSampler
 from gateway.limits import ConcurrencyLimit, RateLimit
-from gateway.metrics import GatewayMetrics
 from gateway.proxy import CompletionProxy, send_json
 from gateway.recorder import Recorder
 from gateway.server import ReadLimits
@@ -54,6 +53,7 @@ from gateway.settings import GatewaySettings
 from gateway.shadow import ShadowMirror
 from gateway.sink import EventSink
 from gateway.snapshot import Snapshot, UpstreamConfig
+from gateway.telemetry import GatewayMetrics
 from gateway.upstreams import UpstreamPool, key_problem, make_client, url_problem
 
 log = logging.getLogger(__name__)

@@ -30,9 +30,9 @@ from time import perf_counter
 import orjson
 
 from contracts.events import JudgeEvent, judge_event_id
-from gateway.metrics import GatewayMetrics
 from gateway.recorder import CallInfo, Recorder
 from gateway.relay import CallResult, call_json
+from gateway.telemetry import GatewayMetrics
 from gateway.upstreams import UpstreamClient
 
 log = logging.getLogger(__name__)

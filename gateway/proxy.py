@@ -30,12 +30,12 @@ from typing import Any
 import orjson
 
 from contracts.events import ROLLOUT_STAGE_TAG
+from contracts.ids import request_id
 from gateway import errors
 from gateway.auth import peer
 from gateway.bodies import CLOSE, BodyTooLarge, ClientGone, Receive, Scope, Send, read_body
 from gateway.category import CategoryRules
 from gateway.http_client import StreamResponse
-from gateway.ids import request_id
 from gateway.inputs import MAX_DEPTH, completion_problem, header_problem, too_deep
 from gateway.judge import TEXT_MAX, JudgeSampler, job_for
 from gateway.limits import ConcurrencyLimit

@@ -12,10 +12,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from contracts.events import FeedbackEvent
+from contracts.ids import uuid7
 from gateway import errors
 from gateway.feedback import SCHEMA as FEEDBACK_SCHEMA
 from gateway.feedback import validate_feedback
-from gateway.ids import uuid7
 from gateway.inputs import MAX_DEPTH, too_deep
 from gateway.snapshot import RouteConfig, Snapshot
 from gateway.upstreams import UpstreamPool

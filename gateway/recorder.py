@@ -16,10 +16,10 @@ from hashlib import sha256
 from typing import Any
 
 from contracts.events import InteractionEvent, JudgeEvent
-from gateway.ids import uuid7
-from gateway.metrics import GatewayMetrics
+from contracts.ids import uuid7
 from gateway.relay import CallResult
 from gateway.sink import EventSink
+from gateway.telemetry import GatewayMetrics
 
 log = logging.getLogger(__name__)
 

@@ -18,10 +18,10 @@ from time import perf_counter
 from typing import Any
 
 from gateway.judge import JudgeSampler, job_for
-from gateway.metrics import GatewayMetrics
 from gateway.recorder import CallInfo, Recorder
 from gateway.relay import CallResult, SseFilter, call_json, classify, open_stream, summarize_json
 from gateway.snapshot import VariantConfig
+from gateway.telemetry import GatewayMetrics
 from gateway.upstreams import UpstreamPool
 
 log = logging.getLogger(__name__)

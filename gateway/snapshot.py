@@ -98,7 +98,15 @@ class RouteConfig:
 
 
 def build_route(exp: ExperimentConfig) -> RouteConfig:
-    layout = layout_from_weights([(v.name, v.weight, v.is_control) for v in exp.variants])
+    # A rollout the controller has not started (no stage yet: e.g. its offline gate has not
+    # passed) serves only its control, whatever weights it was created with.
+    unstarted = exp.mode == "rollout" and exp.rollout_stage is None
+    layout = layout_from_weights(
+        [
+            (v.name, (1.0 if v.is_control else 0.0) if unstarted else v.weight, v.is_control)
+            for v in exp.variants
+        ]
+    )
     return RouteConfig(
         route=exp.route,
         experiment=exp,

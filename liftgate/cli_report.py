@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from analytics.report_schema import Interval, Report, VariantResult
+from analytics.report.schema import Interval, Report, VariantResult
 from liftgate.admin_client import AdminError, resolve_read_token, resolve_token
 
 DEFAULT_URL = "http://127.0.0.1:8090"

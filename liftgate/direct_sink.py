@@ -2,7 +2,7 @@
 
 ``emit`` only appends to a deque (a few hundred ns, no lock, no I/O). A background thread
 wakes every ``interval_s`` (or as soon as ``batch_size`` events are waiting), takes up to
-``batch_size`` events and writes them with ``analytics.ingest.ingest_raw`` — the same
+``batch_size`` events and writes them with ``analytics.ingest.write.ingest_raw`` — the same
 idempotent function the Kafka consumer uses — in one transaction.
 
 Memory is bounded: beyond ``max_queue`` waiting events new ones are dropped and counted
@@ -24,7 +24,7 @@ from typing import Any
 
 import psycopg
 
-from analytics.ingest import encode_for_ingest, ingest_raw
+from analytics.ingest.write import encode_for_ingest, ingest_raw
 from contracts.events import Event
 
 log = logging.getLogger(__name__)

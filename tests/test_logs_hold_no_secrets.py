@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tests.analytics.test_api_hardening import call
+from tests.analytics.service.test_api_hardening import call
 from tests.analytics.web.services import free_port, wait_http
 from tests.known_secrets import leaks, secret
 

@@ -19,8 +19,8 @@ from typing import Any
 import psycopg
 from sqlalchemy import Connection, text
 
-from analytics.aggregate import variant_stats
-from analytics.metrics import Metric
+from analytics.report.aggregate import variant_stats
+from analytics.report.catalogue import Metric
 from analytics.rollout.check import BaselineStat, Traffic
 from analytics.stats import MetricKind, estimate
 

@@ -36,7 +36,7 @@ from typing import Any
 
 from scipy import stats as sps
 
-from analytics.metrics import Metric
+from analytics.report.catalogue import Metric
 from analytics.rollout.evidence import guardrail_alpha
 from analytics.rollout.margins import Margin, resolve_margin
 from analytics.rollout.plan import PlanError, RolloutPlan, Stage, parse_plan

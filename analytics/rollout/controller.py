@@ -21,9 +21,9 @@ from datetime import UTC, datetime
 import psycopg
 from sqlalchemy import Connection, Engine
 
-from analytics.aggregate import unit_counts, variant_stats
-from analytics.metrics import Metric
-from analytics.report import resolve_metrics
+from analytics.report.aggregate import unit_counts, variant_stats
+from analytics.report.assembly import resolve_metrics
+from analytics.report.catalogue import Metric
 from analytics.rollout import store
 from analytics.rollout.check import check_plan, guardrails_of, plan_metric_names
 from analytics.rollout.decisions import Decision, Look, decide
@@ -31,6 +31,7 @@ from analytics.rollout.evidence import check_guardrail, check_success, guardrail
 from analytics.rollout.margins import Margin
 from analytics.rollout.plan import PlanError, RolloutPlan, Stage, parse_plan
 from analytics.rollout.telemetry import RolloutMetrics
+from contracts import offline_gate
 from contracts.events import ROLLOUT_STAGE_TAG
 
 log = logging.getLogger(__name__)
@@ -221,6 +222,21 @@ class Controller:
         if row.control is None or row.candidate is None:
             reason = "a rollout needs exactly one control and one candidate variant"
             return Decision("hold", reason, "variants_invalid", row.stage, row.stage)
+        gate = offline_gate.check(
+            conn, row.id, row.candidate.name, row.control.name, required=plan.offline_gate == "required"
+        )
+        started = row.stage is not None and row.stage_started_at is not None
+        if not gate.passed and not started:
+            return Decision(
+                "hold", gate.reason, "offline_gate", row.stage, row.stage, {"offline_gate": gate.public()}
+            )
+        if not gate.passed:
+            # The gate vouches for exactly one candidate: one repointed at another model or
+            # URL mid-rollout (or judged failing since) must stop getting traffic now.
+            reason = f"the offline gate no longer vouches for the candidate: {gate.reason}"
+            return Decision(
+                "rollback", reason, "offline_gate", row.stage, None, {"offline_gate": gate.public()}
+            )
         if row.stage is None or row.stage_started_at is None:
             first = min(row.stage or 0, len(plan.stages) - 1)
             pct = plan.stage(first).percent

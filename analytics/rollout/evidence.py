@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from analytics.metrics import Metric
+from analytics.report.catalogue import Metric
 from analytics.rollout.margins import Margin
 from analytics.stats import (
     Direction,

@@ -33,6 +33,7 @@ from analytics.rollout.controller import apply_decision, load_catalogue, observe
 from analytics.rollout.decisions import Decision
 from analytics.rollout.plan import PlanError, parse_plan
 from analytics.rollout.telemetry import RolloutMetrics
+from contracts import offline_gate
 
 ACTIONS = ("advance", "pause", "resume", "rollback")
 
@@ -117,6 +118,8 @@ def status(
         ]
         if row.stage is not None and row.stage < len(plan.stages):
             out["stage_percent"] = plan.stage(row.stage).percent
+    gate = _gate(conn, row)
+    out["offline_gate"] = None if gate is None else gate.public()
     out["decisions"] = [d.public() for d in store.decisions(conn, row.id, limit)]
     return out
 
@@ -156,6 +159,24 @@ def _decision_for(row: store.RolloutRow, action: str, actor: str) -> Decision:
     raise RolloutActionError(404, f"unknown action {action!r}; expected one of {', '.join(ACTIONS)}")
 
 
+def _gate(conn: Connection, row: store.RolloutRow) -> offline_gate.GateCheck | None:
+    if row.control is None or row.candidate is None:
+        return None
+    try:
+        required = parse_plan(row.plan).offline_gate == "required"
+    except PlanError:
+        required = False
+    return offline_gate.check(conn, row.id, row.candidate.name, row.control.name, required=required)
+
+
+def _require_gate(conn: Connection, row: store.RolloutRow) -> None:
+    """An operator cannot give traffic to a candidate the offline gate does not vouch for
+    (to run without a gate, the experiment's declaration must be removed — an audited change)."""
+    gate = _gate(conn, row)
+    if gate is not None and not gate.passed:
+        raise RolloutActionError(409, gate.reason)
+
+
 def act(
     engine: Engine,
     id_or_name: str,
@@ -169,6 +190,8 @@ def act(
         with engine.begin() as conn:
             row = _row(conn, id_or_name, for_update=True)
             decision = _decision_for(row, action, actor)
+            if decision.decision in ("start", "advance", "promote", "resume"):
+                _require_gate(conn, row)
             now = clock()
             if decision.decision == "pause":
                 store.set_status(conn, row, "paused", decision.reason, now)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from analytics.metrics import Metric
+from analytics.report.catalogue import Metric
 from contracts.rollout_plan import GuardrailSpec
 
 #: Catalogue ratios of 0/1 events per request (at most one event per request).

@@ -1,7 +1,7 @@
 """Running the controller: settings, the analytics service's background worker, standalone mode.
 
 In the analytics service the controller is one of the background workers
-(``analytics.app.default_workers``); ``python -m analytics.rollout`` runs it alone (any
+(``analytics.service.app.default_workers``); ``python -m analytics.rollout`` runs it alone (any
 number of them may run: the per-experiment advisory lock keeps them from double-acting).
 """
 
@@ -18,7 +18,7 @@ from analytics.rollout.controller import Controller
 from analytics.rollout.telemetry import for_registry
 
 if TYPE_CHECKING:
-    from analytics.app import BackgroundWorker, ServiceContext
+    from analytics.service.app import BackgroundWorker, ServiceContext
 
 
 class RolloutSettings(BaseSettings):
@@ -46,8 +46,8 @@ def make_controller(engine: Engine, settings: RolloutSettings, registry: object)
 
 
 def controller_worker(ctx: ServiceContext) -> BackgroundWorker | None:
-    """The analytics service's worker factory (see ``analytics.app.default_workers``)."""
-    from analytics.app import BackgroundWorker
+    """The analytics service's worker factory (see ``analytics.service.app.default_workers``)."""
+    from analytics.service.app import BackgroundWorker
 
     settings = RolloutSettings(database_url=ctx.settings.database_url)
     if not settings.rollout_controller:

@@ -29,8 +29,8 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from analytics.metrics import Metric
-from analytics.report_schema import (
+from analytics.report.catalogue import Metric
+from analytics.report.schema import (
     ErrorInfo,
     Guardrail,
     GuardrailOutcome,

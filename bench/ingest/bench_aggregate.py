@@ -16,8 +16,8 @@ import time
 
 import psycopg
 
-from analytics.aggregate import segments, unit_counts, variant_stats
-from analytics.metrics import BUILTINS
+from analytics.report.aggregate import segments, unit_counts, variant_stats
+from analytics.report.catalogue import BUILTINS
 from liftgate import db as dbmod
 
 FILL = """

@@ -4,7 +4,7 @@ Each batch of the COPY fast path asks which of its (experiment, conversation) pa
 primary turn stored already (a conversation is counted once, on its first turn). This
 bench stores C conversations turn by turn — batch t holds turn t of every conversation —
 and times that probe for the C pairs after 1, 10, 25 and 50 stored turns, with the query
-of ``analytics.bulk`` and with the one before session 4 (read every stored turn of the
+of ``analytics.ingest.write.rows`` and with the one before session 4 (read every stored turn of the
 conversation, ``DISTINCT experiment_id``), alternated in the same run.
 
     .venv/bin/python bench/ingest/bench_conversations.py --conversations 2000 --turns 50
@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_ingest import ADMIN_URL, make_events, scratch_database
 
-from analytics import bulk, ingest
+from analytics.ingest import copy_text, write
 
 BEFORE = (
     b"SELECT x.experiment_id, c.id FROM unnest(%s::text[]) c(id) CROSS JOIN LATERAL ("
@@ -47,7 +47,7 @@ def main() -> None:
     convs = [f"conv-{k}" for k in range(c)]
     exps = "{" + ",".join("1" for _ in convs) + "}"
     with scratch_database(args.admin_url, "lg_bench_conv") as url, psycopg.connect(url) as pg:
-        ingest._prepare(pg, nested=False)
+        write._prepare(pg, nested=False)
         pg.commit()
         for t in range(1, turns + 1):
             batch = [
@@ -55,7 +55,7 @@ def main() -> None:
                 for k in range(c)
             ]
             with pg.transaction():
-                bulk.insert_interactions(pg, batch)
+                copy_text.insert_interactions(pg, batch)
             if t not in checkpoints:
                 continue
             pg.execute(b"ANALYZE interactions")
@@ -66,10 +66,10 @@ def main() -> None:
                     t0 = time.perf_counter()
                     if name == "now":
                         rows = pg.execute(
-                            bulk._STORED_CONVERSATIONS, (exps, bulk.text_array(convs))
+                            copy_text._STORED_CONVERSATIONS, (exps, copy_text.text_array(convs))
                         ).fetchall()
                     else:
-                        rows = pg.execute(BEFORE, (bulk.text_array(convs),)).fetchall()
+                        rows = pg.execute(BEFORE, (copy_text.text_array(convs),)).fetchall()
                     times[name].append(time.perf_counter() - t0)
                     if len(rows) != c:
                         raise RuntimeError(f"{name}: {len(rows)} stored conversations found, expected {c}")

@@ -2,7 +2,7 @@
 
 1. Creates a scratch database (migrated) and a topic with 6 partitions; produces N
    interaction events (realistic fields: 2 variants, tags, conversations) once.
-2. Consumer runs: truncate the event/rollup tables, start ``analytics.consumer`` (the
+2. Consumer runs: truncate the event/rollup tables, start ``analytics.ingest.consumer`` (the
    real consumer: decode, COPY staging, ON CONFLICT insert, rollups, offset commits) in
    a thread with a fresh group id, and time from its first committed batch until all N
    are committed. Rate = events after the first batch / elapsed (sustained).
@@ -37,8 +37,8 @@ from kafka import KafkaProducer
 from kafka.admin import KafkaAdminClient, NewTopic
 from prometheus_client import CollectorRegistry
 
-from analytics import bulk
-from analytics.consumer import ConsumerMetrics, ConsumerSettings, run_consumer
+from analytics.ingest import copy_text
+from analytics.ingest.consumer import ConsumerMetrics, ConsumerSettings, run_consumer
 from contracts.events import InteractionEvent, encode
 from liftgate import db as dbmod
 
@@ -253,7 +253,7 @@ def consumer_processes_run(
     }
     root = Path(__file__).resolve().parents[2]
     cmd = [sys.executable, str(Path(__file__).with_name("naive_consumer.py"))] if naive else [
-        sys.executable, "-m", "analytics.consumer"
+        sys.executable, "-m", "analytics.ingest.consumer"
     ]  # fmt: skip
     logs = [
         open(os.path.join(log_dir, f"{'naive' if naive else 'consumer'}-{group}-{i}.log"), "wb")  # noqa: SIM115
@@ -340,7 +340,7 @@ def copy_run(db_url: str, data: bytes, n: int, cpu: list[dict[str, float]]) -> f
         t = time.perf_counter()
         with (
             conn.cursor() as cur,
-            cur.copy(f"COPY interactions ({bulk.INTERACTION_COLUMNS}) FROM STDIN".encode()) as cp,
+            cur.copy(f"COPY interactions ({copy_text.INTERACTION_COLUMNS}) FROM STDIN".encode()) as cp,
         ):
             for i in range(0, len(data), 1 << 20):
                 cp.write(data[i : i + (1 << 20)])

@@ -1,7 +1,7 @@
 """What events the database refuses cost a batch: clean vs 1 vs 5 refused, wall time.
 
 No Kafka: batches of N interaction events (``bench_ingest.make_events``), decoded already,
-written with ``analytics.ingest.ingest_raw`` on one connection, as the consumer does. A
+written with ``analytics.ingest.write.ingest_raw`` on one connection, as the consumer does. A
 refused event has an id of UUID length the database cannot read as a UUID (the contract
 checks an event id's length only), so the database refuses it in the batch. Each case runs
 ``--reps`` times on fresh events (interleaved), medians printed; "one by one" times the
@@ -26,27 +26,27 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from bench_ingest import ADMIN_URL, make_events, scratch_database
 
-from analytics import ingest
+from analytics.ingest import write
 from contracts.events import InteractionEvent, encode
 
 
-def _raws(events: list[InteractionEvent]) -> list[ingest.Raw]:
-    return [ingest.Raw(encode(e), "bench", 0, i, e.key, e) for i, e in enumerate(events)]
+def _raws(events: list[InteractionEvent]) -> list[write.Raw]:
+    return [write.Raw(encode(e), "bench", 0, i, e.key, e) for i, e in enumerate(events)]
 
 
-def _batch(n: int, refused: int, rng: random.Random) -> list[ingest.Raw]:
+def _batch(n: int, refused: int, rng: random.Random) -> list[write.Raw]:
     events = make_events(n, n // 4, seed=rng.randrange(1 << 30))
     for i in rng.sample(range(n), refused):
         events[i].event_id = "zzzzzzzz-zzzz-zzzz-zzzz-" + f"{i:012d}"
     return _raws(events)
 
 
-def _one_by_one(pg: psycopg.Connection[Any], raws: list[ingest.Raw]) -> None:
+def _one_by_one(pg: psycopg.Connection[Any], raws: list[write.Raw]) -> None:
     with pg.transaction():
         for raw in raws:
             try:
                 with pg.transaction():
-                    ingest._fast_or_safe(pg, [raw], [], nested=True)
+                    write._fast_or_safe(pg, [raw], [], nested=True)
             except psycopg.DataError:
                 pass
 
@@ -61,12 +61,12 @@ def main() -> None:
     cases = {"clean": 0, "1 refused": 1, "5 refused": 5}
     times: dict[str, list[float]] = {name: [] for name in [*cases, "1 refused, one by one (before)"]}
     with scratch_database(args.admin_url, "lg_bench_poison") as url, psycopg.connect(url) as pg:
-        ingest.ingest_raw(pg, [], [])  # the session's temp tables, as in a running consumer
+        write.ingest_raw(pg, [], [])  # the session's temp tables, as in a running consumer
         for _ in range(args.reps):
             for name, k in cases.items():
                 raws = _batch(args.batch, k, rng)
                 t0 = time.perf_counter()
-                res = ingest.ingest_raw(pg, raws, [])
+                res = write.ingest_raw(pg, raws, [])
                 times[name].append(time.perf_counter() - t0)
                 assert res.dead_lettered == k and res.interactions == args.batch - k
             raws = _batch(args.batch, 1, rng)

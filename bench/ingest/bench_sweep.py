@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_ingest import ADMIN_URL, scratch_database
 
-from analytics import ingest
+from analytics.ingest import write
 
 _ROW = "'u' || (g % 1000), 'header', 'primary', '{mode}', 'chat', 'm', 'u', 'ok', 200, 10, 5, false, false, '{{}}'"
 _COLS = (
@@ -62,10 +62,10 @@ def main() -> None:
         full, recent = [], []
         for _ in range(args.repeats):
             t = time.perf_counter()
-            sweep = ingest.attribute_pending(pg)
+            sweep = write.attribute_pending(pg)
             full.append(time.perf_counter() - t)
             t = time.perf_counter()
-            ingest.attribute_pending(pg, since=sweep.started - timedelta(hours=1))
+            write.attribute_pending(pg, since=sweep.started - timedelta(hours=1))
             recent.append(time.perf_counter() - t)
         print(
             f"{n:,} unattributed feedback, {3 * n:,} experiment interactions: full sweep"

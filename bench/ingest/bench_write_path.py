@@ -1,7 +1,7 @@
 """Where the database time of one ingest batch goes, statement by statement.
 
 No Kafka: N interaction events (the same generator as ``bench_ingest.py``), decoded
-already, are written in batches through ``analytics.ingest.ingest_raw`` (what the
+already, are written in batches through ``analytics.ingest.write.ingest_raw`` (what the
 consumer calls: the COPY fast path, late feedback attribution, one transaction each) on
 one connection, and the wall time of every statement and COPY is
 summed per event. The client waits on each statement, so a statement's time is the
@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from bench_ingest import add_write_args, copy_rows, copy_run, make_events, scratch_database, truncate
 
-from analytics import ingest
+from analytics.ingest import write
 from contracts.events import encode
 
 TIMES: collections.defaultdict[str, float] = collections.defaultdict(float)
@@ -66,10 +66,10 @@ def run(url: str, events: list[Any], batch: int) -> None:
     with psycopg.connect(url) as pg:
         pg.execute(b"TRUNCATE interactions, unit_rollups, segment_rollups, latency_histograms")
         pg.commit()
-        raws = [ingest.Raw(encode(e), "bench", 0, i, e.key, e) for i, e in enumerate(events)]
+        raws = [write.Raw(encode(e), "bench", 0, i, e.key, e) for i, e in enumerate(events)]
         t0 = time.perf_counter()
         for i in range(0, n, batch):
-            ingest.ingest_raw(pg, raws[i : i + batch], ())
+            write.ingest_raw(pg, raws[i : i + batch], ())
         total = time.perf_counter() - t0
     print(f"write path: {total / n * 1e6:.1f} µs per event ({n / total:,.0f} ev/s on one connection)")
     for label, secs in sorted(TIMES.items(), key=lambda kv: -kv[1]):

@@ -22,11 +22,11 @@ import psycopg
 from kafka import KafkaConsumer
 from kafka.structs import OffsetAndMetadata
 
-from analytics import bulk, kafka_records
-from analytics.consumer import ConsumerSettings, _pg_url, fetch_options, tune_gc
+from analytics.ingest import copy_text, kafka_records
+from analytics.ingest.consumer import ConsumerSettings, _pg_url, fetch_options, tune_gc
 from contracts.events import InteractionEvent, decode
 
-COPY = f"COPY interactions ({bulk.INTERACTION_COLUMNS}) FROM STDIN".encode()
+COPY = f"COPY interactions ({copy_text.INTERACTION_COLUMNS}) FROM STDIN".encode()
 
 
 def write(pg: psycopg.Connection[Any], values: list[bytes]) -> None:
@@ -34,7 +34,7 @@ def write(pg: psycopg.Connection[Any], values: list[bytes]) -> None:
         for v in values:
             e = decode(v)
             assert isinstance(e, InteractionEvent)
-            copy.write_row(bulk.interaction_row(e, bulk.ts_text(e.ts)))
+            copy.write_row(copy_text.interaction_row(e, copy_text.ts_text(e.ts)))
 
 
 def main() -> None:

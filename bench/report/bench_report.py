@@ -28,8 +28,8 @@ from pathlib import Path
 import psycopg
 from sqlalchemy import create_engine, text
 
-from analytics.report import ReportOptions, build_report
-from analytics.snapshot import latest_snapshot, load_timeseries, save_snapshot
+from analytics.report.assembly import ReportOptions, build_report
+from analytics.report.snapshots import latest_snapshot, load_timeseries, save_snapshot
 from liftgate import db as dbmod
 
 DB_NAME = "liftgate_bench_report"

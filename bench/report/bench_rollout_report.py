@@ -26,7 +26,7 @@ import orjson
 import psycopg
 from sqlalchemy import create_engine, text
 
-from analytics.report import ReportOptions, build_report
+from analytics.report.assembly import ReportOptions, build_report
 from liftgate import db as dbmod
 
 DB_NAME = "liftgate_bench_rollout_report"

@@ -16,7 +16,7 @@ down_revision: str | None = "0001"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-# The candidates' rows of the overall table, as analytics.snapshot.series_points writes them.
+# The candidates' rows of the overall table, as analytics.report.snapshots.series_points writes them.
 _BACKFILL = """
 UPDATE analysis_snapshots s SET points = coalesce((
     SELECT jsonb_agg(jsonb_build_object(

@@ -11,7 +11,7 @@ from typing import Any
 
 import psycopg
 
-from analytics.rollup import ONCE_KINDS
+from analytics.ingest.rollups import ONCE_KINDS
 from contracts.events import FEEDBACK_KINDS, Event, FeedbackEvent, InteractionEvent
 from contracts.tables import ROLLUP_MEASURES
 

@@ -21,7 +21,7 @@ import orjson
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.orm import Session
 
-from analytics.ingest import ingest
+from analytics.ingest.write import ingest
 from contracts.events import ROLLOUT_STAGE_TAG, Event, FeedbackEvent, InteractionEvent
 from gateway.assignment import choose, layout_from_weights
 

@@ -129,7 +129,7 @@ def test_install_scrubs_every_logger_handler_and_uncaught_exception_of_the_proce
 
 
 def test_refused_events_keep_the_database_reason_without_the_row(database_url: str) -> None:
-    from analytics.ingest import refusal_reason
+    from analytics.ingest.write import refusal_reason
 
     url = database_url.replace("postgresql+psycopg://", "postgresql://", 1)
     key = "sk-" + secrets.token_hex(8)

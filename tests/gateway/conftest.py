@@ -23,10 +23,10 @@ import uvicorn
 from contracts.events import Event, FeedbackEvent, InteractionEvent
 from gateway.app import GatewayApp, create_app
 from gateway.config_source import ConfigSource, StaticConfigSource
-from gateway.metrics import GatewayMetrics
 from gateway.server import uvicorn_options
 from gateway.settings import GatewaySettings
 from gateway.snapshot import ExperimentConfig, UpstreamConfig, VariantConfig, build_snapshot
+from gateway.telemetry import GatewayMetrics
 from liftgate.simulator_model import SimulatorModel
 from liftgate.simulator_process import SimulatorProcess
 from tests.known_secrets import secret

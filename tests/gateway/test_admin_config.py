@@ -222,3 +222,59 @@ def test_client_api_keys_are_returned_once_and_stored_hashed(
         (stored,) = conn.execute(select(ApiKey.key_hash).where(ApiKey.name == unique_name)).one()
     assert stored == key_hash(key) and key not in stored
     assert admin(url, "DELETE", f"/api-keys/{unique_name}").json()["revoked"] is True
+
+
+def test_an_ab_experiment_with_a_declared_offline_gate_starts_only_once_the_gate_passed(
+    gw: tuple[str, MemorySink], simulator: str, engine: Engine
+) -> None:
+    """Users see an A/B candidate: with a declared gate and no passing decision for the
+    candidate as configured now, start (and an edit of a running experiment) answers 409."""
+    import orjson
+    from sqlalchemy import text
+
+    from contracts.offline_gate import candidate_fingerprint
+
+    url, _ = gw
+    exp = _setup(url, "gated-ab", simulator)
+    r = admin(url, "PATCH", "/experiments/gated-ab", {"variants": [
+        {"name": "control", "upstream": "up-gated-ab", "model": "base", "weight": 50, "is_control": True},
+        {"name": "cand", "upstream": "up-gated-ab", "model": "cand", "weight": 50}]})  # fmt: skip
+    assert r.status_code == 200, r.text
+    declaration = {"suites": ["demo"]}
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO offline_gates (experiment_id, declaration, updated_by) VALUES (:e, CAST(:d AS jsonb), 't')"
+            ),
+            {"e": exp["id"], "d": orjson.dumps(declaration).decode()},
+        )
+    r = admin(url, "POST", "/experiments/gated-ab/start")
+    assert r.status_code == 409 and "offline gate" in r.json()["detail"], r.text
+    assert admin(url, "GET", "/experiments/gated-ab").json()["status"] == "draft"
+    params = {"temperature": 0}
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO gate_decisions (experiment_id, variant, baseline_variant, candidate_fingerprint,"
+                " baseline_fingerprint, upstream, model, params, passed, verdict, declaration, actor)"
+                " VALUES (:e, 'cand', 'control', :fc, :fb, 'up-gated-ab', 'cand', CAST(:p AS jsonb), true, 'pass',"
+                " CAST(:d AS jsonb), 't')"
+            ),
+            {
+                "e": exp["id"],
+                "fc": candidate_fingerprint("up-gated-ab", simulator, "cand", params),
+                "fb": candidate_fingerprint("up-gated-ab", simulator, "base", params),
+                "p": orjson.dumps(params).decode(),
+                "d": orjson.dumps(declaration).decode(),
+            },
+        )
+    r = admin(url, "POST", "/experiments/gated-ab/start")
+    assert r.status_code == 200, r.text
+    # Repointing the running candidate at a model the gate never saw is refused, unchanged.
+    r = admin(url, "PATCH", "/experiments/gated-ab", {"variants": [
+        {"name": "control", "upstream": "up-gated-ab", "model": "base", "weight": 50, "is_control": True},
+        {"name": "cand", "upstream": "up-gated-ab", "model": "cand-v2", "weight": 50}]})  # fmt: skip
+    assert r.status_code == 409 and "'cand-v2'" in r.json()["detail"], r.text
+    after = admin(url, "GET", "/experiments/gated-ab").json()
+    assert [v["model"] for v in after["variants"]] == ["base", "cand"]
+    assert admin(url, "POST", "/experiments/gated-ab/stop").status_code == 200

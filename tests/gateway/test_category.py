@@ -171,7 +171,7 @@ def test_embeddings_carry_no_category(gw: tuple[str, MemorySink]) -> None:
 
 def test_a_bad_rules_file_stops_the_gateway_at_start(tmp_path: Path) -> None:
     from gateway.app import create_app
-    from gateway.metrics import GatewayMetrics
+    from gateway.telemetry import GatewayMetrics
     from tests.gateway.conftest import settings
 
     bad = tmp_path / "rules.json"

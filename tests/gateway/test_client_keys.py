@@ -152,8 +152,8 @@ def test_keys_off_is_an_explicit_choice_that_ignores_keys(simulator: str) -> Non
 def test_keys_are_required_by_default(simulator: str) -> None:
     """An operator who sets nothing gets the closed door (``liftgate up`` opts out explicitly)."""
     from gateway.app import create_app
-    from gateway.metrics import GatewayMetrics
     from gateway.settings import GatewaySettings
+    from gateway.telemetry import GatewayMetrics
 
     ups = [UpstreamConfig("sim", simulator)]
     exps = [

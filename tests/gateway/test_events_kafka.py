@@ -10,8 +10,8 @@ from openai.types.chat import ChatCompletionMessageParam
 from contracts.events import FeedbackEvent, InteractionEvent
 from gateway.app import create_app
 from gateway.kafka_sink import KafkaSink, Topics, ensure_topics
-from gateway.metrics import GatewayMetrics
 from gateway.snapshot import UpstreamConfig, VariantConfig
+from gateway.telemetry import GatewayMetrics
 from tests.gateway.conftest import GatewayThread, experiment, post, settings, static_source
 from tests.gateway.kafka_helpers import consume
 

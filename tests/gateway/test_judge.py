@@ -191,7 +191,7 @@ def test_the_first_number_in_range_is_the_score(content: str, score: float | Non
 
 
 def test_judge_events_never_reach_the_feedback_tables_of_in_process_ingest() -> None:
-    from analytics.ingest import encode_for_ingest
+    from analytics.ingest.write import encode_for_ingest
     from contracts.events import JUDGEMENTS_TOPIC
 
     ev = JudgeEvent(

@@ -4,6 +4,12 @@ Real processes throughout: a private broker (SIGKILLed, later restarted), ``pyth
 with the Kafka sink and a spool directory that outlives it, the simulator upstream, and HTTP
 traffic at 80 requests/s on 127.0.0.1. Every answered request's event must reach Kafka once
 the broker is back, except events answered within ``LOSS_BOUND_S`` before a kill.
+
+A lost event is charged to the kill of the process that answered it: the first kill that
+process did not outlive after the request was sent. Charging it to the first kill
+timestamped after its answer was read would be wrong: an answer written just before the
+signal lands may be read after the kill's timestamp (on a loaded machine, by milliseconds),
+and its loss was then charged to the *next* kill, seconds later, as a loss of seconds.
 """
 
 from __future__ import annotations
@@ -18,7 +24,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -44,6 +52,76 @@ RATE = 80.0
 KILLS = 4
 
 
+@dataclass(frozen=True)
+class Kill:
+    """One SIGKILL of the gateway: just before the signal was sent, and once the process was reaped."""
+
+    signalled: float
+    dead: float
+
+
+@dataclass(frozen=True)
+class Answer:
+    """An answered request: when it was sent, and when its answer had been read (monotonic clock)."""
+
+    sent: float
+    read: float
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A request that got no 200: when its connection was opened, when it failed, and how."""
+
+    opened: float
+    at: float
+    what: str
+
+
+@dataclass(frozen=True)
+class Downtime:
+    """From a kill's signal until the restarted gateway answered its health check."""
+
+    kill: Kill
+    up: float
+
+
+def failures_while_up(failures: list[Failure], downtimes: list[Downtime]) -> list[Failure]:
+    """The failures no kill explains.
+
+    A kill explains the failures during its downtime (in-flight requests, refused
+    connections: the longer a restart takes on a loaded machine, the more), and a failure
+    later on a connection opened before the killed process died (a thread that noticed late).
+    """
+    return [
+        f
+        for f in failures
+        if not any(d.kill.signalled <= f.at <= d.up or f.opened < d.kill.dead <= f.at for d in downtimes)
+    ]
+
+
+def charge_losses(lost: dict[str, Answer], kills: list[Kill]) -> tuple[list[float], list[int], list[str]]:
+    """Each lost event's age at the kill that lost it, how many each kill lost, and the unexplained.
+
+    The process that answered a request is the one killed by the first kill it did not
+    outlive after the request was sent (a process answers nothing once reaped, and the next
+    one starts after that). Its age is how long before the signal the answer had been read,
+    0 when read while the kill was under way: a lower bound of how long before its death the
+    gateway answered, as the bound has always been measured. A lost event answered by the
+    last process, never killed, is unexplained.
+    """
+    ages: list[float] = []
+    per_kill = [0] * len(kills)
+    unexplained: list[str] = []
+    for rid, answer in lost.items():
+        index = next((i for i, k in enumerate(kills) if k.dead > answer.sent), None)
+        if index is None:
+            unexplained.append(rid)
+            continue
+        per_kill[index] += 1
+        ages.append(max(0.0, kills[index].signalled - answer.read))
+    return ages, per_kill, unexplained
+
+
 class GatewayProcess:
     """``python -m gateway`` as a child process; restartable with the same settings."""
 
@@ -67,10 +145,12 @@ class GatewayProcess:
             time.sleep(0.05)
         raise RuntimeError("gateway did not start within 60 s")
 
-    def kill(self) -> None:
+    def kill(self) -> Kill:
         assert self.proc is not None
+        signalled = time.monotonic()
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(30)
+        return Kill(signalled, time.monotonic())
 
     def stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
@@ -89,8 +169,9 @@ class GatewayProcess:
 class Traffic:
     """Chat requests at ``rate`` per second from a few keep-alive connections.
 
-    Records each answered request's id and when its answer was complete; connection errors
-    (the gateway being killed or restarting) are counted and the pacing continues.
+    Records each answered request's id, when it was sent and when its answer was complete,
+    and each failure (an error status, or the gateway being killed or restarting); the pacing
+    continues.
     """
 
     def __init__(
@@ -99,8 +180,8 @@ class Traffic:
         self.port = int(url.rsplit(":", 1)[1])
         self.headers = {"content-type": "application/json", "authorization": f"Bearer {key}"}
         self.route, self.interval = route, threads / rate
-        self.answered: list[tuple[str, float]] = []
-        self.failures = 0
+        self.answered: dict[str, Answer] = {}
+        self.failures: list[Failure] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._deadline = time.monotonic() + limit_s
@@ -122,6 +203,7 @@ class Traffic:
 
     def _run(self, worker: int) -> None:
         conn: httpclient.HTTPConnection | None = None
+        opened = 0.0
         next_at = time.monotonic() + worker * self.interval / len(self._threads)
         i = 0
         while not self._stop.is_set() and time.monotonic() < self._deadline:
@@ -136,22 +218,29 @@ class Traffic:
                     "user": f"user-{worker}-{i % 25}",
                 }
             )
+            what = ""
             try:
                 if conn is None:
                     conn = httpclient.HTTPConnection("127.0.0.1", self.port, timeout=10)
+                    opened = time.monotonic()
+                sent = time.monotonic()
                 conn.request("POST", "/v1/chat/completions", body, self.headers)
                 resp = conn.getresponse()
                 resp.read()
                 if resp.status == 200:
+                    answer = Answer(sent, time.monotonic())
                     with self._lock:
-                        self.answered.append((resp.getheader("x-request-id") or "", time.monotonic()))
+                        self.answered[resp.getheader("x-request-id") or ""] = answer
                     continue
-            except (OSError, httpclient.HTTPException):
+                what = f"status {resp.status}"
+            except (OSError, httpclient.HTTPException) as exc:
+                what = type(exc).__name__
                 if conn is not None:
                     conn.close()
                 conn = None
+            failure = Failure(opened, time.monotonic(), what)
             with self._lock:
-                self.failures += 1
+                self.failures.append(failure)
         if conn is not None:
             conn.close()
 
@@ -196,6 +285,33 @@ def _configure(url: str, simulator: str, route: str) -> str:
     return key
 
 
+def test_a_loss_read_while_the_kill_was_under_way_is_charged_to_that_kill_not_the_next() -> None:
+    # Figures of a run under load (load average ~9 on 2 cores): the answer was read 0.2 ms
+    # after the signal was about to be sent and 114 ms before the process was reaped.
+    kills = [Kill(16846.62977, 16846.74366), Kill(16858.25435, 16858.37050)]
+    lost = {
+        "during": Answer(16846.60551, 16846.62997),
+        "before": Answer(16858.00100, 16858.05435),
+        "after": Answer(16858.40000, 16858.41000),
+    }
+    ages, per_kill, unexplained = charge_losses(lost, kills)
+    assert per_kill == [1, 1] and unexplained == ["after"]
+    assert ages[0] == 0.0 and ages[1] == pytest.approx(0.2)  # the second one breaks the bound
+
+
+def test_only_failures_no_kill_explains_count_against_a_gateway_that_is_up() -> None:
+    kill = Kill(100.0, 100.1)
+    downtimes = [Downtime(kill, 109.0)]  # a restart of 9 s on a loaded machine
+    failures = [
+        Failure(90.0, 100.05, "RemoteDisconnected"),  # in flight when the signal landed
+        Failure(104.0, 104.0, "ConnectionRefusedError"),  # while restarting
+        Failure(95.0, 109.5, "BrokenPipeError"),  # a connection to the dead process, noticed late
+        Failure(109.2, 110.0, "status 500"),  # the restarted gateway failed a request
+        Failure(50.0, 60.0, "status 502"),  # before any kill
+    ]
+    assert [f.what for f in failures_while_up(failures, downtimes)] == ["status 500", "status 502"]
+
+
 @pytest.mark.slow
 def test_a_gateway_sigkilled_during_a_broker_outage_loses_at_most_100_ms_of_events_per_kill(
     module_database_url: str,
@@ -219,7 +335,8 @@ def test_a_gateway_sigkilled_during_a_broker_outage_loses_at_most_100_ms_of_even
         "LIFTGATE_REFRESH_INTERVAL_S": "0.2",
     }
     gateway = GatewayProcess(env, int(env["LIFTGATE_PORT"]), log)
-    kills: list[float] = []
+    kills: list[Kill] = []
+    downtimes: list[Downtime] = []
     try:
         gateway.start()
         key = _configure(gateway.url, simulator, route)
@@ -228,9 +345,9 @@ def test_a_gateway_sigkilled_during_a_broker_outage_loses_at_most_100_ms_of_even
             broker.kill()
             for _ in range(KILLS):
                 time.sleep(rng.uniform(1.0, 3.0))  # under load, at a random moment
-                kills.append(time.monotonic())
-                gateway.kill()
+                kills.append(gateway.kill())
                 gateway.start()  # the restarted gateway spools into the same directory
+                downtimes.append(Downtime(kills[-1], time.monotonic()))
             time.sleep(1.0)
             broker.up()
             back = time.monotonic()
@@ -254,13 +371,9 @@ def test_a_gateway_sigkilled_during_a_broker_outage_loses_at_most_100_ms_of_even
     for e in unique.values():
         by_request.setdefault(e.request_id, set()).add(e.event_id)
     assert all(len(ids) == 1 for ids in by_request.values()), "a request was recorded twice"
-    lost = {rid: t for rid, t in answered.items() if rid not in by_request}
-    ages = []
-    for rid, t in lost.items():
-        killed_at = next((k for k in kills if k >= t), None)
-        assert killed_at is not None, f"{rid}, answered after the last kill, never reached Kafka"
-        ages.append(killed_at - t)
-    per_kill = [sum(1 for t in lost.values() if k - LOSS_BOUND_S * 10 < t <= k) for k in kills]
+    lost = {rid: a for rid, a in answered.items() if rid not in by_request}
+    ages, per_kill, unexplained = charge_losses(lost, kills)
+    assert not unexplained, f"{unexplained}, answered by the gateway never killed, never reached Kafka"
     record_property("answered", len(answered))
     record_property("lost_per_kill", per_kill)
     record_property("oldest_lost_ms", round(max(ages, default=0.0) * 1000, 1))
@@ -269,9 +382,17 @@ def test_a_gateway_sigkilled_during_a_broker_outage_loses_at_most_100_ms_of_even
         f"{len(lost)} of {len(answered)} answered events lost over {len(kills)} kills "
         f"(per kill {per_kill}); oldest answered {max(ages):.3f}s before its kill"
     )
-    assert len(answered) > RATE * 8 and traffic.failures < len(answered)
+    assert len(answered) > RATE * 8
+    # A gateway that is up answers: failures are the kills' (counted, not bounded: how many
+    # depends on how long a restart takes), and at most 1% more.
+    unexplained_failures = failures_while_up(traffic.failures, downtimes)
+    record_property("failures_during_restarts", len(traffic.failures) - len(unexplained_failures))
+    record_property("failures_while_up", len(unexplained_failures))
+    assert len(unexplained_failures) <= len(answered) // 100, Counter(f.what for f in unexplained_failures)
     spooled_by_killed = [
-        r for r, t in answered.items() if kills[0] - 1.0 < t < kills[-1] - 1.0 and r not in lost
+        r
+        for r, a in answered.items()
+        if kills[0].signalled - 1.0 < a.read < kills[-1].signalled - 1.0 and r not in lost
     ]
     assert replayed >= len(spooled_by_killed) > 0
 

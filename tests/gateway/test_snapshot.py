@@ -46,3 +46,17 @@ def test_a_route_serves_by_experiment_status(
 @pytest.mark.parametrize("status", ["draft", "stopped"])
 def test_draft_and_stopped_experiments_serve_nothing(status: str) -> None:
     assert build_snapshot([_experiment(status, 100, 0)], []).routes == {}
+
+
+def test_a_rollout_the_controller_has_not_started_serves_only_its_control() -> None:
+    """Created with weights 50/50 but no stage yet (its offline gate has not passed):
+    no unit reaches the candidate until the controller starts the first stage."""
+    from dataclasses import replace
+
+    from gateway.assignment import choose
+
+    unstarted = _experiment("running", 50, 50)
+    route = build_snapshot([unstarted], []).routes["assistant"]
+    assert {choose("s", f"user-{i}", route.layout) for i in range(2_000)} == {"control"}
+    started = build_snapshot([replace(unstarted, rollout_stage=0)], []).routes["assistant"]
+    assert "candidate" in {choose("s", f"user-{i}", started.layout) for i in range(2_000)}

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 from gateway.app import create_app
-from gateway.metrics import GatewayMetrics
 from gateway.settings import GatewaySettings
+from gateway.telemetry import GatewayMetrics
 from tests.gateway.conftest import GatewayThread, MemorySink, free_port
 from tests.known_secrets import secret
 

@@ -16,7 +16,7 @@ from hashlib import blake2b
 import uvicorn
 from sqlalchemy import create_engine
 
-from analytics.ingest import ingest
+from analytics.ingest.write import ingest
 from contracts.events import Event, InteractionEvent
 from gateway.app import GatewayApp, create_app
 from gateway.server import uvicorn_options

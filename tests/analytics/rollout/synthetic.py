@@ -19,7 +19,7 @@ import numpy as np
 import orjson
 from sqlalchemy import Engine, text
 
-from analytics.ingest import ingest
+from analytics.ingest.write import ingest
 from contracts.events import ROLLOUT_STAGE_TAG, Event, FeedbackEvent, InteractionEvent
 from gateway.assignment import choose, layout_from_weights
 

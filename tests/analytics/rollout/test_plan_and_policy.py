@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from analytics.metrics import BUILTINS
+from analytics.report.catalogue import BUILTINS
 from analytics.rollout.decisions import Look, decide
 from analytics.rollout.evidence import (
     GuardrailCheck,

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from analytics.metrics import BUILTINS, Metric
+from analytics.report.catalogue import BUILTINS, Metric
 from analytics.rollout.check import BaselineStat, MdeRow, Traffic, check_plan
 from analytics.stats import SampleStats, estimate, sequential_noninferiority, sequential_rate_noninferiority
 

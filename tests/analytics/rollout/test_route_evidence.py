@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import pytest
 from sqlalchemy import Connection, Engine, text
 
-from analytics.metrics import BUILTINS, Metric
+from analytics.report.catalogue import BUILTINS, Metric
 from analytics.rollout.baseline import Evidence, EvidenceCache, route_evidence
 from tests.analytics.rollout.synthetic import Clock, Profile, create_rollout, make_traffic
 

@@ -11,7 +11,7 @@ import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, ViewportSize, sync_playwright
 from sqlalchemy import Engine, text
 
-from analytics.access import login_ticket
+from analytics.service.access import login_ticket
 from tests.analytics.web.seed import (
     ExperimentSpec,
     VariantSpec,

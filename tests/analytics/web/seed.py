@@ -4,7 +4,7 @@ rollout timeline, shadow pairs).
 
 Experiments are rows in ``experiments``/``variants`` (what the gateway's admin API
 writes); traffic is written as events (``contracts.events``) through the real ingest
-function (``analytics.ingest.ingest``), in batches with a snapshot between batches so the
+function (``analytics.ingest.write.ingest``), in batches with a snapshot between batches so the
 cumulative-lift series has several points.
 """
 
@@ -21,7 +21,7 @@ from typing import Any, Literal
 import numpy as np
 from sqlalchemy import Connection, Engine, text
 
-from analytics.ingest import ingest
+from analytics.ingest.write import ingest
 from contracts.events import Event, FeedbackEvent, InteractionEvent, new_event_id
 
 TASKS = ("code", "math", "chat")

@@ -1,5 +1,5 @@
 // Staged rollouts. Two parts, each drawn from the API it shows:
-// - the rollout card (GET /api/experiments/{ref}/rollout, analytics/rollout/api.py): plan
+// - the rollout card (GET /api/experiments/{ref}/rollout, analytics/service/rollout_api.py): plan
 //   warnings, the stage ladder and the timeline of decisions, each with the evidence the
 //   controller acted on;
 // - the evidence card (the report's `rollout` section): the plan's guardrails, what the

@@ -1,4 +1,4 @@
-// Verdict names from the report schema (analytics/report_schema.py) → label and tone.
+// Verdict names from the report schema (analytics/report/schema.py) → label and tone.
 
 export const VERDICTS = {
   ship: { label: "ship", tone: "good", hint: "a success metric is significantly better; nothing is worse" },

@@ -1,0 +1,577 @@
+"""Kafka → Postgres: the analytics consumer group (exactly-once effect).
+
+Each poll (up to ``consumer_max_records`` records or ``consumer_poll_ms``) becomes one
+Postgres transaction through ``analytics.ingest.write.ingest_raw``, written by a writer thread
+while the main thread polls and decodes the next batch: decodable events are
+ingested idempotently, undecodable ones are written to ``dead_letters`` (raw bytes, key,
+topic/partition/offset, reason) in the same transaction. Offsets are committed only
+after that transaction committed, so a crash anywhere redelivers the batch and the
+``event_id`` keys make the replay a no-op.
+
+Postgres unavailable: the batch is held, partitions are paused (the main thread keeps
+polling so the group membership stays alive), the write is retried with exponential backoff up to
+``consumer_max_backoff_s``; nothing is committed meanwhile. Several processes share the
+partitions through the consumer group; on a rebalance uncommitted work is simply
+redelivered to the new owner (a failed commit is logged and harmless).
+
+Run ``python -m analytics.ingest.consumer`` (settings from ``LIFTGATE_*``), or call
+``run_consumer(settings, stop_event)`` from a thread of the analytics service.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import signal
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+import psycopg
+from kafka import KafkaConsumer, TopicPartition
+from kafka.errors import CommitFailedError, KafkaError
+from kafka.structs import OffsetAndMetadata
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from analytics.ingest import kafka_records
+from analytics.ingest.dead_letters import DeadLetterRow
+from analytics.ingest.write import IngestResult, Raw, attribute_pending, ingest_raw
+from contracts import redaction
+from contracts.events import FEEDBACK_TOPIC, INTERACTIONS_TOPIC, DecodeError, InteractionEvent, decode
+
+log = logging.getLogger(__name__)
+
+
+class ConsumerSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="LIFTGATE_", extra="ignore")
+
+    database_url: str = "postgresql+psycopg://postgres@127.0.0.1:15432/liftgate"
+    kafka_bootstrap: str = "127.0.0.1:19092"
+    consumer_group: str = "liftgate-analytics"
+    interactions_topic: str = INTERACTIONS_TOPIC
+    feedback_topic: str = FEEDBACK_TOPIC
+    # Records per poll = per transaction when lagging (a quiet stream gives small batches
+    # every poll). The rollup upserts of a batch collapse a unit's repeated events and the
+    # fixed cost per transaction is spread: 50,000 measured ~15% faster than 20,000 here
+    # (bench/ingest, session 5; peak RSS ~600 MiB per process instead of ~230). A poll
+    # returns at most what the fetches hold: see consumer_max_partition_fetch_bytes.
+    consumer_max_records: int = Field(default=50_000, ge=1, le=200_000)
+    consumer_poll_ms: int = Field(default=200, ge=1, le=60_000)
+    consumer_max_backoff_s: float = Field(default=10.0, gt=0, le=300)
+    # How often feedback left unattributed by a cross-transaction race is re-joined. A
+    # process's first sweep reads all unattributed feedback; later ones only what was stored
+    # since the previous sweep began, minus this overlap (the race needs two overlapping
+    # batch transactions: the overlap must exceed twice the longest one).
+    consumer_sweep_interval_s: float = Field(default=30.0, gt=0)
+    consumer_sweep_overlap_s: float = Field(default=3600.0, gt=0)
+    # Static membership (Kafka's group.instance.id): a restarted process with the same id
+    # takes its partitions back at once instead of waiting out the session timeout.
+    consumer_instance_id: str | None = None
+    # Group members run by this process, one thread each (own Kafka client and database
+    # connection): their database work overlaps while the interpreter is shared. Separate
+    # processes scale further (one interpreter each); see docs/operations.md.
+    consumer_threads: int = Field(default=1, ge=1, le=16)
+    consumer_session_timeout_ms: int = Field(default=10_000, ge=6_000, le=300_000)
+    consumer_metrics_port: int = Field(default=0, ge=0, le=65535)  # 0: no own /metrics server
+    # Fetch tuning: kafka-python parses records in Python (~7-10 us each here), so fewer,
+    # larger fetches matter; fetch_max_wait_ms bounds the latency a small fetch adds.
+    consumer_fetch_min_bytes: int = Field(default=256 * 1024, ge=1)
+    consumer_fetch_max_wait_ms: int = Field(default=100, ge=0, le=10_000)
+    # At most this much per partition per fetch: with 4 MiB (~5,700 events of ~700 bytes) a
+    # member of 3 partitions never polled more than ~17,000 records, whatever max_records.
+    consumer_max_partition_fetch_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
+    # analytics.ingest.kafka_records: a flat per-record loop instead of kafka-python's (~1.5x
+    # the poll rate measured here); False keeps kafka-python's own parser.
+    consumer_fast_parse: bool = True
+    # How often the client refreshes topic metadata (kafka-python's default is 5 min): a
+    # group that formed before its topics were visible, or topics that gained partitions,
+    # are picked up within this time.
+    consumer_metadata_max_age_ms: int = Field(default=30_000, ge=1000)
+    # Reconnect attempts to a lost broker back off exponentially up to this (kafka-python's
+    # default is 30 s): after a broker crash the consumer was idle up to ~30 s after the broker
+    # was back. With 1 s it resumed within ~1 s of the broker answering again (test_consumer_resume);
+    # an attempt while the broker is down is one refused TCP connect.
+    consumer_reconnect_backoff_max_ms: int = Field(default=1000, ge=50, le=60_000)
+    # Upper bound for any blocking Kafka call of the loop (offset commit, lag lookup):
+    # kafka-python waits forever without one, e.g. for a coordinator lost mid-rebalance.
+    consumer_kafka_timeout_ms: int = Field(default=10_000, ge=100)
+    # After a stop request, a write still running this long is cancelled (its batch stays
+    # uncommitted and is redelivered): the process exits even if Postgres hangs.
+    consumer_stop_grace_s: float = Field(default=15.0, gt=0)
+    # The cyclic GC's first-generation threshold while consuming (CPython's default: 700
+    # allocations). A batch allocates ~10 container objects per event, hardly any in cycles,
+    # so the default runs hundreds of young collections per batch that free ~nothing: measured
+    # 20,000 → consumer CPU per event 23.8 → 20.1 and 21.8 → 19.5 µs (bench/ingest). Batches
+    # of 50,000 keep more alive, whose promotions trigger full collections: 1,000,000 →
+    # 27.7 → 16.5 µs per event (1M-event runs, session 5). 0 keeps the interpreter's setting.
+    # Process-wide; a lower threshold set elsewhere is raised.
+    consumer_gc_gen0: int = Field(default=1_000_000, ge=0)
+
+
+class _HasConnection(Protocol):
+    database_url: str
+    kafka_bootstrap: str | None
+
+
+@dataclass
+class ConsumerMetrics:
+    registry: CollectorRegistry = field(default_factory=lambda: REGISTRY)
+
+    def __post_init__(self) -> None:
+        r = self.registry
+        self.consumed = Counter(
+            "liftgate_analytics_events_consumed", "Kafka records consumed and written", ["topic"], registry=r
+        )
+        self.dead_lettered = Counter(
+            "liftgate_analytics_events_dead_lettered",
+            "Records written to dead_letters",
+            ["topic"],
+            registry=r,
+        )
+        self.duplicates = Counter(
+            "liftgate_analytics_events_duplicate", "Redelivered events ignored by ingest", registry=r
+        )
+        self.lag = Gauge(
+            "liftgate_analytics_consumer_lag",
+            "Records not yet consumed, summed over this process's partitions",
+            ["topic"],
+            registry=r,
+        )
+        self.batch_seconds = Histogram(
+            "liftgate_analytics_batch_write_seconds",
+            "Time to write one batch to Postgres (one transaction)",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+            registry=r,
+        )
+        self._lag_lock = threading.Lock()
+        self._lag_by_member: dict[tuple[int, str], int] = {}
+        self.db_retries = Counter(
+            "liftgate_analytics_db_retries", "Batch writes retried after a database error", registry=r
+        )
+
+    def set_lag(self, member: int, topic: str, value: int) -> None:
+        """One member's lag on a topic; the gauge shows the sum over this process's members."""
+        with self._lag_lock:
+            self._lag_by_member[(member, topic)] = value
+            total = sum(v for (_, t), v in self._lag_by_member.items() if t == topic)
+        self.lag.labels(topic).set(total)
+
+
+_default_metrics: ConsumerMetrics | None = None
+_default_lock = threading.Lock()
+
+
+def default_metrics() -> ConsumerMetrics:
+    """Metrics on the process-default registry, declared once per process."""
+    global _default_metrics
+    with _default_lock:
+        if _default_metrics is None:
+            _default_metrics = ConsumerMetrics()
+        return _default_metrics
+
+
+def fetch_options(s: ConsumerSettings) -> dict[str, Any]:
+    """How the consumer reads Kafka: manual commits from the earliest offset, batch sizes."""
+    return {
+        "enable_auto_commit": False,
+        "auto_offset_reset": "earliest",
+        "max_poll_records": s.consumer_max_records,
+        "fetch_min_bytes": s.consumer_fetch_min_bytes,
+        "fetch_max_wait_ms": s.consumer_fetch_max_wait_ms,
+        "max_partition_fetch_bytes": s.consumer_max_partition_fetch_bytes,
+    }
+
+
+def _pg_url(url: str) -> str:
+    return url.replace("postgresql+psycopg://", "postgresql://", 1)
+
+
+@dataclass
+class Batch:
+    interactions: list[Raw] = field(default_factory=list)
+    feedback: list[Raw] = field(default_factory=list)
+    dead: list[DeadLetterRow] = field(default_factory=list)
+    offsets: dict[TopicPartition, int] = field(default_factory=dict)  # next offset to commit
+    per_topic: dict[str, int] = field(default_factory=dict)
+
+
+def decode_batch(records: dict[TopicPartition, list[Any]]) -> Batch:
+    """Sort records into interactions, feedback and dead letters (with the reason)."""
+    b = Batch()
+    for tp, recs in records.items():
+        for rec in recs:
+            payload = rec.value or b""
+            try:
+                ev = decode(payload)
+            except DecodeError as exc:
+                b.dead.append(
+                    DeadLetterRow(rec.topic, rec.partition, rec.offset, rec.key, payload, exc.reason)
+                )
+            else:
+                if isinstance(ev, InteractionEvent):
+                    b.interactions.append(Raw(payload, rec.topic, rec.partition, rec.offset, rec.key, ev))
+                else:
+                    b.feedback.append(Raw(payload, rec.topic, rec.partition, rec.offset, rec.key))
+        if recs:
+            b.offsets[tp] = recs[-1].offset + 1
+            b.per_topic[tp.topic] = b.per_topic.get(tp.topic, 0) + len(recs)
+    return b
+
+
+class Consumer:
+    """One consumer-group member; ``run`` loops until ``stop`` is set."""
+
+    def __init__(
+        self,
+        settings: ConsumerSettings,
+        stop: threading.Event,
+        metrics: ConsumerMetrics | None = None,
+        member: int = 0,
+    ) -> None:
+        self.s = settings
+        self.member = member
+        self.stop = stop
+        self.metrics = metrics or default_metrics()
+        self.pg: psycopg.Connection[Any] | None = None
+        if settings.consumer_fast_parse:
+            kafka_records.install()
+        # Counters exist from the start (at 0), so rate() and alerts see both topics at once;
+        # the lag gauge appears only once partitions are assigned (an unknown lag is not 0).
+        for topic in (settings.interactions_topic, settings.feedback_topic):
+            self.metrics.consumed.labels(topic)
+            self.metrics.dead_lettered.labels(topic)
+        self.kafka = KafkaConsumer(
+            settings.interactions_topic,
+            settings.feedback_topic,
+            bootstrap_servers=settings.kafka_bootstrap,
+            group_id=settings.consumer_group,
+            **fetch_options(settings),
+            group_instance_id=(
+                settings.consumer_instance_id
+                if settings.consumer_instance_id is None or member == 0
+                else f"{settings.consumer_instance_id}-{member}"
+            ),
+            session_timeout_ms=settings.consumer_session_timeout_ms,
+            heartbeat_interval_ms=min(3000, settings.consumer_session_timeout_ms // 4),
+            client_id="liftgate-analytics",
+            metadata_max_age_ms=settings.consumer_metadata_max_age_ms,
+            reconnect_backoff_max_ms=settings.consumer_reconnect_backoff_max_ms,
+        )
+        self._next_lag = 0.0
+        self._unassigned_since: float | None = None
+        self._rejoin_after = 20.0
+        self._failing = threading.Event()
+        self._closing = threading.Event()
+        self._next_sweep = time.monotonic() + settings.consumer_sweep_interval_s
+        self._swept_at: datetime | None = None  # database time the last sweep began
+        self._sweep_overlap = timedelta(seconds=settings.consumer_sweep_overlap_s)
+
+    # -- database ---------------------------------------------------------------------------
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self.pg is None or self.pg.closed or self.pg.broken:
+            if self.pg is not None:
+                self.pg.close()
+            # Offsets are committed to Kafka once the batch's commit returned, so that commit
+            # must be durable: the embedded server runs with synchronous_commit=off.
+            self.pg = psycopg.connect(
+                _pg_url(self.s.database_url), connect_timeout=5, options="-c synchronous_commit=on"
+            )
+        return self.pg
+
+    def _reset_connection(self) -> None:
+        if self.pg is not None:
+            try:
+                if not self.pg.broken and not self.pg.closed:
+                    self.pg.rollback()
+                    return
+            except psycopg.Error:
+                pass
+            self.pg.close()
+            self.pg = None
+
+    def _write(self, batch: Batch) -> IngestResult | None:
+        """Writer thread: write until it succeeds (None if stopped first), backing off."""
+        backoff = 0.1
+        while True:
+            try:
+                with self.metrics.batch_seconds.time():
+                    res = ingest_raw(self._connection(), batch.interactions, batch.feedback, batch.dead)
+                self._failing.clear()
+                self._maybe_sweep()
+                return res
+            except psycopg.Error as exc:
+                self._failing.set()
+                self.metrics.db_retries.inc()
+                log.warning(
+                    "batch write failed (%s: %s); retrying in %.1fs", type(exc).__name__, exc, backoff
+                )
+                self._reset_connection()
+            if self._closing.wait(backoff):
+                return None
+            backoff = min(backoff * 2, self.s.consumer_max_backoff_s)
+
+    def _await(self, fut: Future[IngestResult | None]) -> IngestResult | None:
+        """Main thread: wait for the writer; while it fails, pause and keep the membership alive."""
+        paused: list[TopicPartition] = []
+        stop_deadline: float | None = None
+        try:
+            while True:
+                try:
+                    return fut.result(timeout=0.5)
+                except FutureTimeout:
+                    if self.stop.is_set():
+                        self._closing.set()  # a writer still retrying gives up
+                        now = time.monotonic()
+                        if stop_deadline is None:
+                            stop_deadline = now + self.s.consumer_stop_grace_s
+                        elif now > stop_deadline:
+                            self._cancel_write()
+                            stop_deadline = now + self.s.consumer_stop_grace_s
+                    if self._failing.is_set():
+                        if not paused:
+                            paused = list(self.kafka.assignment())
+                            self.kafka.pause(*paused)
+                        # Paused partitions return no records; the poll heartbeats the group.
+                        self.kafka.poll(timeout_ms=0)
+        finally:
+            if paused:
+                # A rebalance while paused may have moved some of them away.
+                owned = self.kafka.assignment()
+                self.kafka.resume(*(tp for tp in paused if tp in owned))
+
+    def _cancel_write(self) -> None:
+        """Cancel the writer's statement in flight (from the main thread; psycopg allows it)."""
+        pg = self.pg
+        if pg is not None and not pg.closed:
+            log.warning(
+                "stopping: cancelling a batch write still running after %.0fs", self.s.consumer_stop_grace_s
+            )
+            try:
+                pg.cancel_safe(timeout=5.0)
+            except psycopg.Error as exc:
+                log.warning("cancel failed: %s", exc)
+
+    # -- kafka ------------------------------------------------------------------------------
+
+    def _commit(self, offsets: dict[TopicPartition, int]) -> None:
+        try:
+            self.kafka.commit(
+                {tp: OffsetAndMetadata(o, "", -1) for tp, o in offsets.items()},
+                timeout_ms=self.s.consumer_kafka_timeout_ms,
+            )
+        except (CommitFailedError, KafkaError) as exc:
+            # The partitions moved to another member: it re-reads from the last committed
+            # offset and ingest ignores what this batch already stored.
+            log.warning(
+                "offset commit failed after a successful write (%s); records will be redelivered", exc
+            )
+
+    def _update_lag(self) -> None:
+        now = time.monotonic()
+        if now < self._next_lag:
+            return
+        parts = list(self.kafka.assignment())
+        if not parts:
+            return
+        self._next_lag = now + 5.0
+        lag: dict[str, int] = {}
+        budget = self.s.consumer_kafka_timeout_ms
+        try:
+            ends = self.kafka.end_offsets(parts, timeout_ms=budget)
+            for tp in parts:
+                # Bounded: without a timeout position() can block the loop forever (e.g. a
+                # partition whose offset is being reset while the group rebalances).
+                pos = self.kafka.position(tp, timeout_ms=min(budget, 1000))
+                if pos is None:
+                    continue
+                lag[tp.topic] = lag.get(tp.topic, 0) + max(0, int(ends.get(tp, pos)) - int(pos))
+        except KafkaError as exc:
+            log.debug("lag unavailable: %s", exc)
+            return
+        for topic, value in lag.items():
+            self.metrics.set_lag(self.member, topic, value)
+
+    def _check_assignment(self) -> None:
+        """Rejoin the group when this member has owned nothing for a while.
+
+        kafka-python can complete a rebalance with nothing assigned to anyone when the
+        leader assigned from metadata that did not list the (just created) topics yet — its
+        log says "No partition metadata for topic" — and then not rejoin by itself. If this
+        member owns no partition for ``_rejoin_after`` seconds while the topics have
+        partitions, it resubscribes (a rebalance). The wait doubles each time, up to 10 min,
+        so a member that is legitimately idle (more members than partitions) costs the
+        group a few early rebalances, then nearly none.
+        """
+        now = time.monotonic()
+        if self.kafka.assignment():
+            self._unassigned_since = None
+            return
+        if self._unassigned_since is None:
+            self._unassigned_since = now
+            return
+        if now - self._unassigned_since < self._rejoin_after:
+            return
+        topics = [self.s.interactions_topic, self.s.feedback_topic]
+        try:
+            if not any(self.kafka.partitions_for_topic(t) for t in topics):
+                return  # the topics do not exist (yet): nothing to rejoin for
+        except KafkaError as exc:
+            log.debug("metadata unavailable: %s", exc)
+            return
+        log.warning(
+            "no partition assigned for %.0fs although the topics have partitions: rejoining the group",
+            now - self._unassigned_since,
+        )
+        self.kafka.unsubscribe()
+        self.kafka.subscribe(topics)
+        self._unassigned_since = now
+        self._rejoin_after = min(self._rejoin_after * 2, 600.0)
+
+    def _maybe_sweep(self) -> None:
+        if time.monotonic() < self._next_sweep:
+            return
+        self._next_sweep = time.monotonic() + self.s.consumer_sweep_interval_s
+        since = None if self._swept_at is None else self._swept_at - self._sweep_overlap
+        try:
+            sweep = attribute_pending(self._connection(), since)
+            self._swept_at = sweep.started
+            if sweep.attributed:
+                log.info("attributed %s feedback events left over by concurrent batches", sweep.attributed)
+        except psycopg.Error as exc:
+            log.warning("feedback sweep failed: %s", exc)
+            self._reset_connection()
+
+    def _finish(self, batch: Batch, res: IngestResult) -> None:
+        self._commit(batch.offsets)
+        for topic, n in batch.per_topic.items():
+            self.metrics.consumed.labels(topic).inc(n)
+        for topic in [*(d.topic for d in batch.dead), *res.refused]:
+            self.metrics.dead_lettered.labels(topic).inc()
+        self.metrics.duplicates.inc(res.duplicates)
+
+    def run(self) -> None:
+        """Poll and decode batch k+1 while the writer thread writes batch k (two cores busy).
+
+        Offsets are committed in batch order, each only after its transaction committed.
+        """
+        log.info(
+            "consumer %s reading %s, %s",
+            self.s.consumer_group,
+            self.s.interactions_topic,
+            self.s.feedback_topic,
+        )
+        writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest-writer")
+        inflight: tuple[Batch, Future[IngestResult | None]] | None = None
+        try:
+            while not self.stop.is_set():
+                records = self.kafka.poll(
+                    timeout_ms=self.s.consumer_poll_ms, max_records=self.s.consumer_max_records
+                )
+                batch = decode_batch(records) if records else None
+                if inflight is not None:
+                    res = self._await(inflight[1])
+                    if res is None:
+                        break  # stopped while the database was down: nothing committed
+                    self._finish(inflight[0], res)
+                    inflight = None
+                if batch is not None:
+                    inflight = (batch, writer.submit(self._write, batch))
+                self._update_lag()
+                self._check_assignment()
+            if inflight is not None:
+                res = self._await(inflight[1])
+                if res is not None:
+                    self._finish(inflight[0], res)
+        finally:
+            self._closing.set()  # a writer still retrying gives up; its batch stays uncommitted
+            writer.shutdown(wait=True)
+            self.kafka.close(autocommit=False, timeout_ms=self.s.consumer_kafka_timeout_ms)
+            if self.pg is not None:
+                self.pg.close()
+
+
+def run_consumer(
+    settings: ConsumerSettings | _HasConnection,
+    stop_event: threading.Event,
+    metrics: ConsumerMetrics | None = None,
+) -> None:
+    """Consume until ``stop_event`` is set (for a thread of the analytics service).
+
+    Accepts the service's settings too: database URL and bootstrap are taken from them,
+    the consumer's own options from ``LIFTGATE_*`` environment variables.
+    """
+    if not isinstance(settings, ConsumerSettings):
+        settings = ConsumerSettings(
+            database_url=settings.database_url, kafka_bootstrap=settings.kafka_bootstrap or "127.0.0.1:19092"
+        )
+    tune_gc(settings.consumer_gc_gen0)
+    if settings.consumer_threads == 1:
+        Consumer(settings, stop_event, metrics).run()
+        return
+    _run_members(settings, stop_event, metrics or default_metrics())
+
+
+def tune_gc(gen0: int) -> None:
+    """Raise the GC's young-generation threshold to ``gen0`` (never lower it; 0: no change).
+
+    What was allocated so far (modules, settings, clients) is frozen out of the collector's
+    reach, so the rare full collections do not walk it again and again.
+    """
+    if gen0 <= 0:
+        return
+    t0, t1, t2 = gc.get_threshold()
+    if gen0 > t0:
+        gc.freeze()
+        gc.set_threshold(gen0, max(t1, 20), max(t2, 20))
+
+
+def _run_members(settings: ConsumerSettings, stop_event: threading.Event, metrics: ConsumerMetrics) -> None:
+    """``consumer_threads`` group members in threads; one failing stops them all (and re-raises)."""
+    stop_all = threading.Event()
+    errors: list[BaseException] = []
+
+    def member(i: int) -> None:
+        try:
+            Consumer(settings, stop_all, metrics, member=i).run()
+        except BaseException as exc:
+            errors.append(exc)
+            log.exception("consumer member %s failed", i)
+        finally:
+            stop_all.set()  # a member that ends ends the others (they are restarted together)
+
+    threads = [
+        threading.Thread(target=member, args=(i,), name=f"consumer-{i}", daemon=True)
+        for i in range(settings.consumer_threads)
+    ]
+    for t in threads:
+        t.start()
+    while not stop_event.wait(0.5) and not stop_all.is_set():
+        pass
+    stop_all.set()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
+def main() -> None:
+    settings = ConsumerSettings()
+    redaction.install(database_url=settings.database_url)  # before anything logs
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    if settings.consumer_metrics_port:
+        start_http_server(settings.consumer_metrics_port, addr="127.0.0.1")
+    run_consumer(settings, stop)
+
+
+if __name__ == "__main__":
+    main()

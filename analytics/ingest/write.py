@@ -1,0 +1,546 @@
+"""Idempotent ingest of a batch of events: raw rows + per-unit rollups, one transaction.
+
+1. Interactions are COPYed as typed rows into a session temp table (from the decoded
+   events); feedback, much rarer, as JSON documents (one ``json`` column parsed by
+   ``json_to_record``).
+2. ``INSERT … SELECT … ON CONFLICT (event_id) DO NOTHING RETURNING …`` stores the raw
+   rows; only the rows actually inserted reach the rollups (``lg_new_i``), so a
+   redelivered event is never counted twice.
+3. Feedback is attributed to its interaction (experiment, variant, unit, tags) by request
+   id when that interaction is already stored; otherwise it stays unattributed and is
+   attributed — and counted — when the interaction arrives (the UPDATE only touches rows
+   whose ``experiment_id`` is still NULL, so that happens exactly once).
+4. ``analytics.ingest.rollups`` folds the new rows into ``unit_rollups``, ``segment_rollups`` and
+   ``latency_histograms``.
+
+Events ``contracts.events.decode`` refuses never get here (the consumer dead-letters them
+at decode). Should the database still refuse a batch for some events' values (a class 22
+or 23 error: a value it cannot hold, a constraint), the refused events are isolated in
+savepoints (``_isolating``): the batch is screened once in Python and written without its
+suspects, each suspect alone; what the screen misses is found by bisection, O(log n)
+attempts per refused event. An event refused alone goes to ``dead_letters`` with its raw
+bytes and the database's reason (the primary message only: no row values, no bound
+parameters); every other event is written exactly once, in its batch's transaction.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any, Final
+
+import orjson
+import psycopg
+from psycopg import pq
+from sqlalchemy import Connection, Engine
+from sqlalchemy.orm import Session
+
+from analytics.ingest import copy_text, rollups
+from analytics.ingest.dead_letters import DeadLetterRow, write_dead_letters
+from contracts import redaction
+from contracts.events import DecodeError, Event, InteractionEvent, JudgeEvent, decode, topic_for
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Raw:
+    """One encoded event and where it came from (for the dead-letter table).
+
+    Not frozen: one is built per consumed record, and a frozen dataclass's ``__init__``
+    (``object.__setattr__`` per field) costs 0.7 µs against 0.2.
+    """
+
+    payload: bytes
+    topic: str = ""
+    partition: int | None = None
+    offset: int | None = None
+    key: bytes | None = None
+    event: Event | None = None  # the decoding of ``payload``, when the caller has it already
+
+
+@dataclass(frozen=True, slots=True)
+class IngestResult:
+    interactions: int = 0  # raw interaction rows inserted (duplicates excluded)
+    feedback: int = 0  # raw feedback rows inserted
+    duplicates: int = 0  # events already stored (redeliveries)
+    attributed: int = 0  # feedback attributed to an experiment by this batch
+    dead_lettered: int = 0  # all dead letters written, those given and those refused
+    refused: tuple[str, ...] = ()  # the topic of each event the database refused
+
+    def __add__(self, o: IngestResult) -> IngestResult:
+        return IngestResult(
+            self.interactions + o.interactions,
+            self.feedback + o.feedback,
+            self.duplicates + o.duplicates,
+            self.attributed + o.attributed,
+            self.dead_lettered + o.dead_lettered,
+            self.refused + o.refused,
+        )
+
+
+_INTERACTION_INSERT: Final = """
+WITH src AS (
+    SELECT * FROM lg_stage_i
+), ins AS (
+    INSERT INTO interactions (event_id, ts, request_id, route, experiment_id, variant, unit_id, unit_source,
+        role, pair_id, mode, endpoint, model, upstream, status, http_status, error_type, latency_ms, ttft_ms,
+        prompt_tokens, completion_tokens, response_chars, finish_reason, stream, fallback, fallback_from,
+        conversation_id, tags, prompt, response)
+    SELECT event_id, to_timestamp(ts), request_id, route, experiment_id, variant, unit_id, unit_source,
+        role, pair_id, mode, endpoint, model, upstream, status, http_status, error_type, latency_ms, ttft_ms,
+        prompt_tokens, completion_tokens, coalesce(response_chars, 0), finish_reason, coalesce(stream, false),
+        coalesce(fallback, false), fallback_from, conversation_id, coalesce(tags, '{}'), prompt, response
+    FROM src
+    ON CONFLICT (event_id) DO NOTHING
+    RETURNING event_id, request_id, ts, experiment_id, variant, unit_id, role, status, fallback, latency_ms,
+        ttft_ms, prompt_tokens, completion_tokens, response_chars, conversation_id, tags
+)
+INSERT INTO lg_new_i
+SELECT request_id, ts, experiment_id, variant, unit_id, role, status, fallback, latency_ms, ttft_ms,
+    prompt_tokens, completion_tokens, response_chars, conversation_id,
+    conversation_id IS NOT NULL AND role = 'primary'
+        AND row_number() OVER (PARTITION BY experiment_id, conversation_id, role ORDER BY ts, event_id) = 1
+        AND NOT EXISTS (
+            SELECT 1 FROM interactions x WHERE x.conversation_id = ins.conversation_id AND x.role = 'primary'
+                AND x.experiment_id IS NOT DISTINCT FROM ins.experiment_id),
+    tags
+FROM ins
+"""
+
+
+# Probes of ``interactions`` by one key (request id, conversation id) read only that key's
+# index: ``(SELECT … WHERE key = $x OFFSET 0)`` keeps the other conditions out of the scan.
+# Given ``experiment_id`` conditions too, the planner may AND a bitmap of the key's index
+# with one of ix_interactions_experiment_variant_ts — every row of the experiment, per
+# probe — whenever its statistics do not show how unselective the experiment is (before
+# the first ANALYZE of a new database, or for a new experiment): a 20,000-event batch then
+# took tens of seconds (the ingest bench's first run stalled ~60 s, until autovacuum).
+def _primary_of(request_id: str) -> str:
+    """LATERAL body: the primary interaction in an experiment of ``request_id`` (an SQL expression)."""
+    return (
+        "SELECT x.experiment_id, x.variant, x.unit_id, x.tags"
+        f" FROM (SELECT * FROM interactions y WHERE y.request_id = {request_id} OFFSET 0) x"
+        " WHERE x.role = 'primary' AND x.experiment_id IS NOT NULL AND x.variant IS NOT NULL LIMIT 1"
+    )
+
+
+_FEEDBACK_INSERT: Final = f"""
+WITH src AS (
+    SELECT r.* FROM lg_stage_f s, json_to_record(s.doc) AS r(
+        event_id uuid, ts float8, request_id text, unit_id text, kind text, value float8, tags jsonb)
+), ins AS (
+    INSERT INTO feedback (event_id, ts, request_id, unit_id, kind, value, experiment_id, variant, tags)
+    SELECT src.event_id, to_timestamp(src.ts), src.request_id, src.unit_id, src.kind,
+        coalesce(src.value, 1.0), i.experiment_id, i.variant, coalesce(src.tags, '{{}}')
+    FROM src LEFT JOIN LATERAL ({_primary_of("src.request_id")}) i ON true
+    ON CONFLICT (event_id) DO NOTHING
+    RETURNING request_id, kind, value, ts, experiment_id, variant
+), attributed AS (
+    INSERT INTO lg_new_f
+    SELECT ins.request_id, ins.kind, ins.value, ins.ts, ins.experiment_id, ins.variant, i.unit_id, i.tags
+    FROM ins LEFT JOIN LATERAL (
+        SELECT x.unit_id, x.tags
+        FROM (SELECT * FROM interactions y WHERE y.request_id = ins.request_id OFFSET 0) x
+        WHERE x.role = 'primary' AND x.experiment_id = ins.experiment_id
+        LIMIT 1) i ON true
+    WHERE ins.experiment_id IS NOT NULL
+)
+SELECT count(*) FROM ins
+"""
+
+# Feedback stored earlier, whose interaction this batch inserted, in two steps. First the
+# batch's request ids that have unattributed feedback: one probe of the partial index per
+# id (OFFSET 0 keeps the LATERAL a per-row probe; as a join the planner hashed the whole
+# unattributed feedback, a sequential scan of ``feedback`` per batch: 80 ms with 300,000
+# rows, growing with every feedback on traffic outside experiments). Usually none.
+_AWAITING_FEEDBACK: Final = (
+    b"SELECT f.event_id FROM unnest(%s::text[]) r(request_id) CROSS JOIN LATERAL ("
+    b" SELECT x.event_id FROM feedback x WHERE x.request_id = r.request_id AND x.experiment_id IS NULL"
+    b" OFFSET 0) f"
+)
+# Then those rows, by primary key: attributed once (only while experiment_id is NULL).
+_ATTRIBUTE: Final = f"""
+WITH m AS (
+    SELECT f.event_id, i.experiment_id, i.variant, i.unit_id, i.tags
+    FROM feedback f CROSS JOIN LATERAL ({_primary_of("f.request_id")}) i
+    WHERE f.event_id = ANY(%s::uuid[]) AND f.experiment_id IS NULL
+), upd AS (
+    UPDATE feedback f SET experiment_id = m.experiment_id, variant = m.variant
+    FROM m WHERE f.event_id = m.event_id AND f.experiment_id IS NULL
+    RETURNING f.request_id, f.kind, f.value, f.ts, m.experiment_id, m.variant, m.unit_id, m.tags
+)
+INSERT INTO lg_new_f SELECT * FROM upd
+""".encode()
+_NEW_ATTRIBUTABLE: Final = b"SELECT request_id FROM lg_new_i WHERE role = 'primary' AND experiment_id IS NOT NULL AND variant IS NOT NULL"
+
+
+def _attribute(pg: psycopg.Connection[Any], feedback_ids: Sequence[Any]) -> None:
+    """Attribute these unattributed feedback rows (event ids) to their interactions, into lg_new_f.
+
+    Run inside ``copy_text.index_probes``."""
+    if feedback_ids:
+        pg.execute(_ATTRIBUTE, ("{" + ",".join(str(f) for f in feedback_ids) + "}",))
+
+
+def _attribute_late(pg: psycopg.Connection[Any], request_ids: Sequence[str]) -> None:
+    """Attribute feedback stored before its interaction (the batch's ``request_ids``)."""
+    if request_ids:
+        with copy_text.index_probes(pg):
+            rows = pg.execute(_AWAITING_FEEDBACK, (copy_text.text_array(request_ids),)).fetchall()
+            _attribute(pg, [r[0] for r in rows])
+
+
+# Safety net for a race between two consumers (feedback and its interaction committed by
+# different transactions that could not see each other): attribute what is now joinable.
+# Two forms on purpose. Over all unattributed feedback (a process's first sweep) one
+# UPDATE … FROM, which the planner runs as a hash join: 0.4 s per million rows, where
+# probing row by row takes 1.8 s. Over what was stored since a time (every later sweep)
+# the partial index on ingested_at finds the rows, each probed by its request id, then
+# ``_ATTRIBUTE`` on those. Feedback on traffic outside experiments stays unattributed for
+# ever, so only the second form stays cheap as it accumulates.
+_SWEEP_ALL: Final = b"""
+WITH upd AS (
+    UPDATE feedback f SET experiment_id = i.experiment_id, variant = i.variant
+    FROM interactions i
+    WHERE f.experiment_id IS NULL AND i.request_id = f.request_id
+        AND i.role = 'primary' AND i.experiment_id IS NOT NULL AND i.variant IS NOT NULL
+    RETURNING f.request_id, f.kind, f.value, f.ts, i.experiment_id, i.variant, i.unit_id, i.tags
+)
+INSERT INTO lg_new_f SELECT * FROM upd
+"""
+_SWEEP_SINCE: Final = f"""
+SELECT f.event_id FROM feedback f CROSS JOIN LATERAL ({_primary_of("f.request_id")}) i
+WHERE f.experiment_id IS NULL AND f.ingested_at >= %s
+""".encode()
+
+
+def _copy_escape(payload: bytes) -> bytes:
+    """COPY text format: backslash, newline, CR and tab must be escaped."""
+    out = payload.replace(b"\\", b"\\\\")
+    if b"\n" in out or b"\r" in out or b"\t" in out:
+        out = out.replace(b"\n", b"\\n").replace(b"\r", b"\\r").replace(b"\t", b"\\t")
+    return out
+
+
+def _prepare(pg: psycopg.Connection[Any], nested: bool) -> None:
+    row = pg.execute(b"SELECT to_regclass('pg_temp.lg_fold') IS NOT NULL").fetchone()
+    if not (row and row[0]):
+        pg.execute((rollups.TEMP_TABLES + copy_text.TEMP_TABLES).encode())
+    elif nested:
+        # Inside a caller's transaction earlier batches' rows are still there (ON COMMIT
+        # DELETE ROWS empties them only at commit).
+        pg.execute(
+            b"DELETE FROM lg_stage_i; DELETE FROM lg_stage_f; DELETE FROM lg_new_i; DELETE FROM lg_new_f;"
+            b" DELETE FROM lg_fold"
+        )
+
+
+def _copy(pg: psycopg.Connection[Any], table: str, payloads: Sequence[Raw]) -> None:
+    if not payloads:
+        return
+    buf = b"\n".join(_copy_escape(r.payload) for r in payloads) + b"\n"
+    with pg.cursor() as cur, cur.copy(f"COPY {table} (doc) FROM STDIN".encode()) as copy:
+        copy.write(buf)
+
+
+# Same columns, same order as ``copy_text.interaction_row`` writes them.
+_STAGE_I: Final = f"COPY lg_stage_i ({copy_text.INTERACTION_COLUMNS}) FROM STDIN".encode()
+
+
+def _copy_interactions(pg: psycopg.Connection[Any], raws: Sequence[Raw]) -> None:
+    """Typed rows straight from the decoded events: Postgres parses no JSON but the tags."""
+    if not raws:
+        return
+    with pg.cursor() as cur, cur.copy(_STAGE_I) as copy:
+        for raw in raws:
+            e = raw.event if raw.event is not None else decode(raw.payload)
+            assert isinstance(e, InteractionEvent)
+            copy.write_row(copy_text.interaction_row(e, e.ts))
+
+
+def _count(pg: psycopg.Connection[Any], sql: bytes) -> int:
+    row = pg.execute(sql).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _batch(
+    pg: psycopg.Connection[Any],
+    interactions: Sequence[Raw],
+    feedback: Sequence[Raw],
+    nested: bool = True,
+    fast: bool = False,
+) -> IngestResult:
+    _prepare(pg, nested)
+    n_i = n_f = 0
+    if interactions and fast:
+        events: list[InteractionEvent] = []
+        for r in interactions:
+            e = r.event if r.event is not None else decode(r.payload)
+            assert isinstance(e, InteractionEvent)
+            events.append(e)
+        ins = copy_text.insert_interactions(pg, events)
+        n_i = ins.rows
+        _attribute_late(pg, ins.attributable)
+    elif interactions:
+        _copy_interactions(pg, interactions)
+        with copy_text.index_probes(pg):
+            n_i = pg.execute(_INTERACTION_INSERT.encode()).rowcount
+        _attribute_late(pg, [r[0] for r in pg.execute(_NEW_ATTRIBUTABLE).fetchall()])
+    _copy(pg, "lg_stage_f", feedback)
+    if feedback:
+        with copy_text.index_probes(pg):
+            n_f = _count(pg, _FEEDBACK_INSERT.encode())
+    attributed = _count(pg, b"SELECT count(*) FROM lg_new_f")
+    # The fast path has folded its interactions already; lg_new_i is then empty.
+    if (n_i and not fast) or attributed:
+        rollups.apply(pg, feedback=attributed > 0)
+    dupes = len(interactions) + len(feedback) - n_i - n_f
+    return IngestResult(n_i, n_f, dupes, attributed)
+
+
+def _fast_or_safe(
+    pg: psycopg.Connection[Any], interactions: Sequence[Raw], feedback: Sequence[Raw], nested: bool
+) -> IngestResult:
+    """COPY fast path in a savepoint; on a concurrent duplicate, the ON CONFLICT path."""
+    if not interactions:
+        return _batch(pg, interactions, feedback, nested)
+    try:
+        with pg.transaction():
+            return _batch(pg, interactions, feedback, nested, fast=True)
+    except (psycopg.errors.UniqueViolation, copy_text.Unsupported) as exc:
+        log.info("COPY fast path not applicable (%s); batch redone with ON CONFLICT", exc)
+    return _batch(pg, interactions, feedback, nested=True)
+
+
+# What the database refuses because of the values of the events at hand: their data
+# (class 22: out of range, malformed, NUL, ...) or a constraint (class 23); or a payload
+# handed over undecoded that the contract refuses. Anything else (connection lost,
+# deadlock, serialization failure) concerns the whole batch, which the caller retries.
+_REFUSED: Final = (psycopg.DataError, psycopg.IntegrityError, DecodeError)
+
+
+_Part = tuple[Sequence[Raw], Sequence[Raw]]  # (interactions, feedback) of a batch
+
+
+def refusal_reason(exc: BaseException) -> str:
+    """Why the database refused an event: its primary message and SQLSTATE, never the
+    DETAIL (which quotes the failing row) or bound parameters; configured secrets masked."""
+    diag = getattr(exc, "diag", None)
+    primary = diag.message_primary if diag is not None else None
+    text = primary or (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    code = diag.sqlstate if diag is not None else None
+    return redaction.redact(f"{text} (SQLSTATE {code})" if code else text)
+
+
+def _halves(part: _Part) -> tuple[_Part, _Part]:
+    """The batch (interactions, then feedback) cut in two halves of equal size."""
+    interactions, feedback = part
+    mid = (len(interactions) + len(feedback)) // 2
+    if mid <= len(interactions):
+        return (interactions[:mid], ()), (interactions[mid:], feedback)
+    k = mid - len(interactions)
+    return (interactions, feedback[:k]), ((), feedback[k:])
+
+
+# What PostgreSQL reads as a uuid (the contract checks an event id's length only: a
+# pattern costs ~0.8 µs per event on the consumer's hot loop).
+_UUID: Final = re.compile(r"[0-9a-fA-F]{8}(?:-?[0-9a-fA-F]{4}){3}-?[0-9a-fA-F]{12}")
+
+
+def _suspect(raw: Raw) -> bool:
+    """Whether the database would likely refuse this event (checked the slow way)."""
+    try:
+        ev = decode(raw.payload)
+    except DecodeError:
+        return True
+    return raw.event not in (None, ev) or not _UUID.fullmatch(ev.event_id)
+
+
+def _screen(part: _Part) -> tuple[_Part, list[_Part]]:
+    """The part without its suspects, and each suspect alone (interactions, then feedback)."""
+    interactions, feedback = part
+    bad_i = [r for r in interactions if _suspect(r)]
+    bad_f = [r for r in feedback if _suspect(r)]
+    out = {id(r) for r in (*bad_i, *bad_f)}
+    rest = ([r for r in interactions if id(r) not in out], [r for r in feedback if id(r) not in out])
+    return rest, [([r], ()) for r in bad_i] + [((), [r]) for r in bad_f]
+
+
+def _isolating(
+    pg: psycopg.Connection[Any], interactions: Sequence[Raw], feedback: Sequence[Raw], nested: bool
+) -> tuple[IngestResult, list[DeadLetterRow]]:
+    """Write the batch; if the database refuses it, isolate the refused events.
+
+    Every attempt runs in a savepoint, so a refused part leaves nothing behind. After the
+    first refusal the batch is screened once in Python (``_suspect``: the contract's full
+    check and a strict UUID): the rest is written as one part and each suspect alone, so
+    the usual bad event costs two more attempts. What the screen misses is found by
+    bisection: a refused part is halved and each half written on its own (left first:
+    batch order), down to the single events the database refuses, which become dead
+    letters with its reason — O(log n) attempts per refused event.
+    """
+    total = IngestResult()
+    refused: list[DeadLetterRow] = []
+    todo: list[_Part] = [(interactions, feedback)]
+    first, screened = True, False
+    while todo:
+        part = todo.pop()
+        try:
+            with pg.transaction():
+                # After the first attempt the temp tables may hold a written part's rows.
+                total += _fast_or_safe(pg, *part, nested=nested or not first)
+        except _REFUSED as exc:
+            if first:
+                log.warning(
+                    "the database refused a batch of %s events (%s); isolating the refused ones",
+                    len(interactions) + len(feedback),
+                    type(exc).__name__,
+                )
+            if len(part[0]) + len(part[1]) == 1:
+                raw = (part[0] or part[1])[0]
+                reason = (
+                    exc.reason
+                    if isinstance(exc, DecodeError)
+                    else f"rejected by the database: {refusal_reason(exc)}"
+                )
+                refused.append(
+                    DeadLetterRow(raw.topic, raw.partition, raw.offset, raw.key, raw.payload, reason)
+                )
+            elif not screened and (screen := _screen(part))[1]:
+                screened = True
+                rest, alone = screen
+                todo += [*reversed(alone), rest]  # the rest first, then the suspects in order
+            else:
+                screened = True
+                left, right = _halves(part)
+                todo += (right, left)  # left is popped first
+        first = False
+    return total, refused
+
+
+def ingest_raw(
+    pg: psycopg.Connection[Any],
+    interactions: Sequence[Raw],
+    feedback: Sequence[Raw],
+    dead_letters: Sequence[DeadLetterRow] = (),
+) -> IngestResult:
+    """Ingest validated encoded events (and store dead letters) in one transaction.
+
+    Commits when ``pg`` had no transaction open; inside a caller's transaction it uses a
+    savepoint and leaves the commit to the caller. Events the database refuses are
+    isolated (``_isolating``) and stored as dead letters with the others.
+    """
+    nested = pg.info.transaction_status != pq.TransactionStatus.IDLE
+    with pg.transaction():
+        res, refused = _isolating(pg, interactions, feedback, nested)
+        dead = [*dead_letters, *refused]
+        write_dead_letters(pg, dead)
+    return replace(res, dead_lettered=len(dead), refused=tuple(d.topic for d in refused))
+
+
+@dataclass(frozen=True, slots=True)
+class Sweep:
+    attributed: int  # feedback attributed (and counted) by this sweep
+    started: datetime  # the database's clock at the sweep's start (its ``now()``)
+
+
+def attribute_pending(pg: psycopg.Connection[Any], since: datetime | None = None) -> Sweep:
+    """Attribute feedback whose interaction is stored but which is still unattributed.
+
+    ``since``: only feedback stored (``ingested_at``) at or after it — the race this
+    sweep repairs (feedback and its interaction in concurrent transactions) involves
+    recent rows only; None re-reads every unattributed row.
+    """
+    with pg.transaction():
+        _prepare(pg, nested=True)
+        row = pg.execute(b"SELECT now()").fetchone()
+        assert row is not None
+        if since is None:
+            pg.execute(_SWEEP_ALL)
+        else:
+            with copy_text.index_probes(pg):
+                _attribute(pg, [r[0] for r in pg.execute(_SWEEP_SINCE, (since,)).fetchall()])
+        n = _count(pg, b"SELECT count(*) FROM lg_new_f")
+        if n:
+            rollups.apply(pg, feedback=True)
+        return Sweep(n, row[0])
+
+
+@contextlib.contextmanager
+def psycopg_connection(
+    conn: Engine | Connection | Session | psycopg.Connection[Any],
+) -> Iterator[psycopg.Connection[Any]]:
+    """The psycopg connection under an SQLAlchemy engine/connection/session (or itself).
+
+    An Engine lends a pooled connection and commits on exit; a Connection/Session keeps
+    the caller's transaction.
+    """
+    if isinstance(conn, psycopg.Connection):
+        yield conn
+        return
+    if isinstance(conn, Engine):
+        raw = conn.raw_connection()
+        try:
+            pg = raw.driver_connection
+            assert isinstance(pg, psycopg.Connection)
+            yield pg
+            if pg.info.transaction_status == pq.TransactionStatus.INTRANS:
+                pg.commit()
+        finally:
+            raw.close()
+        return
+    sa_conn = conn.connection() if isinstance(conn, Session) else conn
+    pg = sa_conn.connection.driver_connection
+    assert isinstance(pg, psycopg.Connection)
+    yield pg
+
+
+@dataclass(frozen=True, slots=True)
+class Encoded:
+    interactions: list[Raw]
+    feedback: list[Raw]
+    dead: list[DeadLetterRow]  # events ``decode`` refuses, with the reason
+    # Judge scores: not stored by ingest yet (the RL-risk tables come with their migration);
+    # kept apart so they never reach the feedback tables.
+    judgements: list[Raw] = field(default_factory=list)
+
+
+def encode_for_ingest(events: Sequence[Event]) -> Encoded:
+    """Encode in-process events and check them as the consumer does (``decode``).
+
+    An event the contract refuses (a NUL, a value out of range) becomes a dead letter here,
+    as it would on the Kafka path, instead of making the database refuse the batch.
+    """
+    out = Encoded([], [], [], [])
+    for ev in events:
+        try:
+            payload = orjson.dumps(ev)
+        except orjson.JSONEncodeError as exc:  # e.g. a lone surrogate in a string
+            payload = repr(ev).encode("utf-8", "backslashreplace")
+            out.dead.append(DeadLetterRow(topic_for(ev), None, None, None, payload, f"cannot encode: {exc}"))
+            continue
+        try:
+            decode(payload)
+        except DecodeError as exc:
+            out.dead.append(DeadLetterRow(topic_for(ev), None, None, ev.key, payload, exc.reason))
+            continue
+        raw = Raw(payload, topic_for(ev), event=ev)
+        if isinstance(ev, JudgeEvent):
+            out.judgements.append(raw)
+        else:
+            (out.interactions if isinstance(ev, InteractionEvent) else out.feedback).append(raw)
+    return out
+
+
+def ingest(
+    conn: Engine | Connection | Session | psycopg.Connection[Any], events: Sequence[Event]
+) -> IngestResult:
+    """Ingest events idempotently (same batch twice = same rows and rollups)."""
+    enc = encode_for_ingest(events)
+    with psycopg_connection(conn) as pg:
+        return ingest_raw(pg, enc.interactions, enc.feedback, enc.dead)

@@ -1,0 +1,244 @@
+"""The analytics service: FastAPI app factory, lifespan, and background workers.
+
+``create_app(settings)`` builds the app; the lifespan creates the database engine and
+starts the background workers, each a thread that runs until its stop event is set:
+
+- the snapshotter (every running experiment, every ``snapshot_interval_s``);
+- the Kafka consumer, when ``LIFTGATE_KAFKA_BOOTSTRAP`` is set (and
+  ``LIFTGATE_ANALYTICS_CONSUMER`` is not false);
+- the rollout controller (``analytics.rollout.service.controller_worker``);
+- anything else listed in :func:`default_workers`: a factory
+  ``(ServiceContext) -> BackgroundWorker | None``.
+
+The dashboard (``analytics.web``) is mounted under ``/dashboard`` by :func:`_mount_dashboard`.
+
+Access (``analytics.service.access``): reads need a read credential (unless
+``LIFTGATE_READ_ACCESS=open``), changes the admin token; every request first passes
+``analytics.service.guard`` (path, body size and time, admin token before any body is read).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from sqlalchemy import Connection, Engine, create_engine
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
+
+from analytics.report.assembly import ReportOptions, build_report
+from analytics.report.schema import Report
+from analytics.report.snapshots import Snapshotter
+from analytics.service.access import Access, require_read, require_read_page
+from analytics.service.guard import RequestGuard
+from analytics.service.settings import AnalyticsSettings
+from analytics.service.telemetry import ServiceMetrics
+
+log = logging.getLogger(__name__)
+
+WORKER_JOIN_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class BackgroundWorker:
+    """A long-running job: ``run(stop)`` must return soon after ``stop`` is set."""
+
+    name: str
+    run: Callable[[threading.Event], None]
+
+
+@dataclass(slots=True)
+class ServiceContext:
+    """What the service's parts share; built in the lifespan, kept on ``app.state.ctx``."""
+
+    settings: AnalyticsSettings
+    engine: Engine
+    metrics: ServiceMetrics
+    options: ReportOptions
+    threads: dict[str, threading.Thread] = field(default_factory=dict)
+    fresh_at: dict[int, float] = field(default_factory=dict)  # experiment -> last ?fresh=true
+    fresh_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def fresh_wait(self, experiment_id: int) -> float:
+        """0 when a fresh report of this experiment may be computed now (and it is counted),
+        else the seconds to wait (at most one per ``fresh_min_interval_s`` per experiment)."""
+        now = time.monotonic()
+        with self.fresh_lock:
+            last = self.fresh_at.get(experiment_id)
+            wait = 0.0 if last is None else last + self.settings.fresh_min_interval_s - now
+            if wait > 0:
+                return wait
+            if len(self.fresh_at) > 10_000:  # bounded: forget what no longer limits anything
+                horizon = now - self.settings.fresh_min_interval_s
+                self.fresh_at = {k: t for k, t in self.fresh_at.items() if t > horizon}
+            self.fresh_at[experiment_id] = now
+            return 0.0
+
+    def build(self, conn: Connection, experiment_id: int, now: datetime | None = None) -> Report:
+        return build_report(conn, experiment_id, now=now, options=self.options)
+
+
+WorkerFactory = Callable[[ServiceContext], BackgroundWorker | None]
+
+
+def snapshotter_worker(ctx: ServiceContext) -> BackgroundWorker | None:
+    if ctx.settings.snapshot_interval_s <= 0:
+        return None
+
+    def observe(seconds: float, ok: bool) -> None:
+        ctx.metrics.build_seconds.labels("snapshotter").observe(seconds)
+        ctx.metrics.snapshots.labels("ok" if ok else "error").inc()
+
+    snap = Snapshotter(
+        ctx.engine,
+        ctx.build,
+        ctx.settings.snapshot_interval_s,
+        on_built=observe,
+        keep_full_s=ctx.settings.snapshot_keep_full_s,
+    )
+    return BackgroundWorker("snapshotter", snap.run)
+
+
+def consumer_worker(ctx: ServiceContext) -> BackgroundWorker | None:
+    if not ctx.settings.kafka_bootstrap or not ctx.settings.analytics_consumer:
+        return None
+    # Imported here: the consumer pulls in kafka-python, which the service needs only then.
+    from analytics.ingest.consumer import ConsumerMetrics, run_consumer
+
+    settings = ctx.settings
+    # The consumer's metrics go on the service's registry, so /metrics shows them.
+    metrics = ConsumerMetrics(registry=ctx.metrics.registry)
+    return BackgroundWorker("consumer", lambda stop: run_consumer(settings, stop, metrics))
+
+
+def default_workers() -> list[WorkerFactory]:
+    """Background workers of ``python -m analytics`` (add new ones here)."""
+    from analytics.rollout.service import controller_worker
+
+    return [snapshotter_worker, consumer_worker, controller_worker]
+
+
+def _run_worker(ctx: ServiceContext, worker: BackgroundWorker, stop: threading.Event) -> None:
+    gauge = ctx.metrics.worker_up.labels(worker.name)
+    gauge.set(1)
+    try:
+        worker.run(stop)
+    except Exception:
+        log.exception("background worker %s died", worker.name)
+    finally:
+        gauge.set(0)
+
+
+def _mount_dashboard(app: FastAPI) -> None:
+    """Mount ``analytics.web`` (the dashboard pages) under /dashboard when it exists, behind
+    the sign-in page (``analytics.service.login``)."""
+    from analytics.service import login
+
+    app.include_router(login.router)
+    if importlib.util.find_spec("analytics.web") is None:
+        return
+    web = importlib.import_module("analytics.web")
+    router = getattr(web, "router", None)
+    if router is None:
+        router = importlib.import_module("analytics.web.pages").router
+    app.include_router(router, dependencies=[Depends(require_read_page)])  # paths start with /dashboard
+
+
+def _mount_docs(app: FastAPI) -> None:
+    """The OpenAPI document and its Swagger UI, for readers only."""
+
+    @app.get("/openapi.json", include_in_schema=False, dependencies=[Depends(require_read)])
+    def openapi() -> dict[str, Any]:
+        return app.openapi()
+
+    @app.get("/docs", include_in_schema=False, dependencies=[Depends(require_read_page)])
+    def docs() -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url="/openapi.json", title="liftgate analytics API")
+
+
+def create_app(
+    settings: AnalyticsSettings,
+    *,
+    workers: Sequence[WorkerFactory] | None = None,
+    metrics: ServiceMetrics | None = None,
+) -> FastAPI:
+    from analytics.service import api, rollout_api
+
+    service_metrics = metrics if metrics is not None else ServiceMetrics()
+    factories = list(default_workers() if workers is None else workers)
+    access = Access(settings.admin_token, settings.read_token, settings.read_access, settings.session_ttl_s)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # hide_parameters: database errors never carry the statement's values (they reach logs).
+        engine = create_engine(
+            settings.database_url, pool_size=5, max_overflow=10, pool_pre_ping=True, hide_parameters=True
+        )
+        ctx = ServiceContext(settings, engine, service_metrics, ReportOptions.from_settings(settings))
+        app.state.ctx = ctx
+        stop = threading.Event()
+        for factory in factories:
+            worker = factory(ctx)
+            if worker is None:
+                continue
+            thread = threading.Thread(
+                target=_run_worker, args=(ctx, worker, stop), name=f"analytics-{worker.name}", daemon=True
+            )
+            thread.start()
+            ctx.threads[worker.name] = thread
+            log.info("started background worker %s", worker.name)
+        try:
+            yield
+        finally:
+            stop.set()
+            for name, thread in ctx.threads.items():
+                thread.join(WORKER_JOIN_TIMEOUT_S)
+                if thread.is_alive():
+                    log.warning("background worker %s did not stop within %ss", name, WORKER_JOIN_TIMEOUT_S)
+            engine.dispose()
+
+    app = FastAPI(
+        title="liftgate analytics", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
+    )
+    app.state.access = access
+    app.add_middleware(
+        RequestGuard,
+        access=access,
+        max_body_bytes=settings.max_body_bytes,
+        body_timeout_s=settings.body_timeout_s,
+    )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+        return JSONResponse({"detail": f"{where}: {first.get('msg', 'invalid request')}"}, status_code=422)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception) -> Response:
+        if isinstance(exc, ClientDisconnect):  # gone, or cut off by the request guard: no one to answer
+            return Response(status_code=499)
+        log.exception("unhandled error: %s", type(exc).__name__)
+        return JSONResponse({"detail": "internal error"}, status_code=500)
+
+    app.include_router(api.router)
+    app.include_router(rollout_api.router, dependencies=[Depends(require_read)])
+    _mount_dashboard(app)
+    _mount_docs(app)
+    return app

@@ -1,0 +1,145 @@
+"""The request guard: what every request must pass before any route reads its body.
+
+An ASGI middleware in front of the whole analytics app, in this order:
+
+1. a path with a NUL or another control character is refused (400): no file, experiment or
+   metric can have such a name, and it must not reach the filesystem or the database;
+2. a ``Content-Length`` above ``max_body_bytes`` is refused (413) before a byte is read;
+3. a request that could change something (any method but GET/HEAD/OPTIONS, except the
+   sign-in form) needs the admin token (401/403) before its body is read — a wrong token
+   with a 200 MiB body costs one header check;
+4. the body is counted while it streams (413 as soon as it exceeds the limit, chunked
+   bodies included) and must arrive within ``body_timeout_s`` (408).
+
+Refusals close the connection (the unread body is never drained) and are JSON
+``{"detail": reason}`` like every other error of the service.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any, Final
+
+import orjson
+from starlette.datastructures import Headers
+
+from analytics.service.access import LOGIN_PATH, Access
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+_SAFE_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
+_CONTROL: Final = re.compile(r"[\x00-\x1f\x7f]")
+_OPEN_POSTS: Final = frozenset({LOGIN_PATH, "/dashboard/logout"})
+#: POSTs that change nothing (a question with a body): a read credential suffices.
+_READ_POSTS: Final = frozenset({"/api/rollout-plans/check"})
+
+
+class RequestGuard:
+    def __init__(self, app: ASGIApp, access: Access, max_body_bytes: int, body_timeout_s: float) -> None:
+        self.app = app
+        self.access = access
+        self.max_body = max_body_bytes
+        self.body_timeout = body_timeout_s
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        refusal = self._refusal(scope)
+        if refusal is not None:
+            await _respond(send, *refusal)
+            return
+        await self._guarded(scope, receive, send)
+
+    def _refusal(self, scope: Scope) -> tuple[int, str, dict[str, str]] | None:
+        path: str = scope.get("path", "")
+        if _CONTROL.search(path):
+            return 400, "the path contains a control character", {}
+        headers = Headers(scope=scope)
+        length = headers.get("content-length")
+        if length is not None:
+            if not length.isascii() or not length.isdigit():
+                return 400, "invalid Content-Length", {}
+            if int(length) > self.max_body:
+                return 413, f"request body larger than {self.max_body} bytes", {}
+        if scope["method"] == "POST" and path in _READ_POSTS:
+            return self._read_refusal(headers)
+        if scope["method"] not in _SAFE_METHODS and path not in _OPEN_POSTS:
+            token = headers.get("authorization", "")
+            scheme, _, value = token.partition(" ")
+            if scheme.lower() != "bearer" or not value.strip():
+                return 401, "admin token required", {"www-authenticate": "Bearer"}
+            if self.access.role_of(value.strip()) != "admin":
+                return 403, "invalid admin token", {}
+        return None
+
+    def _read_refusal(self, headers: Headers) -> tuple[int, str, dict[str, str]] | None:
+        """A read-only POST: any valid token (or none in ``open`` mode) before its body is read;
+        the route's own read dependency also applies (e.g. a dashboard session)."""
+        token = headers.get("authorization")
+        if token is None:
+            return None  # the route's read dependency decides (session cookie or open mode)
+        scheme, _, value = token.partition(" ")
+        if scheme.lower() != "bearer" or not value.strip():
+            return 401, "expected 'Authorization: Bearer <token>'", {"www-authenticate": "Bearer"}
+        if self.access.role_of(value.strip()) is None:
+            return 403, "invalid token", {}
+        return None
+
+    async def _guarded(self, scope: Scope, receive: Receive, send: Send) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.body_timeout
+        received = 0
+        started = refused = body_done = False
+
+        async def guarded_send(message: Message) -> None:
+            nonlocal started
+            if refused:
+                return  # the guard answered already; the app's late response is dropped
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        async def refuse(status: int, reason: str) -> Message:
+            nonlocal refused
+            if not started:
+                await _respond(send, status, reason, {})
+            refused = True
+            return {"type": "http.disconnect"}
+
+        async def guarded_receive() -> Message:
+            nonlocal received, body_done
+            if refused:
+                return {"type": "http.disconnect"}
+            if body_done:  # e.g. a streaming response waiting for the client to go away
+                return await receive()
+            try:
+                message = await asyncio.wait_for(receive(), max(deadline - loop.time(), 0.0))
+            except TimeoutError:
+                return await refuse(408, f"request body not received within {self.body_timeout:g} s")
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_body:
+                    return await refuse(413, f"request body larger than {self.max_body} bytes")
+                body_done = not message.get("more_body", False)
+            return message
+
+        await self.app(scope, guarded_receive, guarded_send)
+
+
+async def _respond(send: Send, status: int, reason: str, headers: dict[str, str]) -> None:
+    body = orjson.dumps({"detail": reason})
+    raw = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"),
+        *((k.encode(), v.encode()) for k, v in headers.items()),
+    ]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,83 @@
+"""The consumer resumes within 5 s of the broker's return after a Kafka crash."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from analytics.ingest.consumer import ConsumerMetrics, ConsumerSettings, run_consumer
+from contracts.events import Event, InteractionEvent
+from tests.analytics.ingest_helpers import (
+    count_rows,
+    create_topics,
+    event_records,
+    new_experiment_id,
+    produce,
+    random_events,
+    wait_for,
+)
+from tests.gateway.kafka_helpers import PrivateBroker
+
+RESUME_BOUND_S = 5.0
+
+
+def _interactions(events: list[Event]) -> int:
+    return sum(1 for e in events if isinstance(e, InteractionEvent))
+
+
+@pytest.mark.slow
+def test_the_consumer_resumes_within_5_s_of_a_crashed_brokers_return(
+    database_url: str, unique_name: str, tmp_path: Path, record_property: Callable[[str, object], None]
+) -> None:
+    broker = PrivateBroker(tmp_path / "state")
+    broker.up()
+    stop = threading.Event()
+    consumer: threading.Thread | None = None
+    try:
+        topics = (f"i-{unique_name}", f"f-{unique_name}")
+        create_topics(broker.bootstrap, *topics)
+        exp = new_experiment_id()
+        rng = random.Random(13)
+        before = random_events(exp, 400, rng, units=40)
+        after = random_events(exp, 400, rng, units=40)
+        settings = ConsumerSettings(
+            database_url=database_url,
+            kafka_bootstrap=broker.bootstrap,
+            consumer_group=f"g-{unique_name}",
+            interactions_topic=topics[0],
+            feedback_topic=topics[1],
+            consumer_poll_ms=50,
+        )
+        metrics = ConsumerMetrics(CollectorRegistry())
+        consumer = threading.Thread(target=run_consumer, args=(settings, stop, metrics), daemon=True)
+        consumer.start()
+
+        def ingested() -> int:
+            return count_rows(database_url, "SELECT count(*) FROM interactions WHERE experiment_id = %s", exp)
+
+        produce(broker.bootstrap, event_records(before, *topics))
+        wait_for(lambda: ingested() == _interactions(before), 60, "ingest before the crash", interval=0.05)
+        broker.kill()
+        # Long enough for exponential reconnect backoff to grow (the client retries all along).
+        time.sleep(12)
+        broker.up()
+        back = time.monotonic()
+        produce(broker.bootstrap, event_records(after, *topics))
+        expected = _interactions(before) + _interactions(after)
+        try:
+            wait_for(lambda: ingested() == expected, 60, "ingest after the broker's return", interval=0.05)
+        finally:
+            record_property("resume_s", round(time.monotonic() - back, 2))
+        resumed = time.monotonic() - back
+        assert resumed <= RESUME_BOUND_S, f"the consumer resumed {resumed:.1f}s after the broker returned"
+    finally:
+        stop.set()
+        if consumer is not None:
+            consumer.join(timeout=60)
+        broker.down()

@@ -1,0 +1,119 @@
+"""The service runs the Kafka consumer in a thread: events produced to a real broker show up
+in the report, and the consumer's metrics on the service's /metrics."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kafka import KafkaProducer
+from kafka.admin import KafkaAdminClient, NewTopic
+from sqlalchemy import Engine
+
+from contracts.events import InteractionEvent, encode
+from tests.analytics.report_data import T0, create_experiment
+from tests.analytics.service.test_app import READ_TOKEN, ROOT, TOKEN, Service, _free_port
+
+DEADLINE_S = 60.0
+
+
+@pytest.fixture
+def topics(kafka_bootstrap: str, unique_name: str) -> Iterator[tuple[str, str]]:
+    names = (f"it-{unique_name}", f"fb-{unique_name}")
+    admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap, request_timeout_ms=20_000)
+    admin.create_topics([NewTopic(n, num_partitions=2, replication_factor=1) for n in names])
+    yield names
+    admin.delete_topics(list(names))
+    admin.close()
+
+
+@pytest.fixture
+def kafka_service(database_url: str, kafka_bootstrap: str, topics: tuple[str, str]) -> Iterator[Service]:
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LIFTGATE_")}
+    env |= {
+        "LIFTGATE_DATABASE_URL": database_url,
+        "LIFTGATE_ADMIN_TOKEN": TOKEN,
+        "LIFTGATE_ANALYTICS_PORT": str(port),
+        "LIFTGATE_KAFKA_BOOTSTRAP": kafka_bootstrap,
+        "LIFTGATE_INTERACTIONS_TOPIC": topics[0],
+        "LIFTGATE_FEEDBACK_TOPIC": topics[1],
+        "LIFTGATE_CONSUMER_GROUP": f"g-{secrets.token_hex(6)}",
+        "LIFTGATE_SNAPSHOT_INTERVAL_S": "0",
+        "LIFTGATE_ROLLOUT_CONTROLLER": "false",
+        "LIFTGATE_LOG_LEVEL": "warning",
+        "LIFTGATE_READ_TOKEN": READ_TOKEN,
+        "LIFTGATE_FRESH_MIN_INTERVAL_S": "0",  # the test polls fresh reports
+    }
+    proc = subprocess.Popen([sys.executable, "-m", "analytics"], cwd=ROOT, env=env)
+    svc = Service(f"http://127.0.0.1:{port}", proc)
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        try:
+            if svc.call("GET", "/healthz")[0] == 200:
+                break
+        except OSError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError("analytics service did not become healthy")
+        time.sleep(0.05)
+    yield svc
+    proc.terminate()
+    try:
+        proc.wait(20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+
+
+def test_events_from_kafka_reach_the_report(
+    kafka_service: Service, kafka_bootstrap: str, topics: tuple[str, str], engine: Engine
+) -> None:
+    with engine.begin() as conn:
+        eid, name = create_experiment(conn, [("control", 1), ("candidate", 1)], metrics=["error_rate"])
+    status, health = kafka_service.call("GET", "/healthz")
+    assert status == 200
+    assert health["workers"] == {"consumer": True}
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
+    units = 60
+    for u in range(units):
+        for k in range(2):
+            ev = InteractionEvent(
+                request_id=f"{name}-{u}-{k}", route=f"route-{name}", unit_id=f"u{u}", unit_source="header",
+                role="primary", mode="ab", endpoint="chat", model="m", upstream="up",
+                status="error" if (u + k) % 7 == 0 else "ok", http_status=200, latency_ms=100.0 + u,
+                experiment_id=eid, experiment=name, variant="control" if u % 2 else "candidate",
+                ts=T0.timestamp() + u,
+            )  # fmt: skip
+            producer.send(topics[0], key=ev.key, value=encode(ev))
+    producer.flush(30)
+    producer.close()
+    deadline = time.monotonic() + DEADLINE_S
+    report: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        _, report = kafka_service.call("GET", f"/api/experiments/{eid}/report?fresh=1", token=TOKEN)
+        if report.get("units") == units:
+            break
+        time.sleep(0.2)
+    assert report.get("units") == units, (
+        f"after {DEADLINE_S}s: {report.get('units')} units, errors {report.get('errors')}"
+    )
+    assert {a["variant"]: a["observed_units"] for a in report["allocation"]} == {
+        "control": 30,
+        "candidate": 30,
+    }
+    # the counter moves after the offsets are committed, which follows the DB commit
+    consumed = 0.0
+    while time.monotonic() < deadline and consumed < 2 * units:
+        _, metrics = kafka_service.call("GET", "/metrics")
+        lines = [x for x in metrics.splitlines() if x.startswith("liftgate_analytics_events_consumed_total")]
+        consumed = sum(float(x.rsplit(" ", 1)[1]) for x in lines)
+        time.sleep(0.1)
+    assert consumed == 2 * units, f"consumed counter {consumed}"
