@@ -25,7 +25,7 @@ import orjson
 import uuid6
 from sqlalchemy import String
 
-from contracts.tables import Feedback, Interaction
+from contracts.tables import Feedback, Interaction, Judgement
 
 SCHEMA_VERSION: Final = 1
 
@@ -38,8 +38,6 @@ INTERACTIONS_TOPIC: Final = "liftgate.interactions"
 ROLLOUT_STAGE_TAG: Final = "rollout_stage"
 FEEDBACK_TOPIC: Final = "liftgate.feedback"
 JUDGEMENTS_TOPIC: Final = "liftgate.judgements"
-#: A task category (``gateway.category``): a short lower-case name.
-CATEGORY_MAX: Final = 32
 
 #: primary: the call whose answer the user got; shadow: a mirrored call (never returned);
 #: attempt: a candidate call that failed and was retried on the control (fallback) — kept
@@ -263,19 +261,9 @@ def _text_limits(table: Any) -> dict[str, int]:
 
 
 _TEXT_MAX: Final = {
-    "interaction": _text_limits(Interaction) | {"category": CATEGORY_MAX},
+    "interaction": _text_limits(Interaction),
     "feedback": _text_limits(Feedback),
-    # Judgements are not stored by this version of analytics yet; the bounds are those of
-    # the interaction they refer to.
-    "judge": {
-        "request_id": _text_limits(Interaction)["request_id"],
-        "unit_id": _text_limits(Interaction)["unit_id"],
-        "variant": _text_limits(Interaction)["variant"],
-        "pair_id": _text_limits(Interaction)["pair_id"],
-        "error_type": _text_limits(Interaction)["error_type"],
-        "category": CATEGORY_MAX,
-        "judge": 128,
-    },
+    "judge": _text_limits(Judgement),
 }
 _RANGES: Final[dict[str, dict[str, tuple[float, float]]]] = {
     "interaction": {
