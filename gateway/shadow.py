@@ -37,7 +37,8 @@ class ShadowJob:
 
 
 def _size(job: ShadowJob) -> int:
-    return len(job.payload) + (len(job.prompt) if job.prompt else 0)
+    question = job.info.judge_question
+    return len(job.payload) + (len(job.prompt) if job.prompt else 0) + (len(question) if question else 0)
 
 
 class ShadowMirror:
