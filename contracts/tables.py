@@ -172,6 +172,36 @@ class Interaction(Base):
     tags: Mapped[dict[str, Any]] = mapped_column(JSONB)
     prompt: Mapped[str | None] = mapped_column(Text)
     response: Mapped[str | None] = mapped_column(Text)
+    # The task category assigned by the gateway before treatment (None: not classified).
+    category: Mapped[str | None] = mapped_column(String(32))
+    ingested_at: Mapped[datetime] = _created()
+
+
+class Judgement(Base):
+    """A judge's or reward model's score of one response (``contracts.events.JudgeEvent``).
+
+    ``event_id`` is derived from (request id, judge), so a judgement is stored once."""
+
+    __tablename__ = "judgements"
+    __table_args__ = (
+        Index("ix_judgements_request_id", "request_id"),
+        Index("ix_judgements_experiment_variant_ts", "experiment_id", "variant", "ts"),
+    )
+
+    event_id: Mapped[Any] = mapped_column(UUID(as_uuid=False), primary_key=True)
+    ts: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    request_id: Mapped[str] = mapped_column(String(64))
+    unit_id: Mapped[str] = mapped_column(String(256))
+    judge: Mapped[str] = mapped_column(String(128))
+    role: Mapped[str] = mapped_column(String(16))
+    status: Mapped[str] = mapped_column(String(8))
+    latency_ms: Mapped[float] = mapped_column(Double)
+    experiment_id: Mapped[int | None] = mapped_column(Integer)
+    variant: Mapped[str | None] = mapped_column(String(64))
+    pair_id: Mapped[str | None] = mapped_column(String(64))
+    category: Mapped[str | None] = mapped_column(String(32))
+    score: Mapped[float | None] = mapped_column(Double)
+    error_type: Mapped[str | None] = mapped_column(String(64))
     ingested_at: Mapped[datetime] = _created()
 
 

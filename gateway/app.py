@@ -17,6 +17,7 @@ import math
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -27,6 +28,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
+from contracts import redaction
 from gateway import errors
 from gateway.auth import admin_denial, client_key_digest, header, peer
 from gateway.bodies import (
@@ -42,7 +44,9 @@ from gateway.bodies import (
     refusal_headers,
     replay,
 )
+from gateway.category import CategoryRules, default_rules
 from gateway.config_source import ConfigSource, DatabaseConfigSource, SnapshotHolder
+from gateway.judge import DEFAULT_RUBRIC, JudgeConfig, JudgeSampler
 from gateway.limits import ConcurrencyLimit, RateLimit
 from gateway.proxy import CompletionProxy, send_json
 from gateway.recorder import Recorder
@@ -50,9 +54,9 @@ from gateway.server import ReadLimits
 from gateway.settings import GatewaySettings
 from gateway.shadow import ShadowMirror
 from gateway.sink import EventSink
-from gateway.snapshot import Snapshot
+from gateway.snapshot import Snapshot, UpstreamConfig
 from gateway.telemetry import GatewayMetrics
-from gateway.upstreams import UpstreamPool
+from gateway.upstreams import UpstreamPool, key_problem, make_client, url_problem
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +75,7 @@ class Runtime:
     pool: UpstreamPool = field(default_factory=UpstreamPool)
     recorder: Recorder | None = None
     shadow: ShadowMirror | None = None
+    judge: JudgeSampler | None = None
     proxy: CompletionProxy | None = None
     started: float = field(default_factory=time.monotonic)
     extra: dict[str, Any] = field(default_factory=dict)
@@ -182,6 +187,11 @@ def create_app(
     from gateway.public import public_router
 
     source = config_source if config_source is not None else DatabaseConfigSource(settings.database_url)
+    # Compiled once here: a bad rules file stops the gateway at start, never a request.
+    categories = (
+        CategoryRules.load(Path(settings.category_rules)) if settings.category_rules else default_rules()
+    )
+    judge_config = _judge_config(settings)
     gm = metrics if metrics is not None else GatewayMetrics()
     pool = UpstreamPool()
 
@@ -221,6 +231,18 @@ def create_app(
             settings.shadow_queue_bytes,
         )
         runtime.shadow.start()
+        if judge_config is not None:
+            upstream = UpstreamConfig(
+                name=judge_config.name,
+                base_url=settings.judge_url or "",
+                api_key=settings.judge_api_key,
+                timeout_s=settings.judge_timeout_s,
+                max_connections=judge_config.concurrency,
+            )
+            redaction.remember(settings.judge_api_key)
+            runtime.judge = JudgeSampler(judge_config, make_client(upstream), recorder, gm)
+            runtime.judge.start()
+            runtime.shadow.judge = runtime.judge
         try:
             await runtime.holder.refresh()
         except Exception as exc:  # start anyway; /readyz says not ready until a snapshot loads
@@ -236,6 +258,8 @@ def create_app(
             keys_required=settings.client_keys == "required",
             max_body=settings.max_body_bytes,
             concurrency=ConcurrencyLimit(settings.client_max_concurrency),
+            categories=categories,
+            judge=runtime.judge,
         )
         # Everything built so far lives as long as the process: move it out of the cyclic
         # GC's reach so full collections stay short on the request path.
@@ -247,6 +271,10 @@ def create_app(
             refresher.cancel()
             await asyncio.gather(refresher, return_exceptions=True)
             await runtime.shadow.close()
+            if runtime.judge is not None:
+                await runtime.judge.close()
+                await runtime.judge.client.http.close()
+                await runtime.judge.client.session.close()
             await runtime.pool.close()
             await sink.close()
             dispose = getattr(source, "dispose", None)
@@ -327,3 +355,28 @@ def errors_json(message: str) -> dict[str, Any]:
             "code": "invalid_request",
         }
     }
+
+
+def _judge_config(settings: GatewaySettings) -> JudgeConfig | None:
+    """The judge sampler's config, or None when no judge is configured (the default)."""
+    if not settings.judge_url or settings.judge_sample_rate <= 0.0:
+        return None
+    if not settings.judge_score_min < settings.judge_score_max:
+        raise ValueError("judge_score_min must be below judge_score_max")
+    problem = url_problem(settings.judge_url) or (
+        key_problem(settings.judge_api_key) if settings.judge_api_key else None
+    )
+    if problem is not None:
+        raise ValueError(f"judge: {problem}")
+    return JudgeConfig(
+        base_url=settings.judge_url,
+        model=settings.judge_model,
+        name=settings.judge_name,
+        sample_rate=settings.judge_sample_rate,
+        rubric=settings.judge_rubric or DEFAULT_RUBRIC,
+        score_min=settings.judge_score_min,
+        score_max=settings.judge_score_max,
+        concurrency=settings.judge_concurrency,
+        queue_size=settings.judge_queue_size,
+        queue_bytes=settings.judge_queue_bytes,
+    )

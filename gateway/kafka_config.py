@@ -8,7 +8,14 @@ from dataclasses import dataclass
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import TopicAlreadyExistsError
 
-from contracts.events import FEEDBACK_TOPIC, INTERACTIONS_TOPIC, Event, InteractionEvent
+from contracts.events import (
+    FEEDBACK_TOPIC,
+    INTERACTIONS_TOPIC,
+    JUDGEMENTS_TOPIC,
+    Event,
+    InteractionEvent,
+    JudgeEvent,
+)
 from gateway.delivery import DeliverySettings
 
 
@@ -18,9 +25,12 @@ class Topics:
 
     interactions: str = INTERACTIONS_TOPIC
     feedback: str = FEEDBACK_TOPIC
+    judgements: str = JUDGEMENTS_TOPIC
 
     def of(self, event: Event) -> str:
-        return self.interactions if isinstance(event, InteractionEvent) else self.feedback
+        if isinstance(event, InteractionEvent):
+            return self.interactions
+        return self.judgements if isinstance(event, JudgeEvent) else self.feedback
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,14 +102,14 @@ class SinkConfig:
 def ensure_topics(
     bootstrap: str, partitions: int = 6, topics: Topics = Topics(), timeout_s: float = 30.0
 ) -> None:
-    """Create the interaction and feedback topics if they do not exist (idempotent)."""
+    """Create the interaction, feedback and judgement topics if they do not exist (idempotent)."""
     ms = int(timeout_s * 1000)
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=ms, bootstrap_timeout_ms=ms)
     try:
         existing = set(admin.list_topics())
         new = [
             NewTopic(name, num_partitions=partitions, replication_factor=1)
-            for name in (topics.interactions, topics.feedback)
+            for name in (topics.interactions, topics.feedback, topics.judgements)
             if name not in existing
         ]
         if new:

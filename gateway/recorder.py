@@ -15,7 +15,7 @@ from hashlib import sha256
 from typing import Any
 
 from contracts.content import redact_content
-from contracts.events import InteractionEvent
+from contracts.events import InteractionEvent, JudgeEvent
 from contracts.ids import uuid7
 from gateway.relay import CallResult
 from gateway.sink import EventSink
@@ -57,6 +57,14 @@ class CallInfo:
     tags: dict[str, str]
     conversation_id: str | None
     content_logging: str
+    category: str | None = None
+    # Set when the judge sampler picked this request: the user's text for the judge (the
+    # response text is then kept in memory until the judge job is queued, never logged).
+    judge_question: str | None = None
+
+    @property
+    def keep_text(self) -> bool:
+        return self.content_logging != "none" or self.judge_question is not None
 
 
 class Recorder:
@@ -142,6 +150,7 @@ class Recorder:
             tags=info.tags,
             prompt=self._content(prompt, policy) if policy != "none" else None,
             response=self._content("".join(res.texts or ()), policy) if policy != "none" else None,
+            category=info.category,
             event_id=uuid7(),
         )
         self.emit(event)
@@ -163,5 +172,7 @@ class Recorder:
             return
         if isinstance(event, InteractionEvent):
             self.metrics.interaction_events.inc()
+        elif isinstance(event, JudgeEvent):
+            self.metrics.judge_events.inc()
         else:
             self.metrics.feedback_events.inc()

@@ -43,7 +43,15 @@ from analytics.ingest import kafka_records
 from analytics.ingest.dead_letters import DeadLetterRow
 from analytics.ingest.write import IngestResult, Raw, attribute_pending, ingest_raw
 from contracts import redaction
-from contracts.events import FEEDBACK_TOPIC, INTERACTIONS_TOPIC, DecodeError, InteractionEvent, decode
+from contracts.events import (
+    FEEDBACK_TOPIC,
+    INTERACTIONS_TOPIC,
+    JUDGEMENTS_TOPIC,
+    DecodeError,
+    InteractionEvent,
+    JudgeEvent,
+    decode,
+)
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +64,7 @@ class ConsumerSettings(BaseSettings):
     consumer_group: str = "liftgate-analytics"
     interactions_topic: str = INTERACTIONS_TOPIC
     feedback_topic: str = FEEDBACK_TOPIC
+    judgements_topic: str = JUDGEMENTS_TOPIC
     # Records per poll = per transaction when lagging (a quiet stream gives small batches
     # every poll). The rollup upserts of a batch collapse a unit's repeated events and the
     # fixed cost per transaction is spread: 50,000 ingests faster than 20,000 at about 2.5x
@@ -196,6 +205,7 @@ class Batch:
     interactions: list[Raw] = field(default_factory=list)
     feedback: list[Raw] = field(default_factory=list)
     dead: list[DeadLetterRow] = field(default_factory=list)
+    judgements: list[Raw] = field(default_factory=list)
     offsets: dict[TopicPartition, int] = field(default_factory=dict)  # next offset to commit
     per_topic: dict[str, int] = field(default_factory=dict)
 
@@ -215,6 +225,8 @@ def decode_batch(records: dict[TopicPartition, list[Any]]) -> Batch:
             else:
                 if isinstance(ev, InteractionEvent):
                     b.interactions.append(Raw(payload, rec.topic, rec.partition, rec.offset, rec.key, ev))
+                elif isinstance(ev, JudgeEvent):
+                    b.judgements.append(Raw(payload, rec.topic, rec.partition, rec.offset, rec.key, ev))
                 else:
                     b.feedback.append(Raw(payload, rec.topic, rec.partition, rec.offset, rec.key))
         if recs:
@@ -242,12 +254,13 @@ class Consumer:
             kafka_records.install()
         # Counters exist from the start (at 0), so rate() and alerts see both topics at once;
         # the lag gauge appears only once partitions are assigned (an unknown lag is not 0).
-        for topic in (settings.interactions_topic, settings.feedback_topic):
+        for topic in (settings.interactions_topic, settings.feedback_topic, settings.judgements_topic):
             self.metrics.consumed.labels(topic)
             self.metrics.dead_lettered.labels(topic)
         self.kafka = KafkaConsumer(
             settings.interactions_topic,
             settings.feedback_topic,
+            settings.judgements_topic,
             bootstrap_servers=settings.kafka_bootstrap,
             group_id=settings.consumer_group,
             **fetch_options(settings),
@@ -301,7 +314,9 @@ class Consumer:
         while True:
             try:
                 with self.metrics.batch_seconds.time():
-                    res = ingest_raw(self._connection(), batch.interactions, batch.feedback, batch.dead)
+                    res = ingest_raw(
+                        self._connection(), batch.interactions, batch.feedback, batch.dead, batch.judgements
+                    )
                 self._failing.clear()
                 self._maybe_sweep()
                 return res
@@ -417,7 +432,7 @@ class Consumer:
             return
         if now - self._unassigned_since < self._rejoin_after:
             return
-        topics = [self.s.interactions_topic, self.s.feedback_topic]
+        topics = [self.s.interactions_topic, self.s.feedback_topic, self.s.judgements_topic]
         try:
             if not any(self.kafka.partitions_for_topic(t) for t in topics):
                 return  # the topics do not exist (yet): nothing to rejoin for
@@ -461,10 +476,11 @@ class Consumer:
         Offsets are committed in batch order, each only after its transaction committed.
         """
         log.info(
-            "consumer %s reading %s, %s",
+            "consumer %s reading %s, %s, %s",
             self.s.consumer_group,
             self.s.interactions_topic,
             self.s.feedback_topic,
+            self.s.judgements_topic,
         )
         writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest-writer")
         inflight: tuple[Batch, Future[IngestResult | None]] | None = None

@@ -60,7 +60,7 @@ INTERACTION_COLUMNS: Final = (
     "event_id, ts, request_id, route, experiment_id, variant, unit_id, unit_source, role, pair_id, mode,"
     " endpoint, model, upstream, status, http_status, error_type, latency_ms, ttft_ms, prompt_tokens,"
     " completion_tokens, response_chars, finish_reason, stream, fallback, fallback_from, conversation_id,"
-    " tags, prompt, response"
+    " tags, prompt, response, category"
 )
 _COPY_INTERACTIONS: Final = f"COPY interactions ({INTERACTION_COLUMNS}) FROM STDIN".encode()
 _M: Final = ", ".join(INTERACTION_MEASURES)
@@ -247,6 +247,7 @@ def interaction_row(e: InteractionEvent, ts: Any) -> tuple[Any, ...]:
         orjson.dumps(e.tags).decode(),
         e.prompt,
         e.response,
+        e.category,
     )
 
 

@@ -47,7 +47,8 @@ CREATE TEMP TABLE IF NOT EXISTS lg_stage_i (
     unit_id text, unit_source text, role text, pair_id text, mode text, endpoint text, model text,
     upstream text, status text, http_status int, error_type text, latency_ms float8, ttft_ms float8,
     prompt_tokens int, completion_tokens int, response_chars int, finish_reason text, stream bool,
-    fallback bool, fallback_from text, conversation_id text, tags jsonb, prompt text, response text
+    fallback bool, fallback_from text, conversation_id text, tags jsonb, prompt text, response text,
+    category text
 ) ON COMMIT DELETE ROWS;
 CREATE TEMP TABLE IF NOT EXISTS lg_stage_f (doc json) ON COMMIT DELETE ROWS;
 CREATE TEMP TABLE IF NOT EXISTS lg_new_i (
