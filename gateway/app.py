@@ -27,8 +27,9 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
+from control.auth import admin_denial
 from gateway import errors
-from gateway.auth import admin_denial, client_key_digest, header, peer
+from gateway.auth import client_key_digest, header, peer
 from gateway.bodies import (
     CLOSE,
     BodyTooLarge,
@@ -173,7 +174,8 @@ def create_app(
     metrics: GatewayMetrics | None = None,
 ) -> GatewayApp:
     """Build the gateway; nothing connects until the lifespan starts."""
-    from gateway.admin import admin_router
+    from control.api import router as admin_router
+    from control.plane import ControlPlane
     from gateway.public import public_router
 
     source = config_source if config_source is not None else DatabaseConfigSource(settings.database_url)
@@ -247,9 +249,7 @@ def create_app(
             dispose = getattr(source, "dispose", None)
             if dispose is not None:
                 dispose()
-            admin_engine = runtime.extra.pop("admin_engine", None)
-            if admin_engine is not None:
-                admin_engine.dispose()
+            control.dispose()
 
     api = FastAPI(
         title="liftgate gateway",
@@ -267,6 +267,10 @@ def create_app(
         openapi_url=None,  # served, behind the admin token, at /admin/openapi.json
     )
     api.state.runtime = runtime
+    # The control plane's configuration routes, kept at the gateway's /admin for existing
+    # clients: the same module (auth, lock, audit) the analytics service serves at its /admin.
+    control = ControlPlane(settings.admin_token, database_url=settings.database_url)
+    api.state.control = control
 
     @api.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

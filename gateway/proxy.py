@@ -29,6 +29,7 @@ from typing import Any
 
 import orjson
 
+from contracts.config_rules import key_hash
 from contracts.events import ROLLOUT_STAGE_TAG
 from contracts.ids import request_id
 from gateway import errors
@@ -39,7 +40,7 @@ from gateway.inputs import MAX_DEPTH, completion_problem, header_problem, too_de
 from gateway.limits import ConcurrencyLimit
 from gateway.recorder import CallInfo, Recorder, prompt_text
 from gateway.relay import CallResult, SseFilter, call_json, classify, open_stream, summarize_json
-from gateway.routing import Decision, RequestFacts, api_key_of, decide, key_hash, parse_tags
+from gateway.routing import Decision, RequestFacts, api_key_of, decide, parse_tags
 from gateway.shadow import ShadowJob, ShadowMirror
 from gateway.snapshot import RouteConfig, VariantConfig
 from gateway.upstreams import UpstreamPool

@@ -45,6 +45,7 @@ from analytics.service.access import Access, require_read, require_read_page
 from analytics.service.guard import RequestGuard
 from analytics.service.settings import AnalyticsSettings
 from analytics.service.telemetry import ServiceMetrics
+from control.plane import ControlPlane
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +124,30 @@ def consumer_worker(ctx: ServiceContext) -> BackgroundWorker | None:
     return BackgroundWorker("consumer", lambda stop: run_consumer(settings, stop, metrics))
 
 
+def control_plane(ctx: ServiceContext) -> ControlPlane:
+    """The admin API's dependencies: this service's engine, the metric catalogue's validation
+    and the rollout actions (with the operator as the decision's actor)."""
+    from analytics.report.catalogue import BUILTINS, parse_spec, spec_dict
+    from analytics.rollout import manual
+    from analytics.rollout.telemetry import for_registry
+
+    rollout_metrics = for_registry(ctx.metrics.registry)
+
+    def metric_spec(body: Any) -> dict[str, Any]:
+        return spec_dict(parse_spec(body))  # MetricError is a ValueError: a 422 with its reason
+
+    def rollout_action(id_or_name: str, action: str, actor: str) -> dict[str, Any]:
+        return manual.act(ctx.engine, id_or_name, action, actor, rollout_metrics)
+
+    return ControlPlane(
+        ctx.settings.admin_token,
+        engine=ctx.engine,
+        metric_spec=metric_spec,
+        builtin_metrics=frozenset(BUILTINS),
+        rollout_action=rollout_action,
+    )
+
+
 def default_workers() -> list[WorkerFactory]:
     """Background workers of ``python -m analytics`` (add new ones here)."""
     from analytics.rollout.service import controller_worker
@@ -175,6 +200,7 @@ def create_app(
     metrics: ServiceMetrics | None = None,
 ) -> FastAPI:
     from analytics.service import api, rollout_api
+    from control import api as control_api
 
     service_metrics = metrics if metrics is not None else ServiceMetrics()
     factories = list(default_workers() if workers is None else workers)
@@ -188,6 +214,7 @@ def create_app(
         )
         ctx = ServiceContext(settings, engine, service_metrics, ReportOptions.from_settings(settings))
         app.state.ctx = ctx
+        app.state.control = control_plane(ctx)
         stop = threading.Event()
         for factory in factories:
             worker = factory(ctx)
@@ -239,6 +266,8 @@ def create_app(
 
     app.include_router(api.router)
     app.include_router(rollout_api.router, dependencies=[Depends(require_read)])
+    app.include_router(control_api.router)
+    app.include_router(control_api.legacy_router)
     _mount_dashboard(app)
     _mount_docs(app)
     return app
