@@ -210,6 +210,8 @@ def _spec(plane: ControlPlane, body: Any, name: str | None = None) -> dict[str, 
 
 
 def _not_builtin(plane: ControlPlane, name: str, verb: str) -> None:
+    if plane.metric_spec is None:  # no catalogue here: all metric writes live elsewhere
+        raise ControlError(404, _ELSEWHERE)
     if name in plane.builtin_metrics:
         raise ControlError(422, f"{name!r} is a built-in metric and cannot be {verb}")
 
