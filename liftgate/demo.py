@@ -1,4 +1,4 @@
-"""The experiments ``liftgate up`` creates, through the gateway's admin API (idempotent).
+"""The experiments ``liftgate up`` creates, through the control plane's admin API (idempotent).
 
 * ``demo`` on route ``assistant``: baseline vs candidate, 50/50 — the simulator's known
   differences (verbosity, latency, quality) should show up as significant lifts;
