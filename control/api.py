@@ -54,14 +54,8 @@ def require_admin(
     denial = auth.admin_denial(request.headers.get("authorization"), plane.admin_token)
     if denial is not None:
         status, reason = denial
-        raise ControlError(status, reason) if status != 401 else _unauthorized(reason)
+        raise ControlError(status, reason, {"WWW-Authenticate": "Bearer"} if status == 401 else None)
     return auth.actor(request.headers.get(auth.ACTOR_HEADER))
-
-
-def _unauthorized(reason: str) -> ControlError:
-    err = ControlError(401, reason)
-    err.headers = {"WWW-Authenticate": "Bearer"}
-    return err
 
 
 def get_session(plane: Plane) -> Iterator[Session]:

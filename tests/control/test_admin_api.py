@@ -28,6 +28,7 @@ def test_every_admin_route_needs_the_admin_token(admin_service: AdminService) ->
         ("POST", "/admin/experiments/x/rollout/advance"),
     ]:
         assert admin_service.call(method, path, {}, token=None)[0] == 401, path
+        assert admin_service.call(method, path, {}, token="")[0] == 401, path
         assert admin_service.call(method, path, {}, token="wrong-token-of-some-length")[0] == 403, path
 
 
