@@ -29,8 +29,10 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from contracts import redaction
+from contracts.config_rules import key_problem, url_problem
+from control.auth import admin_denial
 from gateway import errors
-from gateway.auth import admin_denial, client_key_digest, header, peer
+from gateway.auth import client_key_digest, header, peer
 from gateway.bodies import (
     CLOSE,
     BodyTooLarge,
@@ -56,7 +58,7 @@ from gateway.shadow import ShadowMirror
 from gateway.sink import EventSink
 from gateway.snapshot import Snapshot, UpstreamConfig
 from gateway.telemetry import GatewayMetrics
-from gateway.upstreams import UpstreamPool, key_problem, make_client, url_problem
+from gateway.upstreams import UpstreamPool, make_client
 
 log = logging.getLogger(__name__)
 
@@ -183,7 +185,8 @@ def create_app(
     metrics: GatewayMetrics | None = None,
 ) -> GatewayApp:
     """Build the gateway; nothing connects until the lifespan starts."""
-    from gateway.admin import admin_router
+    from control.api import router as admin_router
+    from control.plane import ControlPlane
     from gateway.public import public_router
 
     source = config_source if config_source is not None else DatabaseConfigSource(settings.database_url)
@@ -280,9 +283,7 @@ def create_app(
             dispose = getattr(source, "dispose", None)
             if dispose is not None:
                 dispose()
-            admin_engine = runtime.extra.pop("admin_engine", None)
-            if admin_engine is not None:
-                admin_engine.dispose()
+            control.dispose()
 
     api = FastAPI(
         title="liftgate gateway",
@@ -300,6 +301,10 @@ def create_app(
         openapi_url=None,  # served, behind the admin token, at /admin/openapi.json
     )
     api.state.runtime = runtime
+    # The control plane's configuration routes, kept at the gateway's /admin for existing
+    # clients: the same module (auth, lock, audit) the analytics service serves at its /admin.
+    control = ControlPlane(settings.admin_token, database_url=settings.database_url)
+    api.state.control = control
 
     @api.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -29,6 +29,7 @@ from typing import Any
 
 import orjson
 
+from contracts.config_rules import key_hash
 from contracts.events import ROLLOUT_STAGE_TAG
 from contracts.ids import request_id
 from gateway import errors
@@ -41,7 +42,7 @@ from gateway.judge import TEXT_MAX, JudgeSampler, job_for
 from gateway.limits import ConcurrencyLimit
 from gateway.recorder import CallInfo, Recorder, prompt_text
 from gateway.relay import CallResult, SseFilter, call_json, classify, open_stream, summarize_json
-from gateway.routing import Decision, RequestFacts, api_key_of, decide, key_hash, parse_tags
+from gateway.routing import Decision, RequestFacts, api_key_of, decide, parse_tags
 from gateway.shadow import ShadowJob, ShadowMirror
 from gateway.snapshot import RouteConfig, VariantConfig
 from gateway.upstreams import UpstreamPool

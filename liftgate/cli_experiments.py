@@ -1,4 +1,5 @@
-"""``liftgate experiments``: create from YAML, list, show, start, pause, stop (gateway admin API)."""
+"""``liftgate experiments``: create from YAML, list, show, start, pause, stop (the control plane's
+admin API at the one admin base URL; see ``liftgate.admin_client``)."""
 
 from __future__ import annotations
 
@@ -10,16 +11,23 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from liftgate.admin_client import AdminClient, AdminError, resolve_token
+from liftgate.admin_client import AdminClient, AdminError, resolve_admin_url, resolve_token
 from liftgate.cli_rollout import check_remote, render_check
 from liftgate.experiment_file import load_experiment_file
 
-app = typer.Typer(help="Manage experiments through the gateway's admin API.", no_args_is_help=True)
+app = typer.Typer(help="Manage experiments through the control plane's admin API.", no_args_is_help=True)
 console = Console()
 err = Console(stderr=True)
 
 GatewayOpt = Annotated[
-    str, typer.Option("--gateway", envvar="LIFTGATE_GATEWAY_URL", help="Gateway base URL.")
+    str | None,
+    typer.Option(
+        "--admin-url",
+        "--gateway",
+        envvar="LIFTGATE_ADMIN_URL",
+        help="Admin base URL: the analytics service (default: what `liftgate up` recorded, else "
+        "http://127.0.0.1:8090). A gateway URL also works: its /admin serves the same routes.",
+    ),
 ]
 TokenOpt = Annotated[
     str | None,
@@ -33,7 +41,7 @@ StateOpt = Annotated[
     Path,
     typer.Option("--state-dir", envvar="LIFTGATE_STATE_DIR", help="Where `liftgate up` keeps its state."),
 ]
-DEFAULT_GATEWAY = "http://127.0.0.1:8080"
+DEFAULT_GATEWAY: str | None = None  # resolved by admin_client.resolve_admin_url
 AnalyticsOpt = Annotated[
     str,
     typer.Option(
@@ -42,9 +50,9 @@ AnalyticsOpt = Annotated[
 ]
 
 
-def _client(gateway: str, token: str | None, state_dir: Path) -> AdminClient:
+def _client(admin_url: str | None, token: str | None, state_dir: Path) -> AdminClient:
     try:
-        return AdminClient(gateway, resolve_token(token, state_dir))
+        return AdminClient(resolve_admin_url(admin_url, state_dir), resolve_token(token, state_dir))
     except AdminError as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
@@ -174,7 +182,7 @@ def show(
         raise _fail(exc) from None
 
 
-def _action(action: str, experiment: str, gateway: str, token: str | None, state_dir: Path) -> None:
+def _action(action: str, experiment: str, gateway: str | None, token: str | None, state_dir: Path) -> None:
     client = _client(gateway, token, state_dir)
     try:
         result = client.action(experiment, action)

@@ -1,4 +1,4 @@
-"""The experiments ``liftgate up`` creates, through the gateway's admin API (idempotent).
+"""The experiments ``liftgate up`` creates, through the control plane's admin API (idempotent).
 
 * ``demo`` on route ``assistant``: baseline vs candidate, 50/50 — the simulator's known
   differences (verbosity, latency, quality) should show up as significant lifts; content
@@ -118,14 +118,12 @@ def served_model(base_url: str, default: str, timeout_s: float = 5.0) -> str:
     return str(models[0]) if models and models[0] else default
 
 
-def wait_for_routes(
-    gateway_url: str, client: AdminClient, routes: list[str], timeout_s: float = 15.0
-) -> bool:
+def wait_for_routes(gateway: AdminClient, routes: list[str], timeout_s: float = 15.0) -> bool:
     """Poll the gateway's ``/v1/models`` until it serves every route (config refresh < 1 s)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
-            data = client.request("GET", "/v1/models")
+            data = gateway.request("GET", "/v1/models")
         except AdminError:
             data = None
         names = {m.get("id") for m in (data or {}).get("data", [])} if isinstance(data, dict) else set()

@@ -24,6 +24,7 @@ import psutil
 
 from contracts import redaction
 from liftgate import db
+from liftgate.admin_client import RUN_FILE
 from liftgate.embedded_pg import EmbeddedPostgres
 from liftgate.procs import Child, Supervisor
 from liftgate.scenarios import JUDGE_SAMPLE_RATE, scenario
@@ -34,7 +35,6 @@ log = logging.getLogger(__name__)
 DATABASE_NAME = "liftgate"
 TOKEN_FILE = "admin_token"
 READ_TOKEN_FILE = "read_token"
-RUN_FILE = "up.json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +116,7 @@ class RunningStack:
             "pid": os.getpid(),
             "gateway": self.gateway_url,
             "analytics": self.analytics_url,
+            "admin": self.analytics_url,  # the control plane's admin base URL (the CLI's)
             "children": {c.name: c.pid for c in self.supervisor.children},
             "postgres": {"port": self.pg.port, "started_here": self.started_pg} if self.pg else None,
         }

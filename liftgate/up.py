@@ -165,7 +165,7 @@ def up(
     try:
         console.print(f"starting liftgate (state in {opts.state_dir}) ...")
         stack = start_stack(opts)
-        client = AdminClient(stack.gateway_url, stack.admin_token)
+        client = AdminClient(stack.analytics_url, stack.admin_token)  # the control plane
         if config:
             demo.ensure_upstreams(client, cfg_upstreams)
             routes = demo.ensure_experiments(client, cfg_experiments)
@@ -174,7 +174,7 @@ def up(
             routes = demo.seed(
                 client, [demo.Upstream(n, url, demo.served_model(url, n)) for n, url in urls.items()]
             )
-        if not demo.wait_for_routes(stack.gateway_url, client, routes):
+        if not demo.wait_for_routes(AdminClient(stack.gateway_url, stack.admin_token), routes):
             console.print(f"[yellow]warning:[/yellow] the gateway does not serve all of {routes} yet")
         if opts.simulator and not opts.scenario:  # the offline gate knows the demo models only
             start_offline_gate(stack)

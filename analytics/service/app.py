@@ -47,6 +47,8 @@ from analytics.service.datasets import retention_worker
 from analytics.service.guard import RequestGuard
 from analytics.service.settings import AnalyticsSettings
 from analytics.service.telemetry import ServiceMetrics
+from control import api as control_api
+from control.plane import ControlPlane
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +96,30 @@ def controller_worker(ctx: ServiceContext) -> BackgroundWorker | None:
         controller.run(stop, settings.rollout_tick_s)
 
     return BackgroundWorker("rollout", run)
+
+
+def control_plane(ctx: ServiceContext) -> ControlPlane:
+    """The admin API's dependencies: this service's engine, the metric catalogue's validation
+    and the rollout actions (with the operator as the decision's actor)."""
+    from analytics.report.catalogue import BUILTINS, parse_spec, spec_dict
+    from analytics.rollout import manual
+    from analytics.rollout.telemetry import for_registry
+
+    rollout_metrics = for_registry(ctx.metrics.registry)
+
+    def metric_spec(body: Any) -> dict[str, Any]:
+        return spec_dict(parse_spec(body))  # MetricError is a ValueError: a 422 with its reason
+
+    def rollout_action(id_or_name: str, action: str, actor: str) -> dict[str, Any]:
+        return manual.act(ctx.engine, id_or_name, action, actor, rollout_metrics)
+
+    return ControlPlane(
+        ctx.settings.admin_token,
+        engine=ctx.engine,
+        metric_spec=metric_spec,
+        builtin_metrics=frozenset(BUILTINS),
+        rollout_action=rollout_action,
+    )
 
 
 def default_workers() -> list[WorkerFactory]:
@@ -157,6 +183,7 @@ def create_app(
             settings, engine, service_metrics, ReportOptions.from_settings(settings, rollout=view.report_part)
         )
         app.state.ctx = ctx
+        app.state.control = control_plane(ctx)
         stop = threading.Event()
         for factory in factories:
             worker = factory(ctx)
@@ -210,6 +237,8 @@ def create_app(
     app.include_router(rollout_api.router, dependencies=[Depends(require_read)])
     app.include_router(offline_gate_api.router, dependencies=[Depends(require_read)])
     app.include_router(datasets.router())
+    app.include_router(control_api.router)
+    app.include_router(control_api.legacy_router)
     _mount_dashboard(app)
     _mount_docs(app)
     return app
