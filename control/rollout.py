@@ -217,7 +217,11 @@ def decisions(conn: Connection, experiment_id: int, limit: int = 500) -> list[De
 
 
 def is_repeat_hold(conn: Connection, experiment_id: int, decision: Decision) -> bool:
-    """A hold identical (same stage and rule) to the last recorded decision is not re-recorded."""
+    """A hold identical (same stage and rule) to the last recorded decision is not re-recorded.
+
+    A hold at which a group-sequential look was taken (``group_looks`` changed) is recorded:
+    the looks taken are the plan's memory (:func:`analytics.rollout.store.last_group_checks`).
+    """
     if decision.decision != "hold":
         return False
     last = last_decision(conn, experiment_id)
@@ -226,6 +230,7 @@ def is_repeat_hold(conn: Connection, experiment_id: int, decision: Decision) -> 
         and last.decision == "hold"
         and last.stage == decision.stage
         and last.evidence.get("code") == decision.code
+        and last.evidence.get("group_looks") == decision.evidence.get("group_looks")
     )
 
 

@@ -187,6 +187,15 @@ def render_check(title: str, result: dict[str, Any], *, table: bool = True) -> N
         err.print(f"[red]error:[/] {e}")
     for w in result["warnings"]:
         console.print(f"[yellow]warning:[/] {w}")
+    seq = result.get("sequential")
+    if isinstance(seq, dict) and seq.get("mode") == "group":
+        looks = ", ".join(
+            f"{r['units']} units α {r['adjusted_alpha']:.2g}" for r in seq.get("planned_looks") or ()
+        )
+        console.print(
+            f"group-sequential ({seq['spending']}, {seq['looks']} looks per stage, one-sided α "
+            f"{seq['alpha_per_stage']:.3g} per stage): {looks}"
+        )
     traffic = result.get("traffic")
     if not table or not result.get("mde") or not isinstance(traffic, dict):
         return

@@ -129,6 +129,10 @@ class ReportOptions:
     planned_units: int = DEFAULT_PLANNED_UNITS
     min_units: int = MIN_TEST_UNITS  # per arm, for any test (a rollout's min_test_units)
     srm_grace_s: float = STAGE_GRACE_S  # the rollout controller's SRM grace after a stage change
+    # Conventions of the comparisons (docs/statistics.md): "pooled" | "pooled_sums" | "per_arm",
+    # and "welch" | "pooled_z" for proportion metrics.
+    cuped_theta: str = "pooled"
+    proportion_test: str = "welch"
     # Required for rollout experiments (their verdicts are the controller's): see RolloutPart.
     rollout: RolloutPartLoader | None = None
 
@@ -148,7 +152,7 @@ class ReportOptions:
     def compare(self) -> CompareOptions:
         return CompareOptions(
             alpha=self.alpha, power=self.power, mde=self.mde, planned_units=self.planned_units,
-            min_units=self.min_units,
+            min_units=self.min_units, cuped_theta=self.cuped_theta, proportion_test=self.proportion_test,
         )  # fmt: skip
 
 

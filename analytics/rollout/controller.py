@@ -29,6 +29,8 @@ from analytics.rollout import store
 from analytics.rollout.check import check_plan, guardrails_of, plan_metric_names
 from analytics.rollout.decisions import Decision, Look, decide
 from analytics.rollout.evidence import (
+    GuardrailCheck,
+    check_group_guardrail,
     check_guardrail,
     check_rank_guardrail,
     check_success,
@@ -104,6 +106,26 @@ def measure(
     elapsed_s = (now - row.stage_started_at).total_seconds()
     # Rank guardrails are fixed-horizon tests: judged once the stage's minimums are met.
     due = elapsed_s >= stage.min_duration_s and in_stage.get(candidate.name, 0) >= stage.min_units
+    seq = plan.sequential
+    previous = store.last_group_checks(conn, row.id, stage.index) if seq.mode == "group" else {}
+
+    def unit_test(m: Metric, margin: Margin) -> GuardrailCheck:
+        control_stats = stats.get(m.name, {}).get(control.name)
+        candidate_stats = stats.get(m.name, {}).get(candidate.name)
+        if seq.mode == "group":
+            assert seq.looks is not None
+            return check_group_guardrail(
+                m, margin, control_stats, candidate_stats, previous=previous.get(m.name),
+                spending=seq.spending_function, looks=seq.looks, alpha=alpha,
+                alpha_noninferiority=plan.noninferiority_alpha, planned_units=plan.planned_units,
+                min_test_units=plan.min_test_units,
+            )  # fmt: skip
+        return check_guardrail(
+            m, margin, control_stats, candidate_stats, alpha=alpha,
+            alpha_noninferiority=plan.noninferiority_alpha, planned_units=plan.planned_units,
+            min_test_units=plan.min_test_units,
+        )  # fmt: skip
+
     checks = tuple(
         check_rank_guardrail(
             m,
@@ -117,16 +139,7 @@ def measure(
             due=due,
         )
         if margin.method == "mann_whitney"
-        else check_guardrail(
-            m,
-            margin,
-            stats.get(m.name, {}).get(control.name),
-            stats.get(m.name, {}).get(candidate.name),
-            alpha=alpha,
-            alpha_noninferiority=plan.noninferiority_alpha,
-            planned_units=plan.planned_units,
-            min_test_units=plan.min_test_units,
-        )
+        else unit_test(m, margin)
         for m, margin in guards
     )
     wins = tuple(
@@ -157,6 +170,7 @@ def measure(
         srm=look_srm(srm_counts, weights),
         success=wins,
         window=plan.guardrail_window,
+        sequential=seq.mode,
     )
 
 

@@ -57,9 +57,18 @@ class Look:
     srm: SrmLook
     success: tuple[SuccessCheck, ...] = ()
     window: str = "stage"
+    sequential: str = "always_valid"  # the plan's sequential mode
 
     def evidence(self, code: str) -> dict[str, Any]:
+        group: dict[str, Any] = {}
+        if self.sequential == "group":
+            # looks taken per guardrail: a hold at a new look is recorded (control.rollout)
+            group["group_looks"] = {
+                g.metric: len((g.sequential or {}).get("fractions") or ()) for g in self.guardrails
+            }
         return {
+            **group,
+            "sequential_mode": self.sequential,
             "code": code,
             "stage_index": self.stage.index,
             "stage_percent": self.stage.percent,
@@ -94,18 +103,35 @@ def _num(v: float | None, scale: str) -> str:
     return f"{v:+.1%}" if scale == "relative" else f"{v:+.4g}"
 
 
+def _bound_name(g: GuardrailCheck) -> str:
+    seq = g.sequential or {}
+    if seq.get("mode") == "group":
+        return f"group look {seq.get('look')}/{seq.get('looks')} ({seq.get('spending')}) lower bound"
+    return "lower bound" if g.test == "mann_whitney" else "always-valid lower bound"
+
+
 def _harm_reason(g: GuardrailCheck) -> str:
+    seq = g.sequential or {}
+    level = f"alpha {g.alpha:.3g}"
+    if seq.get("mode") == "group" and seq.get("adjusted_alpha") is not None:
+        level += f", adjusted to {seq['adjusted_alpha']:.3g} at this look"
     return (
         f"guardrail {g.metric} worse than its margin {g.margin_text}: harm {_num(g.harm, g.harm_scale)}, "
-        f"always-valid lower bound {_num(g.lower, g.harm_scale)} > {_num(g.margin, g.harm_scale)} "
-        f"(alpha {g.alpha:.3g}; n control {g.n_control}, candidate {g.n_candidate})"
+        f"{_bound_name(g)} {_num(g.lower, g.harm_scale)} > {_num(g.margin, g.harm_scale)} "
+        f"({level}; n control {g.n_control}, candidate {g.n_candidate})"
     )
 
 
 def _pending_reason(g: GuardrailCheck) -> str:
+    seq = g.sequential or {}
+    over = ""
+    if seq.get("mode") == "group" and seq.get("carried") and seq.get("next_look_units") is None:
+        over = "; every planned group look is taken, so it never will: promote or roll back by hand"
+    elif seq.get("mode") == "group" and seq.get("next_look_units") is not None:
+        over = f" (next group look at {seq['next_look_units']} units)"
     return (
         f"{g.metric} upper bound {_num(g.upper, g.harm_scale)} not below its margin "
-        f"{_num(g.margin, g.harm_scale)} yet (alpha {g.alpha_noninferiority or g.alpha:.3g})"
+        f"{_num(g.margin, g.harm_scale)} yet (alpha {g.alpha_noninferiority or g.alpha:.3g}){over}"
     )
 
 

@@ -24,8 +24,9 @@ says what is missing — never a pass.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -36,11 +37,14 @@ from analytics.rollout.margins import Margin
 from analytics.stats import (
     Direction,
     ErrorCode,
+    GroupSequentialGuardrail,
     MetricKind,
     SampleStats,
     SequentialGuardrail,
     batch_quantiles,
     estimate,
+    group_sequential_noninferiority,
+    group_sequential_rate_noninferiority,
     mann_whitney_guardrail,
     sequential_lift,
     sequential_noninferiority,
@@ -87,6 +91,9 @@ class GuardrailCheck:
     min_test_units: int = 0
     lacking: str | None = None
     relative: dict[str, float | None] | None = None
+    # How the numbers were produced: {"mode": "always_valid"} or the group-sequential look
+    # (see :func:`check_group_guardrail`); None for the fixed-horizon rank test.
+    sequential: dict[str, Any] | None = None
 
     @property
     def tested(self) -> bool:
@@ -94,6 +101,12 @@ class GuardrailCheck:
 
     def evidence(self) -> dict[str, Any]:
         return {**asdict(self), "tested": self.tested}
+
+    @classmethod
+    def from_evidence(cls, data: Mapping[str, Any]) -> GuardrailCheck:
+        """The check recorded in a decision's evidence (a group look's outcome carried over)."""
+        names = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in data.items() if k in names})
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +149,7 @@ def _lacking_units(nc: int, nt: int, need: int) -> str:
     return ", ".join(f"{n}/{need} {arm} units" for arm, n in (("control", nc), ("candidate", nt)) if n < need)
 
 
-def _error_text(res: SequentialGuardrail) -> str:
+def _error_text(res: SequentialGuardrail | GroupSequentialGuardrail) -> str:
     if res.error is ErrorCode.ZERO_CONTROL_MEAN:
         return "control mean 0, relative margin undefined"
     if res.error is ErrorCode.ZERO_VARIANCE:
@@ -154,8 +167,13 @@ def check_guardrail(
     planned_units: int,
     min_test_units: int,
     alpha_noninferiority: float | None = None,
+    group: GroupLook | None = None,
 ) -> GuardrailCheck:
-    """Test one guardrail: harm at ``alpha``, non-inferiority at ``alpha_noninferiority``."""
+    """Test one guardrail: harm at ``alpha``, non-inferiority at ``alpha_noninferiority``.
+
+    ``group``: test at this group-sequential look instead (Lan–DeMets boundaries at the
+    look's information fractions; the same contrasts, Wald/score statistics against c_k).
+    """
     direction, kind = _direction(metric), _kind(metric)
     a_ni = alpha if alpha_noninferiority is None else alpha_noninferiority
     nc, nt = (control.n if control else 0), (candidate.n if candidate else 0)
@@ -169,6 +187,7 @@ def check_guardrail(
         "relative_margin": margin.relative, "absolute_margin": margin.absolute,
         "margin_text": margin.describe(mc), "alpha_noninferiority": a_ni, "min_test_units": min_test_units,
         "margin": margin.relative if scale == "relative" else margin.effective(mc),
+        "sequential": {"mode": "always_valid"} if group is None else group.public(),
     }  # fmt: skip
     if control is None or candidate is None or min(nc, nt) == 0:
         empty = " and ".join(arm for arm, n in (("control", nc), ("candidate", nt)) if n == 0)
@@ -178,8 +197,18 @@ def check_guardrail(
         return GuardrailCheck(**base, outcome="insufficient_data", lacking=lacking,
                               message=f"the test needs {min_test_units} units per variant")  # fmt: skip
 
-    def absolute(level_harm: float, level_ni: float) -> SequentialGuardrail:
+    def absolute(level_harm: float, level_ni: float) -> SequentialGuardrail | GroupSequentialGuardrail:
         assert margin.absolute is not None and control is not None and candidate is not None
+        if group is not None and test == "rate_score":
+            return group_sequential_rate_noninferiority(
+                control, candidate, margin.absolute, direction, group.fractions, level_harm, group.spending,
+                kind=kind, alpha_noninferiority=level_ni,
+            )  # fmt: skip
+        if group is not None:
+            return group_sequential_noninferiority(
+                estimate(control, kind), estimate(candidate, kind), margin.absolute, direction,
+                group.fractions, level_harm, group.spending, relative=False, alpha_noninferiority=level_ni,
+            )  # fmt: skip
         if test == "rate_score":
             return sequential_rate_noninferiority(
                 control, candidate, margin.absolute, direction, level_harm, planned_units,
@@ -190,8 +219,13 @@ def check_guardrail(
             planned_units, relative=False, alpha_noninferiority=level_ni,
         )  # fmt: skip
 
-    def relative(level_harm: float, level_ni: float) -> SequentialGuardrail:
+    def relative(level_harm: float, level_ni: float) -> SequentialGuardrail | GroupSequentialGuardrail:
         assert margin.relative is not None and control is not None and candidate is not None
+        if group is not None:
+            return group_sequential_noninferiority(
+                estimate(control, kind), estimate(candidate, kind), margin.relative, direction,
+                group.fractions, level_harm, group.spending, relative=True, alpha_noninferiority=level_ni,
+            )  # fmt: skip
         return sequential_noninferiority(
             estimate(control, kind), estimate(candidate, kind), margin.relative, direction, level_harm,
             planned_units, relative=True, alpha_noninferiority=level_ni,
@@ -226,9 +260,103 @@ def check_guardrail(
         text = _error_text(failed)
         return GuardrailCheck(**base, **extra, outcome="error", lacking=text, message=text)
     outcome: Outcome = "harm" if harm_shown else "noninferior" if ni_shown else "inconclusive"
+    if group is not None and isinstance(res, GroupSequentialGuardrail):
+        # the per-look adjusted levels this look tested at (the margin's first test's)
+        extra["sequential"] = {
+            **base["sequential"], "z_bound": res.z_bound, "adjusted_alpha": res.nominal_alpha,
+            "z_bound_noninferiority": res.z_bound_noninferiority,
+            "adjusted_alpha_noninferiority": res.nominal_alpha_noninferiority,
+        }  # fmt: skip
+        del base["sequential"]
     return GuardrailCheck(
         **base, **extra, outcome=outcome, harm=res.harm, lower=res.harm_lower, upper=res.harm_upper,
         p_value=res.p_value_harm, message=res.message,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class GroupLook:
+    """One group-sequential look: the information fractions of this and every earlier look."""
+
+    fractions: tuple[float, ...]
+    spending: str
+    looks: int  # planned
+    planned_units: int
+
+    def public(self) -> dict[str, Any]:
+        return {
+            "mode": "group", "spending": self.spending, "look": len(self.fractions), "looks": self.looks,
+            "fractions": list(self.fractions), "planned_units": self.planned_units, "carried": False,
+        }  # fmt: skip
+
+
+def look_bin(fraction: float, looks: int) -> int:
+    """Which planned look an information fraction has reached (0: none yet; ``looks``: t ≥ 1)."""
+    return min(looks, math.floor(fraction * looks + 1e-9))
+
+
+def check_group_guardrail(
+    metric: Metric,
+    margin: Margin,
+    control: SampleStats | None,
+    candidate: SampleStats | None,
+    *,
+    previous: Mapping[str, Any] | None,
+    spending: str,
+    looks: int,
+    alpha: float,
+    planned_units: int,
+    min_test_units: int,
+    alpha_noninferiority: float | None = None,
+) -> GuardrailCheck:
+    """A guardrail in a group-sequential plan at one controller look.
+
+    The information fraction is t = (control + candidate units in the window) / planned_units.
+    A group look is taken when t reaches the next planned fraction j/K (Lan–DeMets: the
+    boundary uses the actual fractions of every look taken, so late or skipped looks keep
+    the level); between looks the last look's outcome stands (``previous``, this guardrail's
+    check recorded with the last decision of this stage), so decisions change only at
+    looks. Before the first look the guardrail is untested. A look whose test cannot run
+    (no variance, …) spends nothing and is retried at the next controller look.
+    """
+    nc, nt = (control.n if control else 0), (candidate.n if candidate else 0)
+    t = (nc + nt) / planned_units
+    prev_seq = (previous or {}).get("sequential") or {}
+    taken: tuple[float, ...] = ()
+    if (
+        prev_seq.get("mode") == "group"
+        and prev_seq.get("spending") == spending
+        and prev_seq.get("looks") == looks
+    ):
+        taken = tuple(float(f) for f in prev_seq.get("fractions") or ())
+    done = look_bin(taken[-1], looks) if taken else 0
+    group = GroupLook((*taken, min(1.0, t)), spending, looks, planned_units)
+    if look_bin(t, looks) > done:
+        check = check_guardrail(
+            metric, margin, control, candidate, alpha=alpha, planned_units=planned_units,
+            min_test_units=min_test_units, alpha_noninferiority=alpha_noninferiority, group=group,
+        )  # fmt: skip
+        if check.tested:
+            return check
+        if not taken:  # nothing spent: the look is retried at the next controller look
+            seq = {**group.public(), "look": 0, "fractions": [], "units_now": nc + nt}
+            return replace(check, sequential=seq)
+    if taken and previous is not None:
+        carried = GuardrailCheck.from_evidence(previous)
+        nxt = None if done >= looks else math.ceil((done + 1) * planned_units / looks)
+        why = "the test is over (every planned look taken)" if nxt is None else f"next look at {nxt} units"
+        seq = {**prev_seq, "carried": True, "units_now": nc + nt, "next_look_units": nxt}
+        return replace(carried, sequential=seq, message=f"outcome of group look {len(taken)}; {why}")
+    first = math.ceil(planned_units / looks)
+    base = check_guardrail(
+        metric, margin, None, None, alpha=alpha, planned_units=planned_units, min_test_units=min_test_units,
+        alpha_noninferiority=alpha_noninferiority, group=group,
+    )  # fmt: skip
+    lacking = f"first group look at {first} units in the stage window (now {nc + nt})"
+    seq = {**group.public(), "look": 0, "fractions": [], "units_now": nc + nt, "next_look_units": first}
+    return replace(
+        base, outcome="insufficient_data", n_control=nc, n_candidate=nt, lacking=lacking,
+        message="waiting for the first planned look", sequential=seq,
     )  # fmt: skip
 
 

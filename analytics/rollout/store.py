@@ -37,6 +37,7 @@ __all__ = [
     "decisions",
     "is_repeat_hold",
     "last_decision",
+    "last_group_checks",
     "load",
     "lock",
     "promote",
@@ -81,3 +82,21 @@ def stage_split(conn: Connection, experiment_id: int, segment: str) -> dict[str,
 
 def shifted(ts: datetime, seconds: float) -> datetime:
     return ts + timedelta(seconds=seconds)
+
+
+def last_group_checks(conn: Connection, experiment_id: int, stage: int) -> dict[str, dict[str, Any]]:
+    """Each guardrail's check in the newest decision of this stage that carries group looks.
+
+    A group-sequential plan's memory: which looks were taken at which information fractions,
+    and the last look's outcome (every decision records it; a hold repeated at the same looks
+    is not re-recorded, so the newest row is the latest state).
+    """
+    row = conn.execute(
+        text(
+            "SELECT evidence->'guardrails' FROM rollout_decisions WHERE experiment_id = :e AND stage = :s"
+            " AND evidence ? 'group_looks' ORDER BY created_at DESC, id DESC LIMIT 1"
+        ),
+        {"e": experiment_id, "s": stage},
+    ).first()
+    checks = row[0] if row is not None and isinstance(row[0], list) else []
+    return {str(c["metric"]): c for c in checks if isinstance(c, dict) and "metric" in c}

@@ -15,7 +15,7 @@ import math
 import re
 import time
 from datetime import UTC, datetime
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, Literal
 
 import orjson
 from fastapi import APIRouter, HTTPException, Query, Response
@@ -105,29 +105,49 @@ def list_experiments(ctx: Ctx, _: Reader) -> list[ExperimentSummary]:
     return out
 
 
-def _compute(ctx: ServiceContext, conn: Connection, eid: int, source: str) -> Report:
+def _compute(
+    ctx: ServiceContext,
+    conn: Connection,
+    eid: int,
+    source: str,
+    cuped_theta: str | None = None,
+    proportion_test: str | None = None,
+) -> Report:
     started = time.perf_counter()
-    report = ctx.build(conn, eid)
+    report = ctx.build(conn, eid, cuped_theta=cuped_theta, proportion_test=proportion_test)
     ctx.metrics.build_seconds.labels(source).observe(time.perf_counter() - started)
     return report
 
 
 @router.get("/api/experiments/{id_or_name}/report", response_model=Report)
 def get_report(
-    ctx: Ctx, reader: Reader, id_or_name: str, fresh: Annotated[bool, Query()] = False
+    ctx: Ctx,
+    reader: Reader,
+    id_or_name: str,
+    fresh: Annotated[bool, Query()] = False,
+    cuped_theta: Annotated[Literal["pooled", "pooled_sums", "per_arm"] | None, Query()] = None,
+    proportion_test: Annotated[Literal["welch", "pooled_z"] | None, Query()] = None,
 ) -> Response:
+    """The latest snapshot (or a computed report). ``cuped_theta``/``proportion_test`` select
+    another convention (docs/statistics.md): that report is computed, not a snapshot, so any
+    reader may ask but at most once per ``fresh_min_interval_s`` per experiment (429)."""
     if fresh and not reader.admin:
         # A fresh report costs a full computation: admins only, and rate limited below.
         raise HTTPException(403, "fresh=true recomputes the report and needs the admin token")
+    conventions = cuped_theta is not None or proportion_test is not None
     with ctx.engine.connect() as conn:
         eid = resolve_experiment(conn, id_or_name)
-        if fresh and (wait := ctx.fresh_wait(eid)) > 0:
+        if (fresh or conventions) and (wait := ctx.fresh_wait(eid)) > 0:
             raise HTTPException(
                 429,
                 f"a fresh report of this experiment was computed less than"
                 f" {ctx.settings.fresh_min_interval_s:g} s ago; retry in {math.ceil(wait)} s",
                 headers={"Retry-After": str(math.ceil(wait))},
             )
+        if conventions:
+            chosen = _compute(ctx, conn, eid, "api", cuped_theta, proportion_test)
+            ctx.metrics.report_requests.labels("computed").inc()
+            return Response(chosen.model_dump_json(), media_type="application/json")
         report = None if fresh else latest_snapshot(conn, eid)
         age = (datetime.now(UTC) - report.generated_at).total_seconds() if report is not None else None
         if report is not None and age is not None and age <= ctx.settings.report_max_age_s:

@@ -268,3 +268,60 @@ def test_a_browser_without_a_session_signs_in_with_the_token_and_lands_where_it_
         assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and READ_TOKEN not in cookie["value"]
     finally:
         context.close()
+
+
+def test_the_metrics_table_names_each_rows_method_as_the_report_does(
+    watched: WatchedPage, analytics_url: str, seeded: Seeded
+) -> None:
+    open_page(watched, f"{analytics_url}/dashboard/experiments/{seeded.ab}")
+    report = get_json(f"{analytics_url}/api/experiments/{seeded.ab}/report", READ_TOKEN)
+    shown = watched.page.eval_on_selector_all(
+        "#results tbody tr",
+        """rs => rs.map(r => {
+            const t = r.querySelector('.tag.method');
+            return {metric: r.dataset.metric, variant: r.dataset.variant,
+                    method: t ? {test: t.dataset.test, interval: t.dataset.interval, cuped: t.dataset.cuped,
+                                 sequential: t.dataset.sequential, title: t.title} : null};
+        })""",
+    )
+    expected = {
+        (r["metric"], r["variant"]): r.get("method") for r in report["results"] if not r["is_control"]
+    }
+    assert shown and len(shown) == len(expected)
+    with_method = 0
+    for row in shown:
+        api = expected[(row["metric"], row["variant"])]
+        if api is None:
+            assert row["method"] is None, row
+            continue
+        with_method += 1
+        got = row["method"]
+        assert got is not None, row
+        assert {k: got[k] for k in ("test", "interval", "cuped", "sequential")} == {
+            k: api[k] for k in ("test", "interval", "cuped", "sequential")
+        }
+        assert f"tuned at {api['planned_units']} units" in got["title"]
+        assert ("Welch t test" in got["title"]) == (api["test"] == "welch_t")
+    assert with_method >= 1
+    caption = watched.page.inner_text("#results-method")
+    assert "always-valid" in caption and "one planned look" in caption
+    assert watched.errors == []
+
+
+def test_a_report_in_another_convention_is_computed_and_a_bad_one_refused_with_a_reason(
+    analytics_url: str, seeded: Seeded
+) -> None:
+    url = f"{analytics_url}/api/experiments/{seeded.ab}/report"
+    status, body = http("GET", url + "?cuped_theta=sideways", AUTH)
+    assert status == 422 and b"cuped_theta" in body and b"per_arm" in body, body
+    status, body = http("GET", url + "?proportion_test=fisher", AUTH)
+    assert status == 422 and b"proportion_test" in body and b"pooled_z" in body, body
+    default = get_json(url, READ_TOKEN)
+    chosen = get_json(url + "?proportion_test=pooled_z&cuped_theta=per_arm", READ_TOKEN)
+    kinds = {m["name"]: m["kind"] for m in chosen["metrics"]}
+    tested = [r for r in chosen["results"] if r.get("method")]
+    assert tested, "the A/B experiment has candidate rows with a test"
+    for r in tested:
+        assert r["method"]["test"] == ("pooled_z" if kinds[r["metric"]] == "proportion" else "welch_t")
+        assert r["method"]["cuped"] in ("none", "per_arm")
+    assert all(r["method"]["cuped"] != "per_arm" for r in default["results"] if r.get("method"))

@@ -56,9 +56,10 @@ const SKELETON = `
     <h2>Metrics</h2>
     <table class="grid" id="results"><thead><tr>
       <th>metric</th><th class="r">units</th><th class="r">control</th><th class="r">candidate</th><th class="r">lift</th>
-      <th class="r">sequential CI</th><th class="r" title="fixed-horizon Welch p (one planned look)">p (fixed)</th><th class="r">p Holm</th><th class="r">seq. p Holm</th>
+      <th class="r">sequential CI</th><th class="r" title="fixed-horizon p (one planned look), by the row's method tag">p (fixed)</th><th class="r">p Holm</th><th class="r">seq. p Holm</th>
       <th class="r">P(beat control)</th><th>guardrail</th><th>progress to sample size</th>
     </tr></thead><tbody></tbody></table>
+    <p class="muted caption" id="results-method">Each metric's tag names its method (hover for the p-value and CI conventions); sequential CIs and p-values are always-valid (valid at every look), "p (fixed)" assumes one planned look.</p>
   </section>
   <section class="card notes" id="notes-card" hidden><h2>Notes</h2><ul id="notes"></ul></section>`;
 
@@ -334,10 +335,11 @@ function resultRows(results, base, metrics, control) {
       const variant = candidates.size > 1 ? ` <span class="tag">${esc(res.variant)}</span>` : "";
       const insufficient =
         res.error && res.error.code === "insufficient_data" ? ' <span class="tag" data-insufficient>insufficient data</span>' : "";
+      const how = methodTag(res.method);
       const fixed = m.kind === "quantile" ? ' <span class="tag" title="request-level order-statistic interval, valid at one planned look">fixed-horizon</span>' : "";
       return `<tr class="tone-${tone(res)}" data-metric="${esc(res.metric)}" data-variant="${esc(res.variant)}"${err}>
         <td><span title="${esc(m.description || m.name || "")}">${esc(m.label)}</span>${variant}
-          ${m.guardrail ? '<span class="tag guard">guardrail</span>' : ""}${fixed}${insufficient}
+          ${m.guardrail ? '<span class="tag guard">guardrail</span>' : ""}${fixed}${insufficient}${how}
           <span class="dir" title="${m.direction === "increase" ? "higher" : "lower"} is better">${m.direction === "increase" ? "↑" : "↓"}</span></td>
         <td class="r">${cell(res.units, "count", `${ptr}/units`)}</td>
         <td class="r muted">${controlMean}</td>
@@ -353,6 +355,20 @@ function resultRows(results, base, metrics, control) {
       </tr>`;
     })
     .join("");
+}
+
+// How each number of a row was computed (the report's `method`; docs/statistics.md).
+const TEST_TEXT = {
+  welch_t: "Welch t test (unpooled variances), Welch t interval",
+  pooled_z: "pooled two-proportion z test (= χ²), unpooled Wald z interval",
+};
+
+function methodTag(m) {
+  if (!m) return "";
+  const cuped = m.cuped === "none" ? "no CUPED" : `CUPED θ ${m.cuped.replace("_", " ")}`;
+  const title = `p (fixed) and CI: ${TEST_TEXT[m.test] || m.test}; sequential CI and p: always-valid mixture SPRT tuned at ${m.planned_units} units; ${cuped}; Holm and Benjamini–Hochberg corrections; P(beat control): Gaussian posterior`;
+  const short = `${m.test === "pooled_z" ? "pooled z" : "Welch t"} · ${m.cuped === "none" ? "raw" : `CUPED ${m.cuped.replace("_", " ")}`}`;
+  return ` <span class="tag method" data-test="${esc(m.test)}" data-interval="${esc(m.interval)}" data-cuped="${esc(m.cuped)}" data-sequential="${esc(m.sequential)}" title="${esc(title)}">${esc(short)}</span>`;
 }
 
 function guardrail(g) {
