@@ -115,9 +115,11 @@ WITH src AS (
         completion_tokens, response_chars, CASE WHEN NOT s.sep THEN s.joined END,
         conversation_id IS NULL OR (
             row_number() OVER (PARTITION BY experiment_id, conversation_id ORDER BY ts, event_id) = 1
-            AND NOT EXISTS (
-                SELECT 1 FROM interactions x WHERE x.conversation_id = c.conversation_id
-                    AND x.role = 'primary' AND x.experiment_id = c.experiment_id)),
+            AND NOT EXISTS (  -- the conversation's index only (OFFSET 0, see _primary_of)
+                SELECT 1 FROM (
+                    SELECT x.experiment_id, x.role FROM interactions x
+                    WHERE x.conversation_id = c.conversation_id OFFSET 0) x
+                WHERE x.role = 'primary' AND x.experiment_id = c.experiment_id)),
         CASE WHEN s.sep THEN c.tags END
     FROM counted c CROSS JOIN LATERAL (
         SELECT string_agg(t.key || '=' || t.value, E'\\x1f') AS joined,
