@@ -220,7 +220,7 @@ def is_repeat_hold(conn: Connection, experiment_id: int, decision: Decision) -> 
     """A hold identical (same stage and rule) to the last recorded decision is not re-recorded.
 
     A hold at which a group-sequential look was taken (``group_looks`` changed) is recorded:
-    the looks taken are the plan's memory (:func:`analytics.rollout.store.last_group_checks`).
+    the looks taken are the plan's memory (read by the controller, ``analytics.rollout.controller``).
     """
     if decision.decision != "hold":
         return False

@@ -23,8 +23,8 @@ from analytics.service.access import login_ticket
 from contracts.events import FeedbackEvent
 from tests.analytics.ingest_helpers import interaction
 from tests.analytics.report_data import create_experiment, insert_units, simulate_units
-from tests.analytics.web.services import analytics_service
 from tests.known_secrets import secret
+from tests.services import analytics_service
 
 ADMIN = secret("adm")
 READ = secret("rd")

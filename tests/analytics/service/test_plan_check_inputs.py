@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from tests.analytics.web.services import analytics_service
 from tests.fuzz.services import http_json
 from tests.known_secrets import secret
+from tests.services import analytics_service
 
 ADMIN = secret("plan-check-admin")
 

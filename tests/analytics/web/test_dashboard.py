@@ -16,7 +16,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from tests.analytics.web.conftest import LAPTOP, Seeded, WatchedPage
 from tests.analytics.web.formatting import FORMATS, resolve
-from tests.analytics.web.services import READ_TOKEN, ROOT, get_json, http
+from tests.services import READ_TOKEN, ROOT, get_json, http
 
 AUTH = {"Authorization": f"Bearer {READ_TOKEN}"}
 
