@@ -94,6 +94,11 @@ export class ActionsCard {
     this.el.querySelector("#confirm-title").textContent = `${action === "rollback" ? "Roll back" : action} ${this.ref}?`;
     const box = this.el.querySelector("#confirm-evidence");
     box.innerHTML = `<p class="muted">loading the current evidence…</p>`;
+    // Listen before loading: the answer may come before the evidence does.
+    const answer = new Promise((resolve) => {
+      dialog.addEventListener("close", () => resolve(dialog.returnValue === "ok"), { once: true });
+    });
+    dialog.returnValue = "";
     dialog.showModal();
     try {
       const [state, report] = await Promise.all([this.api.rollout(this.ref), this.api.report(this.ref)]);
@@ -105,9 +110,7 @@ export class ActionsCard {
     } catch (err) {
       box.innerHTML = `<p class="bad-text">Evidence unavailable: ${esc(err.message)}</p>`;
     }
-    return new Promise((resolve) => {
-      dialog.addEventListener("close", () => resolve(dialog.returnValue === "ok"), { once: true });
-    });
+    return answer;
   }
 
   async onSubmit(ev) {

@@ -54,7 +54,7 @@ async function tick() {
     window.liftgate.refreshes += 1;
     window.liftgate.lastError = null;
     status.className = "status ok";
-    status.textContent = `updated ${clock(Date.now())}` + (PERIOD_MS ? ` · every ${PERIOD_MS / 1000}s` : "");
+    status.textContent = `updated ${clock(Date.now())}` + (PERIOD_MS && !own ? ` · every ${PERIOD_MS / 1000}s` : "");
   } catch (err) {
     // A rendering bug must reach the console (the browser test fails on it).
     if (!(err instanceof ApiError)) console.error(err);
