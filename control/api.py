@@ -1,19 +1,25 @@
 """The admin HTTP API: one router for every change to liftgate's configuration and rollouts.
 
-Served by the analytics service at ``/admin/...`` (the one admin base URL the CLI uses);
-the gateway mounts the same router for its configuration routes (see docs/operations.md).
+Served by the analytics service at ``/admin/...`` (the one admin base URL the CLI and the
+dashboard use); the gateway mounts the same router for its configuration routes (see
+docs/operations.md), behind its own admin-token-only pre-check.
 
-Every route needs ``Authorization: Bearer <LIFTGATE_ADMIN_TOKEN>`` (:mod:`control.auth`:
-401 without one, 403 with a wrong one); ``X-Liftgate-Actor`` names the operator in the
-audit log (``admin:<name>``). Errors are ``{"detail": reason}``: 404 unknown, 409 wrong
-state or conflict, 422 invalid input. Routes:
+Every route names the role it needs (:mod:`control.deps` over :mod:`control.auth`, the one
+check: 401 without a credential, 403 with a wrong one or too small a role): **viewer** reads
+experiments; **operator** creates, edits, starts/pauses/stops experiments, acts on rollouts
+and defines metrics (and reads upstreams); **admin** also manages upstreams, client API keys
+and users. The caller is the audit actor (``user:<name>``, or ``admin[:<X-Liftgate-Actor>]``
+for the bootstrap token). Errors are ``{"detail": reason}``: 404 unknown, 409 wrong state or
+conflict, 422 invalid input. Routes:
 
 - ``/admin/upstreams`` (GET, POST), ``/admin/upstreams/{name}`` (GET, PATCH, DELETE);
-- ``/admin/experiments`` (GET, POST), ``/admin/experiments/{id_or_name}`` (GET, PATCH),
+- ``/admin/experiments`` (GET, POST), ``/admin/experiments/check`` (POST: validate, write
+  nothing), ``/admin/experiments/{id_or_name}`` (GET, PATCH),
   ``/admin/experiments/{id_or_name}/start|pause|stop`` (POST);
 - ``/admin/experiments/{id_or_name}/rollout/advance|pause|resume|rollback`` (POST);
 - ``/admin/api-keys`` (GET, POST), ``/admin/api-keys/{name}`` (DELETE: revoke);
 - ``/admin/metrics`` (POST), ``/admin/metrics/{name}`` (PUT, DELETE);
+- ``/admin/me``, ``/admin/users…`` (:mod:`control.users_api`);
 - ``/admin/openapi.json``: the serving application's OpenAPI document.
 """
 

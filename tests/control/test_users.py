@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import http.cookiejar
 import json
+import os
 import re
 import secrets
+import subprocess
+import sys
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -266,3 +269,40 @@ def test_a_one_time_sign_in_link_works_once_and_signs_in_as_the_admin(admin_serv
     again = Browser(admin_service.url)
     status, _, page = again.call("GET", f"/dashboard/login?ticket={ticket}")
     assert status == 401 and b"already used" in page and again.cookie("lg_session") is None
+
+
+def _cli(
+    svc: AdminService, *args: str, stdin: str = "", token: str = TOKEN
+) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LIFTGATE_")}
+    return subprocess.run(
+        [sys.executable, "-m", "liftgate", "users", *args, "--admin-url", svc.url, "--token", token],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+
+
+def test_the_cli_adds_a_user_with_the_password_from_stdin_and_makes_a_token_that_works(
+    admin_service: AdminService,
+) -> None:
+    name, password = f"cli-{secrets.token_hex(4)}", secrets.token_urlsafe(16)
+    added = _cli(admin_service, "add", name, "--role", "operator", stdin=password + "\n")
+    assert added.returncode == 0, added.stderr
+    assert password not in added.stdout + added.stderr
+    made = _cli(admin_service, "token", name, "--label", "laptop")
+    assert made.returncode == 0, made.stderr
+    token = made.stdout.strip()
+    assert token.startswith("lgu_") and "shown once" in made.stderr
+    assert admin_service.call("GET", "/admin/me", token=token)[1]["actor"] == f"user:{name}"
+    listed = _cli(admin_service, "list")
+    assert any(line.split() == [name, "operator", "active"] for line in listed.stdout.splitlines())
+    # An operator's own token cannot manage users; the CLI says why and fails.
+    refused = _cli(admin_service, "list", token=token)
+    assert refused.returncode == 1 and "needs admin" in refused.stderr
+    assert _cli(admin_service, "add", f"x-{name}", stdin="").returncode == 2  # no password, no user
+    assert _cli(admin_service, "disable", name).returncode == 0
+    assert admin_service.call("GET", "/admin/me", token=token)[0] == 403
