@@ -112,8 +112,8 @@ def _open(access: Access, who: users.Identity, basis: str) -> str:
 
 
 def _signed_in(request: Request, next_path: str, cookie: str) -> Response:
+    # One Set-Cookie only (the login form's CSRF cookie is left to expire: it grants nothing).
     response = RedirectResponse(next_path, status_code=303)
-    response.delete_cookie(LOGIN_CSRF_COOKIE, path=LOGIN_PATH)
     response.set_cookie(
         SESSION_COOKIE,
         cookie,
