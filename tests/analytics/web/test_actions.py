@@ -361,3 +361,35 @@ def test_a_change_without_the_csrf_token_is_refused_even_with_the_session_cookie
     assert [a[0] for a in answers] == [403, 403] and all("CSRF" in a[1] for a in answers)
     _, after = admin_call(analytics_url, admin_token, "GET", f"/admin/experiments/{created['name']}")
     assert after["status"] == "draft"
+
+
+def test_the_short_form_builds_the_same_experiment_and_is_checked_live(
+    signed_in: Any, analytics_url: str, admin_token: str, upstream: str
+) -> None:
+    page, _, errors = signed_in("operator")
+    page.goto(f"{analytics_url}/dashboard/new")
+    page.click(".tabs button[data-tab=form]")
+    name = f"ui-form-{secrets.token_hex(3)}"
+    for field, value in (
+        ("name", name),
+        ("route", f"{name}-route"),
+        ("b_upstream", upstream),
+        ("b_model", "m1"),
+    ):
+        page.fill(f"#form-mode [name={field}]", value)
+    page.fill("#form-mode [name=c_upstream]", "nowhere")
+    page.fill("#form-mode [name=c_model]", "m2")
+    page.wait_for_function(
+        "document.querySelector('#check-result').textContent.includes(\"unknown upstream 'nowhere'\")",
+        timeout=WAIT_MS,
+    )
+    page.fill("#form-mode [name=c_upstream]", upstream)
+    page.fill("#form-mode [name=c_weight]", "10")
+    page.wait_for_function(
+        "document.querySelector('#check-result').textContent.startsWith('valid')", timeout=WAIT_MS
+    )
+    page.click("#create")
+    page.wait_for_selector("#create-result a", timeout=WAIT_MS)
+    _, made = admin_call(analytics_url, admin_token, "GET", f"/admin/experiments/{name}")
+    assert {v["name"]: v["weight"] for v in made["variants"]} == {"baseline": 90, "candidate": 10}
+    assert errors == []
