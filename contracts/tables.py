@@ -636,3 +636,79 @@ class GateDecision(Base):
     declaration: Mapped[dict[str, Any]] = mapped_column(JSONB)
     actor: Mapped[str] = mapped_column(String(128))
     created_at: Mapped[datetime] = _created()
+
+
+class User(Base):
+    """A person who signs in to the dashboard or calls the API with their own token.
+
+    ``password_hash`` is a scrypt hash (``control.users``); roles are ``viewer`` (reads),
+    ``operator`` (experiment and rollout actions) and ``admin`` (also users, upstreams and
+    client keys). A disabled user keeps their row (the audit log names them) but cannot sign
+    in, and their sessions and tokens stop working at once.
+    """
+
+    __tablename__ = "users"
+    __table_args__ = (CheckConstraint("role IN ('viewer', 'operator', 'admin')", name="role"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    role: Mapped[str] = mapped_column(String(16))
+    password_hash: Mapped[str] = mapped_column(String(256))
+    disabled: Mapped[bool] = mapped_column(Boolean, server_default="false")
+    created_at: Mapped[datetime] = _created()
+
+
+class UserToken(Base):
+    """A user's API token for the CLI: only its SHA-256 hash is stored (shown once)."""
+
+    __tablename__ = "user_tokens"
+    __table_args__ = (UniqueConstraint("user_id", "label", name="uq_user_tokens_user_label"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    label: Mapped[str] = mapped_column(String(64))
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    prefix: Mapped[str] = mapped_column(String(16))
+    revoked: Mapped[bool] = mapped_column(Boolean, server_default="false")
+    created_at: Mapped[datetime] = _created()
+    last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class UserSession(Base):
+    """A signed-in browser: the cookie's SHA-256 hash, who it is, and its CSRF token.
+
+    ``user_id`` is NULL for the bootstrap credentials (the admin token, the read token, a
+    one-time sign-in link); ``basis`` then fingerprints the token it was opened with, so
+    changing that token ends those sessions.
+    """
+
+    __tablename__ = "user_sessions"
+
+    id_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(64))
+    role: Mapped[str] = mapped_column(String(16))
+    basis: Mapped[str] = mapped_column(String(64))
+    csrf: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = _created()
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+
+
+class SignInFailure(Base):
+    """Failed sign-ins per account name (or per client address for token sign-ins): the lockout."""
+
+    __tablename__ = "sign_in_failures"
+
+    subject: Mapped[str] = mapped_column(String(160), primary_key=True)
+    failures: Mapped[int] = mapped_column(Integer, server_default="0")
+    locked_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = _created()
+
+
+class UsedSignInLink(Base):
+    """Nonces of one-time sign-in links already used (kept until the link would expire)."""
+
+    __tablename__ = "used_sign_in_links"
+
+    nonce: Mapped[str] = mapped_column(String(64), primary_key=True)
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)

@@ -55,12 +55,14 @@ class AdminError(RuntimeError):
 
 
 def resolve_token(explicit: str | None, state_dir: Path | None = None) -> str:
-    """--token, else LIFTGATE_ADMIN_TOKEN, else ``<state dir>/admin_token`` (what ``liftgate up`` wrote)."""
+    """--token, else LIFTGATE_TOKEN (a user's API token, ``liftgate users token``), else
+    LIFTGATE_ADMIN_TOKEN, else ``<state dir>/admin_token`` (what ``liftgate up`` wrote)."""
     if explicit:
         return explicit
-    env = os.environ.get("LIFTGATE_ADMIN_TOKEN")
-    if env:
-        return env
+    for var in ("LIFTGATE_TOKEN", "LIFTGATE_ADMIN_TOKEN"):
+        env = os.environ.get(var)
+        if env:
+            return env
     path = _state(state_dir) / TOKEN_FILE
     try:
         token = path.read_text().strip()

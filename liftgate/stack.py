@@ -176,7 +176,7 @@ def read_token(state_dir: Path) -> str:
 
 
 def sign_in_url(stack: RunningStack) -> str:
-    """A one-time link that signs a browser in to the dashboard (valid 12 h)."""
+    """A one-time link that signs a browser in to the dashboard as the bootstrap admin (valid 15 min)."""
     from analytics.service.access import login_ticket
 
     return f"{stack.analytics_url}/dashboard/login?ticket={login_ticket(stack.admin_token, stack.read_token)}"

@@ -24,14 +24,14 @@ from sqlalchemy import Connection, text
 from analytics.report.catalogue import BUILTINS, spec_dict
 from analytics.report.schema import ExperimentSummary, Report, Verdict, headline
 from analytics.report.snapshots import latest_snapshot, load_timeseries, save_snapshot, with_current_point
-from analytics.service.access import Admin, Reader
+from analytics.service.access import Admin, Operator, Reader
 from analytics.service.context import Ctx, ServiceContext
 from control import audit
 
 router = APIRouter()
 
 
-__all__ = ["Admin", "Ctx", "Reader", "resolve_experiment", "router"]
+__all__ = ["Admin", "Ctx", "Operator", "Reader", "resolve_experiment", "router"]
 
 _ID: Final = re.compile(r"[0-9]{1,10}")  # ASCII digits only: "²".isdigit() is True
 _ID_MAX: Final = 2**31 - 1  # experiments.id is an int4
@@ -131,9 +131,9 @@ def get_report(
     """The latest snapshot (or a computed report). ``cuped_theta``/``proportion_test`` select
     another convention (docs/statistics.md): that report is computed, not a snapshot, so any
     reader may ask but at most once per ``fresh_min_interval_s`` per experiment (429)."""
-    if fresh and not reader.admin:
-        # A fresh report costs a full computation: admins only, and rate limited below.
-        raise HTTPException(403, "fresh=true recomputes the report and needs the admin token")
+    if fresh and not reader.may("operator"):
+        # A fresh report costs a full computation: operators only, and rate limited below.
+        raise HTTPException(403, "fresh=true recomputes the report and needs the operator role")
     conventions = cuped_theta is not None or proportion_test is not None
     with ctx.engine.connect() as conn:
         eid = resolve_experiment(conn, id_or_name)
@@ -161,7 +161,7 @@ def get_report(
 
 
 @router.post("/api/experiments/{id_or_name}/snapshot", response_model=Report, status_code=201)
-def post_snapshot(ctx: Ctx, actor: Admin, id_or_name: str) -> Response:
+def post_snapshot(ctx: Ctx, actor: Operator, id_or_name: str) -> Response:
     with ctx.engine.begin() as conn:
         eid = resolve_experiment(conn, id_or_name)
         report = _compute(ctx, conn, eid, "api")

@@ -27,6 +27,10 @@ class AnalyticsSettings(BaseSettings):
     read_access: Literal["token", "open"] = "token"
     read_token: str | None = Field(default=None, min_length=MIN_TOKEN_LENGTH)
     session_ttl_s: float = Field(default=7 * 86_400.0, gt=0, le=90 * 86_400.0)
+    # Sign-in lockout: this many failures in a row lock the name (or, for tokens, the client
+    # address) for login_lockout_s, even for the right password (analytics.service.login).
+    login_max_failures: int = Field(default=5, ge=1, le=1000)
+    login_lockout_s: float = Field(default=300.0, ge=1, le=86_400)
     # ?fresh=true (admin only) recomputes a report: at most once per experiment this often.
     fresh_min_interval_s: float = Field(default=5.0, ge=0, le=3600)
     # Limits of every request (analytics.service.guard, analytics.service.server).

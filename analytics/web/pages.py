@@ -1,8 +1,9 @@
 """Routes of the dashboard: one HTML shell for every page, and its static assets.
 
-The shell is the same document for the experiments list, an experiment page and its offline
-gate page; the
-JavaScript reads the path to decide what to draw. Static files are served by a route
+The shell is the same document for the experiments list, an experiment page (with its
+actions), its offline gate page, the new-experiment form and the settings page (upstreams,
+client keys, users); the JavaScript reads the path to decide what to draw. What a page may
+do is the API's decision: the pages call ``/admin`` with the session's CSRF token. Static files are served by a route
 (not a ``Mount``) so that ``router`` alone is enough to add the dashboard to an app.
 """
 
@@ -38,6 +39,16 @@ def experiments_page() -> HTMLResponse:
 @router.get("/dashboard/")
 def experiments_page_slash() -> RedirectResponse:
     return RedirectResponse("/dashboard", status_code=308)
+
+
+@router.get("/dashboard/new")
+def new_experiment_page() -> HTMLResponse:
+    return _shell()
+
+
+@router.get("/dashboard/admin")
+def settings_page() -> HTMLResponse:
+    return _shell()
 
 
 @router.get("/dashboard/experiments/{ref}")

@@ -25,7 +25,12 @@ from contracts.tables import (
     MetricDefinition,
     OfflineGateDeclaration,
     RolloutDecision,
+    SignInFailure,
     Upstream,
+    UsedSignInLink,
+    User,
+    UserSession,
+    UserToken,
     Variant,
 )
 
@@ -42,6 +47,11 @@ CLASSES: Final = {
         OfflineGateDeclaration,
         GateDecision,
         AuditLog,
+        User,
+        UserToken,
+        UserSession,
+        SignInFailure,
+        UsedSignInLink,
     )
 }
 TABLES: Final = sorted(CLASSES.values())

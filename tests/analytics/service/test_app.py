@@ -123,13 +123,13 @@ def test_report_by_name_and_id_and_fresh(service: Service, seeded: dict[str, Any
     assert status == 404 and "not found" in missing["detail"]
 
 
-def test_snapshot_needs_the_admin_token_and_is_audited(
+def test_snapshot_needs_an_operator_credential_and_is_audited(
     service: Service, seeded: dict[str, Any], engine: Engine
 ) -> None:
     path = f"/api/experiments/{seeded['id']}/snapshot"
     assert service.call("POST", path, token=None)[0] == 401
     status, body = service.call("POST", path, token="wrong-token-" + secrets.token_hex(8))
-    assert status == 403 and body == {"detail": "invalid admin token"}
+    assert status == 403 and body == {"detail": "invalid token"}
     status, body = service.call("POST", path, token=TOKEN)
     assert status == 201 and Report.model_validate(body).experiment_id == seeded["id"]
     with engine.connect() as conn:

@@ -256,16 +256,16 @@ def test_a_browser_without_a_session_signs_in_with_the_token_and_lands_where_it_
     try:
         page = context.new_page()
         page.goto(f"{analytics_url}/dashboard/experiments/{seeded.ab}")
-        assert "/dashboard/login" in page.url and page.locator("input[name=token]").is_visible()
-        page.fill("input[name=token]", "not-the-token-" + "x" * 8)
+        assert "/dashboard/login" in page.url and page.locator("input[name=password]").is_visible()
+        page.fill("input[name=password]", "not-the-token-" + "x" * 8)
         page.click("button[type=submit]")
         assert "not valid" in page.inner_text("form")
-        page.fill("input[name=token]", READ_TOKEN)
+        page.fill("input[name=password]", READ_TOKEN)
         page.click("button[type=submit]")
         page.wait_for_function("window.liftgate && window.liftgate.refreshes >= 1", timeout=WAIT_MS)
         assert page.url.endswith(f"/dashboard/experiments/{seeded.ab}")
         cookie = next(c for c in context.cookies() if c["name"] == "lg_session")
-        assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and READ_TOKEN not in cookie["value"]
+        assert cookie["httpOnly"] and cookie["sameSite"] == "Lax" and READ_TOKEN not in cookie["value"]
     finally:
         context.close()
 
