@@ -48,6 +48,7 @@ from analytics.service.guard import RequestGuard
 from analytics.service.settings import AnalyticsSettings
 from analytics.service.telemetry import ServiceMetrics
 from control import api as control_api
+from control import notify_api
 from control.plane import ControlPlane
 
 log = logging.getLogger(__name__)
@@ -119,12 +120,22 @@ def control_plane(ctx: ServiceContext) -> ControlPlane:
         metric_spec=metric_spec,
         builtin_metrics=frozenset(BUILTINS),
         rollout_action=rollout_action,
+        notify=ctx.settings.notify,
     )
+
+
+def notifier_worker(ctx: ServiceContext) -> BackgroundWorker | None:
+    """Webhook deliveries from the notification outbox (``control.webhook_sender``)."""
+    if not ctx.settings.notify.worker:
+        return None
+    from control.webhook_sender import Notifier
+
+    return BackgroundWorker("notifier", Notifier(ctx.engine, ctx.settings.notify).run)
 
 
 def default_workers() -> list[WorkerFactory]:
     """Background workers of ``python -m analytics`` (add new ones here)."""
-    return [snapshotter_worker, consumer_worker, controller_worker, retention_worker]
+    return [snapshotter_worker, consumer_worker, controller_worker, retention_worker, notifier_worker]
 
 
 def _run_worker(ctx: ServiceContext, worker: BackgroundWorker, stop: threading.Event) -> None:
@@ -239,6 +250,7 @@ def create_app(
     app.include_router(datasets.router())
     app.include_router(control_api.router)
     app.include_router(control_api.legacy_router)
+    app.include_router(notify_api.router)
     _mount_dashboard(app)
     _mount_docs(app)
     return app

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -53,9 +54,9 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="module")
-def admin_service(database_url: str) -> Iterator[AdminService]:
-    """``python -m analytics`` without background workers: the test drives the controller."""
+@contextlib.contextmanager
+def start_admin_service(database_url: str, extra_env: dict[str, str] | None = None) -> Iterator[AdminService]:
+    """``python -m analytics`` on a free port (``extra_env`` on top), stopped afterwards."""
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("LIFTGATE_")}
     env |= {
@@ -65,24 +66,32 @@ def admin_service(database_url: str) -> Iterator[AdminService]:
         "LIFTGATE_SNAPSHOT_INTERVAL_S": "0",
         "LIFTGATE_ROLLOUT_CONTROLLER": "false",
         "LIFTGATE_LOG_LEVEL": "warning",
-    }
+    } | (extra_env or {})
     proc = subprocess.Popen([sys.executable, "-m", "analytics"], cwd=ROOT, env=env)
     svc = AdminService(f"http://127.0.0.1:{port}", proc)
-    deadline = time.monotonic() + DEADLINE_S
-    while True:
-        try:
-            if svc.call("GET", "/healthz")[0] == 200:
-                break
-        except OSError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError("analytics service did not become healthy")
-        time.sleep(0.05)
-    yield svc
-    proc.terminate()
     try:
-        proc.wait(15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(5)
+        deadline = time.monotonic() + DEADLINE_S
+        while True:
+            try:
+                if svc.call("GET", "/healthz")[0] == 200:
+                    break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("analytics service did not become healthy")
+            time.sleep(0.05)
+        yield svc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+@pytest.fixture(scope="module")
+def admin_service(database_url: str) -> Iterator[AdminService]:
+    """``python -m analytics`` without background workers: the test drives the controller."""
+    with start_admin_service(database_url, {"LIFTGATE_NOTIFY_WORKER": "false"}) as svc:
+        yield svc

@@ -23,10 +23,13 @@ from contracts.tables import (
     Experiment,
     GateDecision,
     MetricDefinition,
+    NotificationEvent,
     OfflineGateDeclaration,
     RolloutDecision,
     Upstream,
     Variant,
+    Webhook,
+    WebhookDelivery,
 )
 
 ROOT: Final = Path(__file__).resolve().parents[2]
@@ -42,6 +45,9 @@ CLASSES: Final = {
         OfflineGateDeclaration,
         GateDecision,
         AuditLog,
+        Webhook,
+        NotificationEvent,
+        WebhookDelivery,
     )
 }
 TABLES: Final = sorted(CLASSES.values())
