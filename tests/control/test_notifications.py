@@ -4,6 +4,10 @@ worker), real PostgreSQL, a real HTTP receiver on 127.0.0.1 that verifies signat
 from __future__ import annotations
 
 import itertools
+import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -19,7 +23,7 @@ from control import notifications
 from control.notify_settings import NotifySettings
 from tests.analytics.report_data import insert_units, simulate_units
 from tests.analytics.rollout.synthetic import create_rollout
-from tests.control.conftest import AdminService, start_admin_service
+from tests.control.conftest import TOKEN, AdminService, start_admin_service
 from tests.control.webhook_receiver import running
 from tests.known_secrets import secret
 
@@ -274,3 +278,35 @@ def test_a_decision_rolled_back_with_its_transaction_queues_nothing(db_engine: E
     with db_engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id"
                                  " WHERE w.name = 'tx'")).scalar_one() == 0  # fmt: skip
+
+
+def _cli(service: AdminService, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LIFTGATE_")}
+    env |= {"LIFTGATE_ADMIN_URL": service.url, "LIFTGATE_ADMIN_TOKEN": TOKEN, "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "liftgate", "webhooks", *args], env=env, capture_output=True,
+                          text=True, timeout=60, check=False)  # fmt: skip
+
+
+def test_the_cli_adds_lists_tests_reads_the_log_of_and_removes_a_webhook(service: AdminService) -> None:
+    with running(SECRET) as receiver:
+        added = _cli(service, "add", receiver.url, "--secret", SECRET, "--events", "rollout.rollback,srm")
+        assert added.returncode == 0, added.stderr
+        assert "added webhook 127.0.0.1-" in added.stdout and "rollout.rollback, srm" in added.stdout
+        name = added.stdout.split("added webhook ", 1)[1].split()[0]
+        listed = _cli(service, "list", "--json")
+        assert [h["name"] for h in json.loads(listed.stdout)] == [name]
+        assert SECRET not in listed.stdout and "/hook" not in listed.stdout
+        tested = _cli(service, "test", name, "--actor", "dana")
+        assert tested.returncode == 0 and "delivered evt_" in tested.stdout, tested.stderr
+        assert receiver.requests[0].verdict is None
+        log = _cli(service, "deliveries", name, "--json")
+        (row,) = json.loads(log.stdout)
+        assert row["type"] == "test" and row["status"] == "delivered"
+        refused = _cli(service, "add", "http://169.254.169.254/", "--secret", SECRET, "--name", "meta")
+        assert refused.returncode == 1 and "link-local" in refused.stderr
+        assert _cli(service, "remove", name).returncode == 0
+        assert json.loads(_cli(service, "list", "--json").stdout) == []
+    dead = _cli(service, "add", "http://127.0.0.1:9/", "--format", "slack", "--name", "nobody")
+    assert dead.returncode == 0, dead.stderr
+    failed = _cli(service, "test", "nobody")
+    assert failed.returncode == 1 and "not delivered" in failed.stderr
