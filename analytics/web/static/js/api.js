@@ -39,10 +39,46 @@ async function getJSON(path) {
   }
 }
 
+// A change (the admin API): sent with the page's credentials, and with the CSRF token when
+// the page carries one (<meta name="csrf-token">). A 401/403 is shown, not redirected: a
+// reader's session may look but not act.
+async function postJSON(url) {
+  const ctrl = new AbortController();
+  const timer = setTimeout(() => ctrl.abort(), 3 * TIMEOUT_MS);
+  const csrf = document.querySelector('meta[name="csrf-token"]')?.content;
+  try {
+    const res = await fetch(url, {
+      method: "POST",
+      signal: ctrl.signal,
+      credentials: "same-origin",
+      headers: { Accept: "application/json", ...(csrf ? { "X-CSRF-Token": csrf } : {}) },
+    });
+    let body = null;
+    try {
+      body = await res.json();
+    } catch {
+      // not JSON
+    }
+    if (!res.ok) {
+      const detail = body && typeof body.detail === "string" ? body.detail : res.statusText;
+      throw new ApiError(res.status, `${res.status} ${detail}`);
+    }
+    return body;
+  } catch (err) {
+    if (err instanceof ApiError) throw err;
+    throw new ApiError(0, err.name === "AbortError" ? "request timed out" : "service unreachable");
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 export const api = {
   experiments: () => getJSON("/experiments"),
   report: (ref) => getJSON(`/experiments/${encodeURIComponent(ref)}/report`),
   rollout: (ref) => getJSON(`/experiments/${encodeURIComponent(ref)}/rollout`),
   offlineGate: (ref, items, offset) =>
     getJSON(`/experiments/${encodeURIComponent(ref)}/offline-gate?items=${items}&offset=${offset}`),
+  webhooks: () => getJSON("/notifications/webhooks"),
+  deliveries: (limit) => getJSON(`/notifications/deliveries?limit=${limit}`),
+  testWebhook: (name) => postJSON(`/admin/webhooks/${encodeURIComponent(name)}/test`),
 };

@@ -5,6 +5,7 @@ import { api, ApiError } from "./api.js";
 import { ExperimentPage } from "./experiment.js";
 import { clock, esc } from "./format.js";
 import { ListPage } from "./list.js";
+import { NotificationsPage } from "./notifications.js";
 import { OfflineGatePage } from "./offline_gate.js";
 
 const params = new URLSearchParams(location.search);
@@ -17,10 +18,23 @@ const crumbs = document.getElementById("crumbs");
 const match = location.pathname.match(/^\/dashboard\/experiments\/([^/]+)(\/offline-gate)?\/?$/);
 const ref = match ? decodeURIComponent(match[1]) : null;
 const gate = Boolean(match && match[2]);
-const page = !ref ? new ListPage(root) : gate ? new OfflineGatePage(root, ref) : new ExperimentPage(root, ref);
+const notifications = /^\/dashboard\/notifications\/?$/.test(location.pathname);
+const page = notifications
+  ? new NotificationsPage(root)
+  : !ref
+    ? new ListPage(root)
+    : gate
+      ? new OfflineGatePage(root, ref)
+      : new ExperimentPage(root, ref);
 const home = `<a href="/dashboard">experiments</a>`;
 const expLink = `<a href="/dashboard/experiments/${encodeURIComponent(ref ?? "")}">${esc(ref)}</a>`;
-crumbs.innerHTML = !ref ? "<span>experiments</span>" : gate ? `${home} / ${expLink} / <span>offline gate</span>` : `${home} / <span>${esc(ref)}</span>`;
+crumbs.innerHTML = notifications
+  ? `${home} / <span>notifications</span>`
+  : !ref
+    ? `<span>experiments</span> · <a href="/dashboard/notifications">notifications</a>`
+    : gate
+      ? `${home} / ${expLink} / <span>offline gate</span>`
+      : `${home} / <span>${esc(ref)}</span>`;
 
 // Exposed for the browser test and for debugging from the console.
 window.liftgate = { page, refreshes: 0, lastError: null };
