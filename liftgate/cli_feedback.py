@@ -19,6 +19,8 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
+from liftgate.admin_client import resolve_gateway_url
+
 if TYPE_CHECKING:
     import aiohttp
 
@@ -125,9 +127,17 @@ def import_(
     file: Annotated[
         Path, typer.Argument(help="JSONL file: one feedback object per line.", exists=True, dir_okay=False)
     ],
-    gateway: Annotated[str, typer.Option(envvar="LIFTGATE_GATEWAY_URL", help="Gateway base URL.")] = (
-        "http://127.0.0.1:8080"
-    ),
+    gateway: Annotated[
+        str | None,
+        typer.Option(
+            envvar="LIFTGATE_GATEWAY_URL",
+            help="Gateway base URL (default: what a running `liftgate up` recorded, else http://127.0.0.1:8080).",
+        ),
+    ] = None,
+    state_dir: Annotated[
+        Path | None,
+        typer.Option("--state-dir", envvar="LIFTGATE_STATE_DIR", help="Where `liftgate up` keeps its state."),
+    ] = None,
     api_key: Annotated[
         str | None, typer.Option(envvar="LIFTGATE_API_KEY", help="Client API key, if required.")
     ] = None,
@@ -140,7 +150,13 @@ def import_(
     )
     with progress:
         refused = asyncio.run(
-            post_all(gateway, good, api_key=api_key, concurrency=concurrency, progress=progress)
+            post_all(
+                resolve_gateway_url(gateway, state_dir),
+                good,
+                api_key=api_key,
+                concurrency=concurrency,
+                progress=progress,
+            )
         )
     accepted = len(good) - len(refused)
     bad += refused

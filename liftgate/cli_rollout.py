@@ -28,6 +28,7 @@ from liftgate.admin_client import (
     AdminClient,
     AdminError,
     resolve_admin_url,
+    resolve_analytics_url,
     resolve_read_token,
     resolve_token,
 )
@@ -37,9 +38,14 @@ app = typer.Typer(help="Staged rollouts: status and manual control.", no_args_is
 console = Console()
 err = Console(stderr=True)
 
-DEFAULT_ANALYTICS = "http://127.0.0.1:8090"
 AnalyticsOpt = Annotated[
-    str, typer.Option("--analytics", envvar="LIFTGATE_ANALYTICS_URL", help="Analytics service base URL.")
+    str | None,
+    typer.Option(
+        "--analytics",
+        envvar="LIFTGATE_ANALYTICS_URL",
+        help="Analytics service base URL (default: what a running `liftgate up` recorded, else "
+        "http://127.0.0.1:8090).",
+    ),
 ]
 AdminOpt = Annotated[
     str | None,
@@ -234,14 +240,16 @@ def check(
         Path, typer.Argument(help="Experiment YAML (rollouts in it) or a rollout plan (YAML/JSON).")
     ],
     route: Annotated[str | None, typer.Option(help="Use this route's recent traffic and baselines.")] = None,
-    analytics: AnalyticsOpt = DEFAULT_ANALYTICS,
+    analytics: AnalyticsOpt = None,
     as_json: JsonOpt = False,
     token: TokenOpt = None,
+    state_dir: StateOpt = Path(".liftgate"),
 ) -> None:
     """Check rollout plans before creating them: errors, warnings, detectable harm per stage."""
     try:
         plans = _plans(file)
-        results = [(title, check_remote(analytics, plan, route or r, token)) for title, plan, r in plans]
+        url = resolve_analytics_url(analytics, state_dir)
+        results = [(title, check_remote(url, plan, route or r, token)) for title, plan, r in plans]
     except ValueError as exc:
         err.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from None
