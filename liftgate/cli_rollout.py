@@ -101,11 +101,19 @@ class _Client(AdminClient):
             raise AdminError(0, f"POST {path}: cannot reach {self.base_url} ({exc})") from None
 
 
+def stage_text(percent: float | None, index: int | None, count: int) -> str:
+    """A stage as people read it: the candidate's share, then where it is in the plan."""
+    if index is None:
+        return "—"
+    where = f" ({index + 1} of {count})" if count else ""
+    return ("—" if percent is None else f"{percent:g}%") + where
+
+
 def render(state: dict[str, Any]) -> None:
     pct = state.get("stage_percent")
     console.print(
         f"[bold]{state['name']}[/] (route {state['route']}): status [bold]{state['status']}[/], "
-        f"stage {state.get('stage')} ({'—' if pct is None else f'{pct:g}%'}), "
+        f"stage {stage_text(pct, state.get('stage'), len(state.get('stages') or []))}, "
         f"stage started {state.get('stage_started_at') or '—'}"
     )
     if state.get("status_reason"):
@@ -183,11 +191,15 @@ def _num(v: Any, scale: str) -> str:
     return f"{v:+.1%}" if scale == "relative" else f"{v:+.4g}"
 
 
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{value:g}%"
+
+
 def render_check(title: str, result: dict[str, Any], *, table: bool = True) -> None:
     """Errors (refused), warnings (accepted), and the detectable harm per guardrail per stage."""
     verdict = "[red]refused[/]" if result["errors"] else "[green]ok[/]"
     console.print(
-        f"[bold]{title}[/]: plan {verdict}, promotion decided at stage {result.get('promotion_stage')}"
+        f"[bold]{title}[/]: plan {verdict}, promotion decided at the {_pct(result.get('promotion_percent'))} stage"
     )
     for e in result["errors"]:
         err.print(f"[red]error:[/] {e}")

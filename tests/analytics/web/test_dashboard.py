@@ -95,6 +95,9 @@ def test_experiment_list_shows_every_experiment_with_the_apis_numbers(
     assert names == [e["name"] for e in api]
     assert {seeded.ab, seeded.rollout, seeded.shadow} <= set(names)
     assert_numbers_match(shown_numbers(watched, "#experiments"), api)
+    # A rollout's stage is the candidate's share (stage index 2 of [1, 5, 10, …] is 10%).
+    stage = watched.page.inner_text(f'#experiments tr[data-experiment="{seeded.rollout}"] td:nth-child(5)')
+    assert stage == "10.0%" and next(e for e in api if e["name"] == seeded.rollout)["stage_percent"] == 10
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     watched.page.screenshot(path=str(SCREENSHOTS / "experiments.png"))
     verdicts = watched.page.eval_on_selector_all(
@@ -201,6 +204,9 @@ def test_rollout_page_shows_the_stage_timeline_from_the_rollout_api(
     assert current == str(rollout["stage"])
     assert_numbers_match(shown_numbers(watched, "#rollout"), rollout)
     assert_numbers_match(shown_numbers(watched, "main"), report)
+    # The header names the stage by the candidate's share, as the rollout card does.
+    assert report["rollout"]["stage_percent"] == rollout["stage_percent"] == 10
+    assert "stage 10.0%" in watched.page.inner_text("#head .facts")
     watched.page.screenshot(path=str(SCREENSHOTS / "rollout.png"), full_page=True)
     assert watched.errors == []
 

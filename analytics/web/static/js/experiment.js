@@ -172,7 +172,9 @@ function syncOptions(select, pairs) {
 }
 
 function head(r) {
-  const stage = r.stage == null ? "" : `<span>stage ${cell(r.stage, "count", "/stage")}</span>`;
+  // The stage as the candidate's share (what the plan and the rollout card say), not its index.
+  const pct = r.rollout?.stage_percent;
+  const stage = r.stage == null ? "" : pct == null ? "" : `<span>stage <b>${cell(pct, "num", "/rollout/stage_percent")}%</b></span>`;
   return `
     <div class="title">
       <h1>${esc(r.name)}</h1>
