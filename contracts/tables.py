@@ -91,6 +91,9 @@ class Experiment(Base):
     forced: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default="{}")
     shadow_sample_rate: Mapped[float] = mapped_column(Double, server_default="1")
     fallback_to_control: Mapped[bool] = mapped_column(Boolean, server_default="false")
+    # What clients learn of their arm: {"echo_model": bool, "variant_header": on_request|always|never}
+    # (defaults when a key is absent: the route as ``model``, the header only when asked for).
+    blinding: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default="{}")
     content_logging: Mapped[str] = mapped_column(String(16), server_default="none")
     metrics: Mapped[list[Any]] = mapped_column(JSONB, server_default="[]")
     rollout_plan: Mapped[dict[str, Any] | None] = mapped_column(JSONB)

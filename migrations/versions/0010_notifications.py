@@ -1,4 +1,4 @@
-"""notifications: webhooks, the notification outbox and the delivery log
+"""notifications (webhooks, the outbox, the delivery log) and per-experiment blinding
 
 Revision ID: 0010
 Revises: 0008
@@ -22,6 +22,11 @@ def _created(name: str) -> sa.Column:  # type: ignore[type-arg]
 
 
 def upgrade() -> None:
+    # Blinding (per experiment): what a client learns of the variant that answered it.
+    op.add_column(
+        "experiments",
+        sa.Column("blinding", postgresql.JSONB(astext_type=sa.Text()), server_default="{}", nullable=False),
+    )
     op.create_table(
         "webhooks",
         sa.Column("id", sa.Integer(), nullable=False),
@@ -79,3 +84,4 @@ def downgrade() -> None:
     op.drop_table("webhook_deliveries")
     op.drop_table("notification_events")
     op.drop_table("webhooks")
+    op.drop_column("experiments", "blinding")
