@@ -55,14 +55,20 @@ def parse_line(number: int, text: str) -> Line | Rejected:
         return Rejected(number, "missing 'request_id'")
     if not isinstance(kind, str) or not kind or len(kind) > MAX_KIND:
         return Rejected(number, "missing or invalid 'kind'")
-    value = data.get("value", 1.0)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    value = data.get("value")
+    if value is None:
+        # No value: the gateway decides what it means per kind (a yes/no signal is 1); a rating
+        # is a value, so one without is an error here as at the gateway, never a silent 1.
+        if kind == "rating":
+            return Rejected(number, "'value' is required for kind 'rating'")
+    elif isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         return Rejected(number, f"'value' must be a finite number, got {value!r}")
     unit = data.get("unit_id")
     if unit is not None and not isinstance(unit, str):
         return Rejected(number, "'unit_id' must be a string")
-    body = dict(data)
-    body["value"] = float(value)
+    body = {k: v for k, v in data.items() if k != "value"}
+    if value is not None:
+        body["value"] = float(value)
     return Line(number, body, unit)
 
 
