@@ -91,6 +91,9 @@ class Experiment(Base):
     forced: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default="{}")
     shadow_sample_rate: Mapped[float] = mapped_column(Double, server_default="1")
     fallback_to_control: Mapped[bool] = mapped_column(Boolean, server_default="false")
+    # What clients learn of their arm: {"echo_model": bool, "variant_header": on_request|always|never}
+    # (defaults when a key is absent: the route as ``model``, the header only when asked for).
+    blinding: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default="{}")
     content_logging: Mapped[str] = mapped_column(String(16), server_default="none")
     metrics: Mapped[list[Any]] = mapped_column(JSONB, server_default="[]")
     rollout_plan: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
@@ -712,3 +715,58 @@ class UsedSignInLink(Base):
 
     nonce: Mapped[str] = mapped_column(String(64), primary_key=True)
     expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+
+
+# ---------------------------------------------------------------- notifications (control/)
+
+
+class Webhook(Base):
+    """Where notifications go: a URL, the events it wants, its payload format and secret."""
+
+    __tablename__ = "webhooks"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    # Both needed in clear: the URL to call (a Slack URL is itself a credential), the secret
+    # to sign with. Never logged or returned by the API (previews only).
+    url: Mapped[str] = mapped_column(Text)
+    secret: Mapped[str | None] = mapped_column(Text)
+    format: Mapped[str] = mapped_column(String(16), server_default="json")
+    events: Mapped[list[Any]] = mapped_column(JSONB, server_default="[]")
+    enabled: Mapped[bool] = mapped_column(Boolean, server_default="true")
+    created_at: Mapped[datetime] = _created()
+    updated_at: Mapped[datetime] = _created()
+
+
+class NotificationEvent(Base):
+    """The outbox: one row per event, written in the transaction of what it reports."""
+
+    __tablename__ = "notification_events"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(64))
+    experiment_id: Mapped[int | None] = mapped_column(Integer)
+    payload: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    created_at: Mapped[datetime] = _created()
+
+
+class WebhookDelivery(Base):
+    """One event to one webhook: its status, attempts, last error and latency (the delivery log)."""
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (
+        Index("ix_webhook_deliveries_due", "status", "next_attempt_at"),
+        Index("ix_webhook_deliveries_webhook_created", "webhook_id", "created_at"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    event_id: Mapped[int] = mapped_column(ForeignKey("notification_events.id", ondelete="CASCADE"))
+    webhook_id: Mapped[int] = mapped_column(ForeignKey("webhooks.id", ondelete="CASCADE"))
+    status: Mapped[str] = mapped_column(String(16), server_default="pending")
+    attempts: Mapped[int] = mapped_column(Integer, server_default="0")
+    next_attempt_at: Mapped[datetime] = _created()
+    last_status: Mapped[int | None] = mapped_column(Integer)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    latency_ms: Mapped[float | None] = mapped_column(Double)
+    delivered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = _created()

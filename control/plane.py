@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import Engine, create_engine
 
 from control.auth import Authenticator
+from control.notify_settings import NotifySettings
 
 #: Validates and normalises a metric definition body; raises ValueError with the reason.
 MetricSpec = Callable[[Any], dict[str, Any]]
@@ -34,6 +35,7 @@ class ControlPlane:
         rollout_action: RolloutAction | None = None,
         read_token: str | None = None,
         auth: Authenticator | None = None,
+        notify: NotifySettings | None = None,
     ) -> None:
         if engine is None and database_url is None:
             raise ValueError("the control plane needs an engine or a database URL")
@@ -41,6 +43,8 @@ class ControlPlane:
         self.metric_spec = metric_spec
         self.builtin_metrics = builtin_metrics
         self.rollout_action = rollout_action
+        # Webhook delivery settings (the SSRF policy, the test button's deadline).
+        self.notify = notify if notify is not None else NotifySettings()
         self._engine = engine
         self._owned = engine is None
         self._database_url = database_url

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import orjson
 from sqlalchemy import Connection, text
 
-from control import audit
+from control import audit, notifications
 
 
 class Decision(Protocol):
@@ -268,5 +268,15 @@ def record(
         entity_id=str(experiment_id),
         before=before,
         after=None if after is None else {**after, "reason": decision.reason, "decision_id": int(rid)},
+    )
+    # In this transaction: the decision and its notifications commit together.
+    exp = conn.execute(
+        text("SELECT id, name, route FROM experiments WHERE id = :e"), {"e": experiment_id}
+    ).first()
+    experiment = (
+        {"id": experiment_id} if exp is None else {"id": int(exp[0]), "name": exp[1], "route": exp[2]}
+    )
+    notifications.rollout_decision(
+        conn, experiment, decision, actor=actor, decision_id=int(rid), now=now, before=before, after=after
     )
     return int(rid)

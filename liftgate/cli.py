@@ -42,6 +42,9 @@ app.add_typer(cli_datasets.app, name="datasets")
 from liftgate import cli_users  # noqa: E402
 
 app.add_typer(cli_users.app, name="users")
+from liftgate import cli_webhooks  # noqa: E402
+
+app.add_typer(cli_webhooks.app, name="webhooks")
 
 
 def main() -> None:

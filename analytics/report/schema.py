@@ -423,6 +423,8 @@ class ExperimentSummary(_Model):
     mode: Mode
     status: str
     stage: int | None
+    # The candidate's share at that stage (percent), what the dashboard and CLI show.
+    stage_percent: float | None = None
     units: int
     verdict: VerdictName | None
     started_at: datetime | None

@@ -24,6 +24,7 @@ from sqlalchemy import Connection, text
 from analytics.report.catalogue import BUILTINS, spec_dict
 from analytics.report.schema import ExperimentSummary, Report, Verdict, headline
 from analytics.report.snapshots import latest_snapshot, load_timeseries, save_snapshot, with_current_point
+from analytics.rollout.plan import PlanError, parse_plan
 from analytics.service.access import Admin, Operator, Reader
 from analytics.service.context import Ctx, ServiceContext
 from control import audit
@@ -70,7 +71,7 @@ def prometheus_metrics(ctx: Ctx) -> Response:
 
 _LIST_SQL = text(
     """
-    SELECT e.id, e.name, e.route, e.mode, e.status, e.rollout_stage, e.started_at,
+    SELECT e.id, e.name, e.route, e.mode, e.status, e.rollout_stage, e.rollout_plan, e.started_at,
            s.created_at, s.units, s.verdicts
     FROM experiments e
     LEFT JOIN LATERAL (
@@ -87,7 +88,9 @@ _LIST_SQL = text(
 def list_experiments(ctx: Ctx, _: Reader) -> list[ExperimentSummary]:
     out: list[ExperimentSummary] = []
     with ctx.engine.connect() as conn:
-        for eid, name, route, mode, status, stage, started, at, units, verdicts in conn.execute(_LIST_SQL):
+        for eid, name, route, mode, status, stage, plan, started, at, units, verdicts in conn.execute(
+            _LIST_SQL
+        ):
             if at is None:
                 # Never snapshotted: count its units directly (index-only, one experiment).
                 units = conn.execute(
@@ -99,10 +102,21 @@ def list_experiments(ctx: Ctx, _: Reader) -> list[ExperimentSummary]:
             out.append(
                 ExperimentSummary(
                     id=eid, name=name, route=route, mode=mode, status=status, stage=stage,
-                    units=int(units or 0), verdict=verdict, started_at=started, report_at=at,
+                    stage_percent=stage_percent(plan, stage), units=int(units or 0), verdict=verdict, started_at=started, report_at=at,
                 )
             )  # fmt: skip
     return out
+
+
+def stage_percent(plan: Any, stage: int | None) -> float | None:
+    """The candidate's percent at ``stage`` of ``plan`` (None without a stage or a valid plan)."""
+    if stage is None or plan is None:
+        return None
+    try:
+        parsed = parse_plan(plan)
+    except PlanError:
+        return None
+    return parsed.stage(stage).percent if 0 <= stage < len(parsed.stages) else None
 
 
 def _compute(

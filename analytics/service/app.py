@@ -41,7 +41,7 @@ from analytics.report.assembly import ReportOptions
 from analytics.report.snapshots import Snapshotter
 from analytics.rollout import view
 from analytics.rollout.settings import make_controller
-from analytics.service import api, datasets, login, offline_gate_api, rollout_api
+from analytics.service import api, datasets, login, notifications_api, offline_gate_api, rollout_api
 from analytics.service.access import Access, require_read, require_read_page
 from analytics.service.context import BackgroundWorker, ServiceContext, WorkerFactory
 from analytics.service.datasets import retention_worker
@@ -49,6 +49,7 @@ from analytics.service.guard import RequestGuard
 from analytics.service.settings import AnalyticsSettings
 from analytics.service.telemetry import ServiceMetrics
 from control import api as control_api
+from control import notify_api
 from control.auth import Authenticator
 from control.plane import ControlPlane
 from control.users import LockoutPolicy
@@ -124,12 +125,22 @@ def control_plane(ctx: ServiceContext, authenticator: Authenticator | None = Non
         rollout_action=rollout_action,
         read_token=ctx.settings.read_token,
         auth=authenticator,
+        notify=ctx.settings.notify,
     )
+
+
+def notifier_worker(ctx: ServiceContext) -> BackgroundWorker | None:
+    """Webhook deliveries from the notification outbox (``control.webhook_sender``)."""
+    if not ctx.settings.notify.worker:
+        return None
+    from control.webhook_sender import Notifier
+
+    return BackgroundWorker("notifier", Notifier(ctx.engine, ctx.settings.notify).run)
 
 
 def default_workers() -> list[WorkerFactory]:
     """Background workers of ``python -m analytics`` (add new ones here)."""
-    return [snapshotter_worker, consumer_worker, controller_worker, retention_worker]
+    return [snapshotter_worker, consumer_worker, controller_worker, retention_worker, notifier_worker]
 
 
 def _run_worker(ctx: ServiceContext, worker: BackgroundWorker, stop: threading.Event) -> None:
@@ -255,9 +266,11 @@ def create_app(
     app.include_router(api.router)
     app.include_router(rollout_api.router, dependencies=[Depends(require_read)])
     app.include_router(offline_gate_api.router, dependencies=[Depends(require_read)])
+    app.include_router(notifications_api.router, dependencies=[Depends(require_read)])
     app.include_router(datasets.router())
     app.include_router(control_api.router)
     app.include_router(control_api.legacy_router)
+    app.include_router(notify_api.router)
     _mount_dashboard(app)
     _mount_docs(app)
     return app

@@ -8,6 +8,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from analytics.rollout.settings import RolloutSettings
+from control.notify_settings import NotifySettings
 
 _WEAK_TOKENS = frozenset({"changeme", "change-me", "admin", "secret", "token", "password", "liftgate"})
 MIN_TOKEN_LENGTH = 16
@@ -70,6 +71,8 @@ class AnalyticsSettings(BaseSettings):
     # The rollout controller run as one of the service's workers (``LIFTGATE_ROLLOUT_*``): read
     # from the environment with everything else when the entry point builds these settings.
     rollout: RolloutSettings = Field(default_factory=RolloutSettings)
+    # Webhook deliveries (``LIFTGATE_NOTIFY_*``): the worker, retries, the SSRF policy.
+    notify: NotifySettings = Field(default_factory=NotifySettings)
 
     @field_validator("read_token", mode="before")
     @classmethod

@@ -62,6 +62,11 @@ def offline_gate_page(ref: Annotated[str, PathParam(min_length=1, max_length=128
     return _shell()
 
 
+@router.get("/dashboard/notifications")
+def notifications_page() -> HTMLResponse:
+    return _shell()
+
+
 @router.get("/dashboard/static/{path:path}")
 def static_asset(path: str) -> Response:
     target = (STATIC_DIR / path).resolve()

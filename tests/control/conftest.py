@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import urllib.error
 import urllib.request
@@ -40,10 +41,18 @@ class AdminService:
             return exc.code, json.loads(exc.read() or b"null")
 
 
+@contextlib.contextmanager
+def start_admin_service(database_url: str, extra_env: dict[str, str] | None = None) -> Iterator[AdminService]:
+    """``python -m analytics`` without background workers but the ones ``extra_env`` turns on
+    (``LIFTGATE_*`` names), no read token; stopped after the block."""
+    settings: dict[str, str | None] = {"snapshot_interval_s": "0", "rollout_controller": "false"}
+    settings |= {k.removeprefix("LIFTGATE_").lower(): v for k, v in (extra_env or {}).items()}
+    with analytics_service(database_url, TOKEN, **{"read_token": None, **settings}) as url:
+        yield AdminService(url)
+
+
 @pytest.fixture(scope="module")
 def admin_service(database_url: str) -> Iterator[AdminService]:
     """``python -m analytics`` without background workers: the test drives the controller."""
-    with analytics_service(
-        database_url, TOKEN, read_token=None, snapshot_interval_s="0", rollout_controller="false"
-    ) as url:
-        yield AdminService(url)
+    with start_admin_service(database_url, {"LIFTGATE_NOTIFY_WORKER": "false"}) as svc:
+        yield svc

@@ -23,6 +23,7 @@ from contracts.tables import (
     Experiment,
     GateDecision,
     MetricDefinition,
+    NotificationEvent,
     OfflineGateDeclaration,
     RolloutDecision,
     SignInFailure,
@@ -32,6 +33,8 @@ from contracts.tables import (
     UserSession,
     UserToken,
     Variant,
+    Webhook,
+    WebhookDelivery,
 )
 
 ROOT: Final = Path(__file__).resolve().parents[2]
@@ -52,6 +55,9 @@ CLASSES: Final = {
         UserSession,
         SignInFailure,
         UsedSignInLink,
+        Webhook,
+        NotificationEvent,
+        WebhookDelivery,
     )
 }
 TABLES: Final = sorted(CLASSES.values())

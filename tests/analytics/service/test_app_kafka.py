@@ -43,6 +43,7 @@ def kafka_service(database_url: str, kafka_bootstrap: str, topics: tuple[str, st
         consumer_group=f"g-{secrets.token_hex(6)}",
         snapshot_interval_s="0",
         rollout_controller="false",
+        notify_worker="false",
         retention_interval_s="0",  # only the consumer runs
         fresh_min_interval_s="0",  # the test polls fresh reports
     ) as url:

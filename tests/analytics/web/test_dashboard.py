@@ -95,6 +95,9 @@ def test_experiment_list_shows_every_experiment_with_the_apis_numbers(
     assert names == [e["name"] for e in api]
     assert {seeded.ab, seeded.rollout, seeded.shadow} <= set(names)
     assert_numbers_match(shown_numbers(watched, "#experiments"), api)
+    # A rollout's stage is the candidate's share (stage index 2 of [1, 5, 10, …] is 10%).
+    stage = watched.page.inner_text(f'#experiments tr[data-experiment="{seeded.rollout}"] td:nth-child(5)')
+    assert stage == "10.0%" and next(e for e in api if e["name"] == seeded.rollout)["stage_percent"] == 10
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     watched.page.screenshot(path=str(SCREENSHOTS / "experiments.png"))
     verdicts = watched.page.eval_on_selector_all(
@@ -118,6 +121,58 @@ def test_ab_experiment_page_draws_charts_and_matches_the_report(
     watched.page.screenshot(path=str(SCREENSHOTS / "experiment.png"), full_page=True)
     # What a laptop shows without scrolling (the README's picture).
     watched.page.screenshot(path=str(SCREENSHOTS / "experiment-laptop.png"))
+    assert watched.errors == []
+
+
+def test_selectors_fit_their_card_forest_labels_are_whole_and_p_columns_are_explained(
+    watched: WatchedPage, analytics_url: str, seeded: Seeded
+) -> None:
+    open_page(watched, f"{analytics_url}/dashboard/experiments/{seeded.ab}")
+    boxes = watched.page.evaluate(
+        """() => {
+            const card = document.querySelector('#timeseries-card').getBoundingClientRect();
+            // The visible selectors (the candidate one is hidden with a single candidate).
+            return [...document.querySelectorAll('#timeseries-card select')].filter(s => s.offsetParent).map(s => {
+                const r = s.getBoundingClientRect();
+                return {left: r.left - card.left, right: card.right - r.right, width: r.width};
+            });
+        }"""
+    )
+    assert boxes and all(b["left"] >= 0 and b["right"] >= 0 and b["width"] > 40 for b in boxes), boxes
+    # The forest's y labels: every metric's whole name (wrapped, never cut with "…"), and the
+    # label column fits left of the plot inside the canvas.
+    forest = watched.page.evaluate(
+        """() => {
+            const chart = Chart.getChart(document.querySelector('#forest'));
+            const y = chart.scales.y;
+            return {
+                shown: y.ticks.map((t, i) => [].concat(y.options.ticks.callback(t.value, i)).join(' ')),
+                names: window.liftgate.page.forest.rows.map(r => r.label),
+                left: y.left, right: y.right, plotLeft: chart.chartArea.left,
+                widest: y._labelSizes ? y._labelSizes.widest.width : 0,
+                // Room between rows against the tallest label (lines × line height): no overlap.
+                spacing: y.ticks.length > 1 ? y.getPixelForTick(1) - y.getPixelForTick(0) : 1e9,
+                tallest: y._labelSizes ? Math.max(...y._labelSizes.heights) : 0,
+            };
+        }"""
+    )
+    assert forest["shown"] == forest["names"] and len(forest["names"]) >= 10
+    assert not any("…" in n for n in forest["shown"])
+    assert forest["left"] >= 0 and forest["right"] <= forest["plotLeft"] + 1
+    assert 0 < forest["widest"] <= forest["right"] - forest["left"], forest
+    assert forest["tallest"] > 14 and forest["spacing"] >= forest["tallest"], (
+        forest
+    )  # wrapped, not overlapping
+    # The metrics table explains its p-value columns, in the page and on each header.
+    notes = watched.page.inner_text("#p-notes")
+    assert all(
+        word in notes for word in ("p (fixed)", "p Holm", "seq. p Holm", "fixed-horizon", "always-valid")
+    )
+    titles = watched.page.eval_on_selector_all(
+        "#results thead th",
+        "ths => ths.filter(t => /p/.test(t.textContent) && t.title).map(t => t.textContent)",
+    )
+    assert {"p (fixed)", "p Holm", "seq. p Holm"} <= set(titles)
     assert watched.errors == []
 
 
@@ -201,6 +256,9 @@ def test_rollout_page_shows_the_stage_timeline_from_the_rollout_api(
     assert current == str(rollout["stage"])
     assert_numbers_match(shown_numbers(watched, "#rollout"), rollout)
     assert_numbers_match(shown_numbers(watched, "main"), report)
+    # The header names the stage by the candidate's share, as the rollout card does.
+    assert report["rollout"]["stage_percent"] == rollout["stage_percent"] == 10
+    assert "stage 10.0%" in watched.page.inner_text("#head .facts")
     watched.page.screenshot(path=str(SCREENSHOTS / "rollout.png"), full_page=True)
     assert watched.errors == []
 

@@ -56,10 +56,18 @@ const SKELETON = `
     <h2>Metrics</h2>
     <table class="grid" id="results"><thead><tr>
       <th>metric</th><th class="r">units</th><th class="r">control</th><th class="r">candidate</th><th class="r">lift</th>
-      <th class="r">sequential CI</th><th class="r" title="fixed-horizon p (one planned look), by the row's method tag">p (fixed)</th><th class="r">p Holm</th><th class="r">seq. p Holm</th>
+      <th class="r" title="always-valid interval: may be read at every look">sequential CI</th>
+      <th class="r" title="fixed-horizon p-value of this metric alone: valid only once, at the planned sample size">p (fixed)</th>
+      <th class="r" title="p (fixed) corrected with Holm for the number of metrics tested">p Holm</th>
+      <th class="r" title="always-valid (sequential) p-value, Holm-corrected: what the default verdict policy uses while data accrues">seq. p Holm</th>
       <th class="r">P(beat control)</th><th>guardrail</th><th>progress to sample size</th>
     </tr></thead><tbody></tbody></table>
     <p class="muted caption" id="results-method">Each metric's tag names its method (hover for the p-value and CI conventions); sequential CIs and p-values are always-valid (valid at every look), "p (fixed)" assumes one planned look.</p>
+    <dl class="pnotes" id="p-notes">
+      <dt>p (fixed)</dt><dd>one metric's fixed-horizon test; valid at the planned sample size, not when peeked at repeatedly.</dd>
+      <dt>p Holm</dt><dd>p (fixed) corrected for testing many metrics at once (Holm).</dd>
+      <dt>seq. p Holm</dt><dd>always-valid sequential p, Holm-corrected: safe to read at any time; what the default verdict policy (<code>sequential_holm</code>) uses.</dd>
+    </dl>
   </section>
   <section class="card notes" id="notes-card" hidden><h2>Notes</h2><ul id="notes"></ul></section>`;
 
@@ -173,7 +181,9 @@ function syncOptions(select, pairs) {
 }
 
 function head(r) {
-  const stage = r.stage == null ? "" : `<span>stage ${cell(r.stage, "count", "/stage")}</span>`;
+  // The stage as the candidate's share (what the plan and the rollout card say), not its index.
+  const pct = r.rollout?.stage_percent;
+  const stage = r.stage == null ? "" : pct == null ? "" : `<span>stage <b>${cell(pct, "num", "/rollout/stage_percent")}%</b></span>`;
   return `
     <div class="title">
       <h1>${esc(r.name)}</h1>

@@ -8,6 +8,7 @@ import { ActionsCard } from "./actions.js";
 import { AdminPage } from "./admin.js";
 import { CreatePage } from "./create.js";
 import { ListPage } from "./list.js";
+import { NotificationsPage } from "./notifications.js";
 import { OfflineGatePage } from "./offline_gate.js";
 import { renderWho } from "./session.js";
 
@@ -22,8 +23,13 @@ const crumbs = document.getElementById("crumbs");
 const match = location.pathname.match(/^\/dashboard\/experiments\/([^/]+)(\/offline-gate)?\/?$/);
 const ref = match ? decodeURIComponent(match[1]) : null;
 const gate = Boolean(match && match[2]);
-const special = { "/dashboard/new": ["new experiment", CreatePage], "/dashboard/admin": ["settings", AdminPage] };
+const special = {
+  "/dashboard/new": ["new experiment", CreatePage],
+  "/dashboard/admin": ["settings", AdminPage],
+  "/dashboard/notifications": ["notifications", NotificationsPage, true], // its delivery log moves
+};
 const own = special[location.pathname.replace(/\/$/, "")];
+const polls = !own || own[2] === true;
 const page = own
   ? new own[1](root)
   : !ref
@@ -33,7 +39,13 @@ const page = own
       : new ExperimentPage(root, ref);
 const home = `<a href="/dashboard">experiments</a>`;
 const expLink = `<a href="/dashboard/experiments/${encodeURIComponent(ref ?? "")}">${esc(ref)}</a>`;
-crumbs.innerHTML = own ? `${home} / <span>${own[0]}</span>` : !ref ? "<span>experiments</span>" : gate ? `${home} / ${expLink} / <span>offline gate</span>` : `${home} / <span>${esc(ref)}</span>`;
+crumbs.innerHTML = own
+  ? `${home} / <span>${own[0]}</span>`
+  : !ref
+    ? `<span>experiments</span> · <a href="/dashboard/notifications">notifications</a>`
+    : gate
+      ? `${home} / ${expLink} / <span>offline gate</span>`
+      : `${home} / <span>${esc(ref)}</span>`;
 
 // The actions of an experiment page (operators and admins; drawn once, redrawn after each action).
 const actions = ref && !gate ? new ActionsCard(root.querySelector("#head"), ref, api) : null;
@@ -54,7 +66,7 @@ async function tick() {
     window.liftgate.refreshes += 1;
     window.liftgate.lastError = null;
     status.className = "status ok";
-    status.textContent = `updated ${clock(Date.now())}` + (PERIOD_MS && !own ? ` · every ${PERIOD_MS / 1000}s` : "");
+    status.textContent = `updated ${clock(Date.now())}` + (PERIOD_MS && polls ? ` · every ${PERIOD_MS / 1000}s` : "");
   } catch (err) {
     // A rendering bug must reach the console (the browser test fails on it).
     if (!(err instanceof ApiError)) console.error(err);
@@ -68,12 +80,12 @@ async function tick() {
   } finally {
     inflight = false;
   }
-  if (PERIOD_MS && !own && !document.hidden) timer = setTimeout(tick, PERIOD_MS);
+  if (PERIOD_MS && polls && !document.hidden) timer = setTimeout(tick, PERIOD_MS);
 }
 
 // Background tabs stop polling; coming back refreshes at once.
 document.addEventListener("visibilitychange", () => {
-  if (!document.hidden && timer === null && PERIOD_MS && !own) tick();
+  if (!document.hidden && timer === null && PERIOD_MS && polls) tick();
 });
 
 tick();
