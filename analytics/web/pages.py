@@ -1,9 +1,8 @@
 """Routes of the dashboard: one HTML shell for every page, and its static assets.
 
 The shell is the same document for the experiments list, an experiment page and its offline
-gate page; the
-JavaScript reads the path to decide what to draw. Static files are served by a route
-(not a ``Mount``) so that ``router`` alone is enough to add the dashboard to an app.
+gate, examples and shadow-pair pages; the JavaScript reads the path to decide what to draw.
+Static files are served by a route (not a ``Mount``) so that ``router`` alone is enough to add the dashboard to an app.
 """
 
 from __future__ import annotations
@@ -48,6 +47,17 @@ def experiment_page(ref: Annotated[str, PathParam(min_length=1, max_length=128)]
 
 @router.get("/dashboard/experiments/{ref}/offline-gate")
 def offline_gate_page(ref: Annotated[str, PathParam(min_length=1, max_length=128)]) -> HTMLResponse:
+    return _shell()
+
+
+@router.get("/dashboard/experiments/{ref}/examples")
+def examples_page(ref: Annotated[str, PathParam(min_length=1, max_length=128)]) -> HTMLResponse:
+    # Filters are the page's query string, read by its script and passed on to the API.
+    return _shell()
+
+
+@router.get("/dashboard/experiments/{ref}/shadow-pairs")
+def shadow_pairs_page(ref: Annotated[str, PathParam(min_length=1, max_length=128)]) -> HTMLResponse:
     return _shell()
 
 

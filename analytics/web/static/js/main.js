@@ -2,6 +2,7 @@
 // ?refresh=SECONDS changes the poll period (default 5 s; 0 turns polling off).
 
 import { api, ApiError } from "./api.js";
+import { ExamplesPage, ShadowPairsPage } from "./examples.js";
 import { ExperimentPage } from "./experiment.js";
 import { clock, esc } from "./format.js";
 import { ListPage } from "./list.js";
@@ -14,13 +15,18 @@ const root = document.getElementById("app");
 const status = document.getElementById("refresh-status");
 const crumbs = document.getElementById("crumbs");
 
-const match = location.pathname.match(/^\/dashboard\/experiments\/([^/]+)(\/offline-gate)?\/?$/);
+const match = location.pathname.match(/^\/dashboard\/experiments\/([^/]+)(\/offline-gate|\/examples|\/shadow-pairs)?\/?$/);
 const ref = match ? decodeURIComponent(match[1]) : null;
-const gate = Boolean(match && match[2]);
-const page = !ref ? new ListPage(root) : gate ? new OfflineGatePage(root, ref) : new ExperimentPage(root, ref);
+const sub = match && match[2] ? match[2].slice(1) : null;
+const SUBPAGES = {
+  "offline-gate": [OfflineGatePage, "offline gate"],
+  examples: [ExamplesPage, "examples"],
+  "shadow-pairs": [ShadowPairsPage, "shadow pairs"],
+};
+const page = !ref ? new ListPage(root) : sub ? new SUBPAGES[sub][0](root, ref) : new ExperimentPage(root, ref);
 const home = `<a href="/dashboard">experiments</a>`;
 const expLink = `<a href="/dashboard/experiments/${encodeURIComponent(ref ?? "")}">${esc(ref)}</a>`;
-crumbs.innerHTML = !ref ? "<span>experiments</span>" : gate ? `${home} / ${expLink} / <span>offline gate</span>` : `${home} / <span>${esc(ref)}</span>`;
+crumbs.innerHTML = !ref ? "<span>experiments</span>" : sub ? `${home} / ${expLink} / <span>${SUBPAGES[sub][1]}</span>` : `${home} / <span>${esc(ref)}</span>`;
 
 // Exposed for the browser test and for debugging from the console.
 window.liftgate = { page, refreshes: 0, lastError: null };
