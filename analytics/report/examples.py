@@ -35,9 +35,11 @@ from datetime import datetime
 from typing import Any, Final, Literal
 
 import orjson
+from psycopg.errors import QueryCanceled
 from sqlalchemy import Connection, text
+from sqlalchemy.exc import OperationalError
 
-from analytics.report.catalogue import BUILTINS, Metric, parse_spec
+from analytics.report.catalogue import BUILTINS, Metric, MetricError, parse_spec
 
 DEFAULT_LIMIT: Final = 20
 MAX_LIMIT: Final = 100
@@ -45,6 +47,14 @@ MAX_LIMIT: Final = 100
 TEXT_MAX: Final = 16_000
 #: Feedback and judgement rows shown per item at most.
 MAX_ATTACHED: Final = 20
+#: The longest a page may take in the database. A filter matching almost none of a large
+#: variant's requests walks the variant's whole index range before it knows the page is
+#: short; past this budget the query is cancelled and the caller told to narrow it.
+TIMEOUT_MS: Final = 5_000
+TIMEOUT_REASON: Final = (
+    f"sampling took longer than {TIMEOUT_MS / 1000:g} s: these filters match very few of the"
+    " requests; narrow them with a variant and a time window (since/until)"
+)
 #: A segment is ``tag=value`` (as in the report's segment breakdowns).
 _SEGMENT: Final = re.compile(r"([^=\s]{1,128})=(.{1,256})", re.S)
 _SHA256: Final = re.compile(r"[0-9a-f]{64}")
@@ -89,6 +99,10 @@ class ExampleError(ValueError):
     """A request for examples that cannot be answered; the message says why (a 4xx)."""
 
 
+class ExampleTimeout(Exception):
+    """The page took longer than its budget (a 503 with the reason)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ExampleFilter:
     """Which requests to list. Every field narrows; None means any."""
@@ -99,7 +113,7 @@ class ExampleFilter:
     feedback: str | None = None  # a feedback kind the (primary) response received
     score_min: float | None = None  # a judgement of the response scored at least this ...
     score_max: float | None = None  # ... and at most this
-    judge: str | None = None  # ... by this judge
+    judge: str | None = None  # ... by this judge (alone: any score by this judge)
     error: bool | None = None  # True: failed (or rescued by the fallback); False: succeeded
     since: datetime | None = None
     until: datetime | None = None
@@ -119,8 +133,6 @@ class ExampleFilter:
                 raise ExampleError(f"{name} needs a time zone (e.g. 2026-12-01T08:00:00Z)")
         if self.segment is not None and _SEGMENT.fullmatch(self.segment) is None:
             raise ExampleError("segment must be 'tag=value' (as in the report's segments)")
-        if self.judge is not None and self.score_min is None and self.score_max is None:
-            raise ExampleError("judge narrows a score range: give score_min and/or score_max too")
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -210,7 +222,10 @@ def find_metric(conn: Connection, name: str) -> Metric:
     row = conn.execute(text("SELECT definition FROM metric_definitions WHERE name = :n"), {"n": name}).first()
     if row is None:
         raise ExampleError(f"unknown metric {name[:128]!r}")
-    return parse_spec(row[0])
+    try:
+        return parse_spec(row[0])
+    except MetricError as exc:  # stored before a rule tightened: say so, not a 500
+        raise ExampleError(f"metric {name!r} cannot be used: {exc}") from None
 
 
 # --- queries -----------------------------------------------------------------------------------
@@ -222,7 +237,8 @@ _COLUMNS: Final = f"""
     i.latency_ms, i.ttft_ms, i.prompt_tokens, i.completion_tokens, i.response_chars,
     i.finish_reason, i.model, i.stream,
     left(i.prompt, {TEXT_MAX}) AS prompt, length(i.prompt) AS prompt_length,
-    left(i.response, {TEXT_MAX}) AS response, length(i.response) AS response_length"""
+    left(i.response, {TEXT_MAX}) AS response, length(i.response) AS response_length,
+    md5(i.response) AS response_md5"""
 
 
 def _where(flt: ExampleFilter, params: dict[str, Any], role: str | None) -> str:
@@ -254,7 +270,7 @@ def _where(flt: ExampleFilter, params: dict[str, Any], role: str | None) -> str:
             " WHERE f.request_id = i.request_id AND f.kind = :kind)"
         )
         params["kind"] = flt.feedback
-    if flt.score_min is not None or flt.score_max is not None:
+    if flt.score_min is not None or flt.score_max is not None or flt.judge is not None:
         judged = ["j.request_id = i.request_id", "j.role = i.role", "j.score IS NOT NULL"]
         if flt.score_min is not None:
             judged.append("j.score >= :score_min")
@@ -280,6 +296,8 @@ def _page(
 ) -> tuple[list[Any], bool]:
     """One page in hash order over ``variants`` (each an index range scan, merged here)."""
     rows: list[Any] = []
+    # A budget for this transaction only (the connection goes back to the pool without it).
+    conn.execute(text(f"SET LOCAL statement_timeout = {TIMEOUT_MS}"))
     for variant in variants:
         params: dict[str, Any] = {"e": eid, "v": variant, "n": limit + 1}
         where = _where(flt, params, role)
@@ -287,7 +305,12 @@ def _page(
             where += f" AND ({_KEY}, i.event_id) > (:ck, CAST(:cid AS uuid))"
             params["ck"], params["cid"] = cursor
         sql = f"SELECT {_COLUMNS} FROM interactions i WHERE {where} ORDER BY {_KEY}, i.event_id LIMIT :n"
-        rows.extend(conn.execute(text(sql), params).all())
+        try:
+            rows.extend(conn.execute(text(sql), params).all())
+        except OperationalError as exc:
+            if isinstance(exc.orig, QueryCanceled):
+                raise ExampleTimeout(TIMEOUT_REASON) from None
+            raise
     rows.sort(key=lambda r: (r.k, uuid.UUID(r.event_id)))
     return rows[:limit], len(rows) > limit
 
@@ -464,7 +487,10 @@ def shadow_pairs(
         raise ExampleError(f"limit must be between 1 and {MAX_LIMIT}")
     exp = load_experiment(conn, eid)
     after = decode_cursor(cursor) if cursor is not None else None
-    shadows, more = _page(conn, eid, _variants(exp, flt), flt, limit, after, "shadow")
+    # Only a shadow experiment mirrors calls, and only to its candidates: the control's (and
+    # an A/B test's) index ranges hold no shadow call, and walking them would find none slowly.
+    variants = [v for v in _variants(exp, flt) if v != exp.control] if exp.mode == "shadow" else []
+    shadows, more = _page(conn, eid, variants, flt, limit, after, "shadow")
     primaries: dict[str, Any] = {}
     pair_ids = [s.pair_id for s in shadows if s.pair_id]
     if pair_ids:
@@ -490,7 +516,7 @@ def shadow_pairs(
                     p is not None
                     and p.response is not None
                     and exp.content_logging != "none"
-                    and p.response_length == s.response_length
+                    and p.response_md5 == s.response_md5
                     and p.response == s.response
                 ),
             }

@@ -5,7 +5,8 @@ score range, failure and time window; ``?metric=`` lists the requests behind a r
 metric) and shadow pairs with both answers side by side. Read access, like the report.
 Documents are built by :mod:`analytics.report.examples` (sampling, cursors, content rules).
 
-Bad parameters answer 422 with the reason (``{"detail": ...}``); an unknown experiment 404.
+Bad parameters answer 422 with the reason (``{"detail": ...}``); an unknown experiment 404; a
+page that would take longer than ``examples.TIMEOUT_MS`` in the database 503 with the reason.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Query
 
 from analytics.report import examples
-from analytics.report.examples import ExampleError, ExampleFilter
+from analytics.report.examples import ExampleError, ExampleFilter, ExampleTimeout
 from analytics.service.api import Ctx, resolve_experiment
 
 router = APIRouter()
@@ -67,6 +68,8 @@ def get_examples(
             return examples.examples(conn, eid, flt, limit=limit, cursor=cursor, metric=metric)
         except ExampleError as exc:
             raise HTTPException(422, str(exc)) from None
+        except ExampleTimeout as exc:
+            raise HTTPException(503, str(exc)) from None
 
 
 @router.get("/api/experiments/{id_or_name}/shadow-pairs")
@@ -92,3 +95,5 @@ def get_shadow_pairs(
             return examples.shadow_pairs(conn, eid, flt, limit=limit, cursor=cursor)
         except ExampleError as exc:
             raise HTTPException(422, str(exc)) from None
+        except ExampleTimeout as exc:
+            raise HTTPException(503, str(exc)) from None

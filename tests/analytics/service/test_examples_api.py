@@ -174,6 +174,7 @@ def test_rows_ingested_between_pages_never_repeat_or_hide_a_row_that_was_there(
         ({"score_min": 0.25, "score_max": 0.6}, lambda r: 0.25 <= r.scores.get("judge-a", -1) <= 0.6),
         ({"score_min": 0.8, "judge": "judge-a"}, lambda r: r.scores.get("judge-a", -1) >= 0.8),
         ({"score_min": 0.5, "judge": "other-judge"}, lambda r: False),
+        ({"judge": "judge-a"}, lambda r: "judge-a" in r.scores),
     ],
     ids=[
         "category",
@@ -184,6 +185,7 @@ def test_rows_ingested_between_pages_never_repeat_or_hide_a_row_that_was_there(
         "score-range",
         "judge-and-min",
         "no-such-judge",
+        "judged",
     ],
 )
 def test_each_filter_returns_exactly_the_seeded_requests_that_match_it(
@@ -352,7 +354,6 @@ def test_an_experiment_without_shadow_calls_has_no_pairs(service: str, data: dic
         ("examples", {"segment": "no-equals-sign"}, "tag=value"),
         ("examples", {"error": "maybe"}, "error"),
         ("examples", {"metric": "no_such_metric"}, "unknown metric"),
-        ("examples", {"judge": "judge-a"}, "score_min"),
         ("examples", {"variant": "x" * 300}, "variant"),
         ("shadow-pairs", {"limit": 1000}, "limit"),
     ],
@@ -400,3 +401,17 @@ def test_score_and_time_values_are_echoed_in_the_applied_filter(
     assert doc["filter"]["score_min"] == 0.5
     assert datetime.fromisoformat(doc["filter"]["since"]) == since
     assert not math.isnan(doc["filter"]["score_min"])
+
+
+def test_a_page_that_cannot_be_read_within_its_budget_is_refused_with_503_and_a_reason(
+    service: str, data: dict[str, Seeded], ex_engine: Engine
+) -> None:
+    # Another transaction holds the table: the page waits past its budget and is cancelled
+    # (a filter walking a huge variant's whole index range ends the same way).
+    with ex_engine.connect() as locker:
+        locker.execute(text("LOCK TABLE interactions IN ACCESS EXCLUSIVE MODE"))
+        status, doc = call(service, "/api/experiments/ex-full/examples", variant="candidate")
+        locker.rollback()
+    assert status == 503, doc
+    assert doc["detail"].startswith("sampling took longer than 5 s") and "since/until" in doc["detail"]
+    assert examples(service, "ex-full", variant="candidate")["items"]
