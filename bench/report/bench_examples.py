@@ -189,16 +189,55 @@ def measure(url: str, repeats: int) -> dict[str, Any]:
     return results
 
 
+def ingest_cost(url: str, rows: int, runs: int) -> dict[str, Any]:
+    """What the examples index adds to writing interactions: the same rows inserted into two
+    copies of the table, with every index of ``interactions`` and without the examples one,
+    alternating, median of ``runs`` each."""
+    out: dict[str, list[float]] = {"with the examples index": [], "without it": []}
+    with psycopg.connect(url, autocommit=True) as conn:
+        for t in ("lg_bench_with", "lg_bench_without"):
+            conn.execute(f"DROP TABLE IF EXISTS {t}")
+            conn.execute(f"CREATE UNLOGGED TABLE {t} (LIKE interactions INCLUDING ALL)")
+        name = conn.execute(
+            "SELECT indexname FROM pg_indexes WHERE tablename = 'lg_bench_without'"
+            " AND indexdef LIKE '%%hashtextextended%%'"
+        ).fetchone()
+        assert name is not None
+        conn.execute(f'DROP INDEX "{name[0]}"')
+        for _ in range(runs):
+            for label, t in (
+                ("with the examples index", "lg_bench_with"),
+                ("without it", "lg_bench_without"),
+            ):
+                conn.execute(f"TRUNCATE {t}")
+                started = time.perf_counter()
+                conn.execute(f"INSERT INTO {t} SELECT * FROM interactions ORDER BY ts LIMIT %s", (rows,))
+                out[label].append(time.perf_counter() - started)
+        for t in ("lg_bench_with", "lg_bench_without"):
+            conn.execute(f"DROP TABLE {t}")
+    result: dict[str, Any] = {k: round(statistics.median(v), 3) for k, v in out.items()}
+    result["rows"] = rows
+    result["ratio"] = round(result["with the examples index"] / result["without it"], 3)
+    result["loadavg_1m"] = round(os.getloadavg()[0], 2)
+    return result
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--admin-url", default="postgresql://postgres@127.0.0.1:15432/postgres")
     ap.add_argument("--interactions", type=int, default=1_000_000)
     ap.add_argument("--repeats", type=int, default=9)
+    ap.add_argument(
+        "--ingest-rows", type=int, default=200_000, help="rows for the insert-cost comparison (0: skip)"
+    )
     ap.add_argument("--reuse", action="store_true", help="keep an existing benchmark database")
     ap.add_argument("--drop", action="store_true", help="drop the benchmark database afterwards")
     args = ap.parse_args()
     url = prepare(args.admin_url, args.interactions, args.reuse)
     results = measure(url, args.repeats)
+    if args.ingest_rows:
+        results["insert cost, seconds"] = ingest_cost(url, args.ingest_rows, 3)
+        _log(f"insert cost: {results['insert cost, seconds']}")
     results["measured_at"] = datetime.now(UTC).isoformat(timespec="seconds")
     sys.stdout.write(json.dumps(results, indent=2) + "\n")
     if args.drop:
