@@ -302,3 +302,33 @@ def test_see_examples_on_a_metric_row_opens_the_requests_behind_that_metric(
     assert got <= want and len(got) == min(20, len(want))
     assert "thumbs_down_rate" in watched.page.inner_text("#metric-pill")
     assert watched.errors == []
+
+
+def test_the_shadow_pair_filters_narrow_to_the_shadow_calls_the_api_returns_for_them(
+    watched: WatchedPage, analytics_url: str, data: dict[str, Seeded]
+) -> None:
+    open_page(watched, page_url(analytics_url, SHADOW, "shadow-pairs"))
+    options = watched.page.eval_on_selector_all(
+        "#filters select[name=variant] option", "els => els.map(e => e.value)"
+    )
+    assert options == ["", "candidate"]  # the control is never mirrored
+    watched.page.select_option("#filters select[name=variant]", "candidate")
+    watched.page.select_option("#filters select[name=error]", "true")
+    with watched.page.expect_navigation():
+        watched.page.click("#filters button[type=submit]")
+    watched.page.wait_for_function("window.liftgate && window.liftgate.refreshes >= 1", timeout=WAIT_MS)
+    assert parse_qs(urlparse(watched.page.url).query) == {
+        "variant": ["candidate"],
+        "error": ["true"],
+        "refresh": ["0"],
+    }
+    doc = api(analytics_url, SHADOW, "shadow-pairs", variant="candidate", error="true")
+    want = {r.request_id for r in data[SHADOW].where(role="shadow") if r.failed}
+    assert {p["shadow"]["request_id"] for p in doc["pairs"]} == want and want
+    pairs = watched.page.eval_on_selector_all("#pairs .pair", "els => els.map(e => e.dataset.pairId)")
+    assert pairs == [p["pair_id"] for p in doc["pairs"]]
+    answers = watched.page.eval_on_selector_all(
+        '#pairs .side[data-side="shadow"] .content[data-field=response]', "els => els.map(e => e.textContent)"
+    )
+    assert answers == ["answerno answer (the call failed)"] * len(pairs)
+    assert watched.errors == []
