@@ -119,6 +119,11 @@ class ExampleFilter:
     until: datetime | None = None
 
     def check(self) -> None:
+        for name in ("variant", "segment", "category", "feedback", "judge"):
+            value = getattr(self, name)
+            # PostgreSQL text holds no NUL, and no stored name has control characters.
+            if value is not None and not value.isprintable():
+                raise ExampleError(f"{name} must be printable text (no control characters)")
         for name in ("score_min", "score_max"):
             value = getattr(self, name)
             if value is not None and not math.isfinite(value):

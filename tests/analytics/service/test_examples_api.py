@@ -355,6 +355,10 @@ def test_an_experiment_without_shadow_calls_has_no_pairs(service: str, data: dic
         ("examples", {"error": "maybe"}, "error"),
         ("examples", {"metric": "no_such_metric"}, "unknown metric"),
         ("examples", {"variant": "x" * 300}, "variant"),
+        ("examples", {"category": "math\x00"}, "category must be printable"),
+        ("examples", {"segment": "task=a\x00b"}, "segment must be printable"),
+        ("examples", {"feedback": "thumbs\ndown"}, "feedback must be printable"),
+        ("shadow-pairs", {"judge": "j\x00"}, "judge must be printable"),
         ("shadow-pairs", {"limit": 1000}, "limit"),
     ],
 )
