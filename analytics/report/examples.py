@@ -224,6 +224,8 @@ def metric_link(metric: Metric) -> MetricLink:
 def find_metric(conn: Connection, name: str) -> Metric:
     if name in BUILTINS:
         return BUILTINS[name]
+    if not name.isprintable():
+        raise ExampleError("metric must be printable text (no control characters)")
     row = conn.execute(text("SELECT definition FROM metric_definitions WHERE name = :n"), {"n": name}).first()
     if row is None:
         raise ExampleError(f"unknown metric {name[:128]!r}")

@@ -359,6 +359,7 @@ def test_an_experiment_without_shadow_calls_has_no_pairs(service: str, data: dic
         ("examples", {"segment": "task=a\x00b"}, "segment must be printable"),
         ("examples", {"feedback": "thumbs\ndown"}, "feedback must be printable"),
         ("shadow-pairs", {"judge": "j\x00"}, "judge must be printable"),
+        ("examples", {"metric": "rate\x00"}, "metric must be printable"),
         ("shadow-pairs", {"limit": 1000}, "limit"),
     ],
 )
