@@ -25,6 +25,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     func,
+    text,
 )
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
@@ -137,6 +138,15 @@ class Interaction(Base):
         Index("ix_interactions_experiment_variant_ts", "experiment_id", "variant", "ts"),
         Index("ix_interactions_request_id", "request_id"),
         Index("ix_interactions_pair_id", "pair_id", postgresql_where="pair_id IS NOT NULL"),
+        # Examples side by side (analytics.report.examples): a variant's requests in the order of
+        # a hash of their request id (a uniform sample), read page by page with a keyset cursor.
+        Index(
+            "ix_interactions_examples",
+            "experiment_id",
+            "variant",
+            text("hashtextextended(request_id, 0)"),
+            "event_id",
+        ),
         # Ingest counts a unit's distinct conversations by probing this on each new turn.
         Index(
             "ix_interactions_conversation_id",

@@ -41,7 +41,15 @@ from analytics.report.assembly import ReportOptions
 from analytics.report.snapshots import Snapshotter
 from analytics.rollout import view
 from analytics.rollout.settings import make_controller
-from analytics.service import api, datasets, login, notifications_api, offline_gate_api, rollout_api
+from analytics.service import (
+    api,
+    datasets,
+    examples_api,
+    login,
+    notifications_api,
+    offline_gate_api,
+    rollout_api,
+)
 from analytics.service.access import Access, require_read, require_read_page
 from analytics.service.context import BackgroundWorker, ServiceContext, WorkerFactory
 from analytics.service.datasets import retention_worker
@@ -267,6 +275,7 @@ def create_app(
     app.include_router(rollout_api.router, dependencies=[Depends(require_read)])
     app.include_router(offline_gate_api.router, dependencies=[Depends(require_read)])
     app.include_router(notifications_api.router, dependencies=[Depends(require_read)])
+    app.include_router(examples_api.router, dependencies=[Depends(require_read)])
     app.include_router(datasets.router())
     app.include_router(control_api.router)
     app.include_router(control_api.legacy_router)

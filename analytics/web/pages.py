@@ -1,10 +1,11 @@
 """Routes of the dashboard: one HTML shell for every page, and its static assets.
 
 The shell is the same document for the experiments list, an experiment page (with its
-actions), its offline gate page, the new-experiment form and the settings page (upstreams,
-client keys, users); the JavaScript reads the path to decide what to draw. What a page may
-do is the API's decision: the pages call ``/admin`` with the session's CSRF token. Static files are served by a route
-(not a ``Mount``) so that ``router`` alone is enough to add the dashboard to an app.
+actions), its offline gate, examples and shadow-pair pages, the new-experiment form, the
+settings page (upstreams, client keys, users) and the notifications page; the JavaScript reads
+the path to decide what to draw. What a page may do is the API's decision: the pages call
+``/admin`` with the session's CSRF token. Static files are served by a route (not a
+``Mount``) so that ``router`` alone is enough to add the dashboard to an app.
 """
 
 from __future__ import annotations
@@ -64,6 +65,17 @@ def offline_gate_page(ref: Annotated[str, PathParam(min_length=1, max_length=128
 
 @router.get("/dashboard/notifications")
 def notifications_page() -> HTMLResponse:
+    return _shell()
+
+
+@router.get("/dashboard/experiments/{ref}/examples")
+def examples_page(ref: Annotated[str, PathParam(min_length=1, max_length=128)]) -> HTMLResponse:
+    # Filters are the page's query string, read by its script and passed on to the API.
+    return _shell()
+
+
+@router.get("/dashboard/experiments/{ref}/shadow-pairs")
+def shadow_pairs_page(ref: Annotated[str, PathParam(min_length=1, max_length=128)]) -> HTMLResponse:
     return _shell()
 
 

@@ -78,6 +78,8 @@ export const api = {
   experiments: () => getJSON("/experiments"),
   report: (ref) => getJSON(`/experiments/${encodeURIComponent(ref)}/report`),
   rollout: (ref) => getJSON(`/experiments/${encodeURIComponent(ref)}/rollout`),
+  examples: (ref, params) => getJSON(`/experiments/${encodeURIComponent(ref)}/examples?${new URLSearchParams(params)}`),
+  shadowPairs: (ref, params) => getJSON(`/experiments/${encodeURIComponent(ref)}/shadow-pairs?${new URLSearchParams(params)}`),
   offlineGate: (ref, items, offset) =>
     getJSON(`/experiments/${encodeURIComponent(ref)}/offline-gate?items=${items}&offset=${offset}`),
   webhooks: () => getJSON("/notifications/webhooks"),

@@ -118,7 +118,7 @@ export class ExperimentPage {
     const view = this.segmentView(r);
     const rows = forestRows(view.results, view.base, metrics, r.control);
     this.forest.update(rows);
-    $("#results tbody").innerHTML = resultRows(view.results, view.base, metrics, r.control);
+    $("#results tbody").innerHTML = resultRows(view.results, view.base, metrics, r.control, examplesLink(r, view.segment));
 
     this.renderTimeseries(r, metrics);
     const rolloutCard = $("#rollout-card");
@@ -153,7 +153,9 @@ export class ExperimentPage {
         : k >= 0
           ? "p-values corrected across metrics × candidates × segments"
           : `${r.segments.length} segments available`;
-    return k >= 0 ? { results: r.segments[k].results, base: `/segments/${k}/results` } : { results: r.results, base: "/results" };
+    return k >= 0
+      ? { results: r.segments[k].results, base: `/segments/${k}/results`, segment: r.segments[k].segment }
+      : { results: r.results, base: "/results", segment: null };
   }
 
   renderTimeseries(r, metrics) {
@@ -203,6 +205,8 @@ function head(r) {
       <span>started ${when(r.started_at)}</span>
       <span class="muted" id="generated" data-generated="${esc(r.generated_at)}">report ${when(r.generated_at)}</span>
       <a id="offline-gate-link" href="/dashboard/experiments/${encodeURIComponent(r.name)}/offline-gate">offline gate →</a>
+      <a id="examples-link" href="/dashboard/experiments/${encodeURIComponent(r.name)}/examples">examples →</a>
+      ${r.mode === "shadow" ? `<a id="shadow-pairs-link" href="/dashboard/experiments/${encodeURIComponent(r.name)}/shadow-pairs">shadow pairs →</a>` : ""}
     </div>`;
 }
 
@@ -320,7 +324,19 @@ function forestRows(results, base, metrics, control) {
   return rows;
 }
 
-function resultRows(results, base, metrics, control) {
+// "see examples" of a metrics-table row: the requests behind that metric (analytics.report.examples),
+// the control's beside the candidate's, in the segment shown.
+function examplesLink(r, segment) {
+  return (metric, variant) => {
+    const q = new URLSearchParams({ metric });
+    if (r.control) q.append("variant", r.control);
+    q.append("variant", variant);
+    if (segment) q.set("segment", segment);
+    return `/dashboard/experiments/${encodeURIComponent(r.name)}/examples?${q}`;
+  };
+}
+
+function resultRows(results, base, metrics, control, link) {
   // One row per metric × candidate, with the control's mean beside the candidate's;
   // metrics in catalogue order.
   const order = [...metrics.keys()];
@@ -350,7 +366,8 @@ function resultRows(results, base, metrics, control) {
       return `<tr class="tone-${tone(res)}" data-metric="${esc(res.metric)}" data-variant="${esc(res.variant)}"${err}>
         <td><span title="${esc(m.description || m.name || "")}">${esc(m.label)}</span>${variant}
           ${m.guardrail ? '<span class="tag guard">guardrail</span>' : ""}${fixed}${insufficient}${how}
-          <span class="dir" title="${m.direction === "increase" ? "higher" : "lower"} is better">${m.direction === "increase" ? "↑" : "↓"}</span></td>
+          <span class="dir" title="${m.direction === "increase" ? "higher" : "lower"} is better">${m.direction === "increase" ? "↑" : "↓"}</span>
+          <a class="ex-link" href="${esc(link(res.metric, res.variant))}" title="the requests behind this metric, ${esc(res.variant)} beside ${esc(control || "")}">see examples</a></td>
         <td class="r">${cell(res.units, "count", `${ptr}/units`)}</td>
         <td class="r muted">${controlMean}</td>
         <td class="r">${cell(res.mean, "num", `${ptr}/mean`)}</td>

@@ -2,6 +2,7 @@
 // ?refresh=SECONDS changes the poll period (default 5 s; 0 turns polling off).
 
 import { api, ApiError } from "./api.js";
+import { ExamplesPage, ShadowPairsPage } from "./examples.js";
 import { ExperimentPage } from "./experiment.js";
 import { clock, esc } from "./format.js";
 import { ActionsCard } from "./actions.js";
@@ -20,9 +21,14 @@ const root = document.getElementById("app");
 const status = document.getElementById("refresh-status");
 const crumbs = document.getElementById("crumbs");
 
-const match = location.pathname.match(/^\/dashboard\/experiments\/([^/]+)(\/offline-gate)?\/?$/);
+const match = location.pathname.match(/^\/dashboard\/experiments\/([^/]+)(\/offline-gate|\/examples|\/shadow-pairs)?\/?$/);
 const ref = match ? decodeURIComponent(match[1]) : null;
-const gate = Boolean(match && match[2]);
+const sub = match && match[2] ? match[2].slice(1) : null;
+const SUBPAGES = {
+  "offline-gate": [OfflineGatePage, "offline gate"],
+  examples: [ExamplesPage, "examples"],
+  "shadow-pairs": [ShadowPairsPage, "shadow pairs"],
+};
 const special = {
   "/dashboard/new": ["new experiment", CreatePage],
   "/dashboard/admin": ["settings", AdminPage],
@@ -34,8 +40,8 @@ const page = own
   ? new own[1](root)
   : !ref
     ? new ListPage(root)
-    : gate
-      ? new OfflineGatePage(root, ref)
+    : sub
+      ? new SUBPAGES[sub][0](root, ref)
       : new ExperimentPage(root, ref);
 const home = `<a href="/dashboard">experiments</a>`;
 const expLink = `<a href="/dashboard/experiments/${encodeURIComponent(ref ?? "")}">${esc(ref)}</a>`;
@@ -43,12 +49,12 @@ crumbs.innerHTML = own
   ? `${home} / <span>${own[0]}</span>`
   : !ref
     ? `<span>experiments</span> · <a href="/dashboard/notifications">notifications</a>`
-    : gate
-      ? `${home} / ${expLink} / <span>offline gate</span>`
+    : sub
+      ? `${home} / ${expLink} / <span>${SUBPAGES[sub][1]}</span>`
       : `${home} / <span>${esc(ref)}</span>`;
 
 // The actions of an experiment page (operators and admins; drawn once, redrawn after each action).
-const actions = ref && !gate ? new ActionsCard(root.querySelector("#head"), ref, api) : null;
+const actions = ref && !sub ? new ActionsCard(root.querySelector("#head"), ref, api) : null;
 renderWho(document.getElementById("who"));
 
 // Exposed for the browser test and for debugging from the console.
