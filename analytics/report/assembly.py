@@ -29,6 +29,7 @@ from analytics.report.comparison import (
     error,
 )
 from analytics.report.paired import paired_comparisons
+from analytics.report.risks import RiskOptions, rl_risks
 from analytics.report.schema import (
     AllocationRow,
     ErrorInfo,
@@ -42,9 +43,11 @@ from analytics.report.schema import (
 )
 from analytics.report.segments import segment_stats
 from analytics.report.snapshots import load_timeseries, with_current_point
+from analytics.risks import Guardrail
 from analytics.stats.correction import benjamini_hochberg, holm
 from analytics.stats.sequential import DEFAULT_PLANNED_UNITS
 from analytics.stats.sufficient import SampleStats
+from contracts.rollout_plan import RolloutPlanSchema
 
 #: Statuses after which the current look is an experiment's last (fixed-horizon tests valid).
 FINAL_STATUSES = frozenset({"stopped", "completed", "rolled_back"})
@@ -131,6 +134,10 @@ class ReportOptions:
     srm_grace_s: float = STAGE_GRACE_S  # the rollout controller's SRM grace after a stage change
     # Required for rollout experiments (their verdicts are the controller's): see RolloutPart.
     rollout: RolloutPartLoader | None = None
+    # The RL-risk detectors (analytics.report.risks); off: no rl_risks section.
+    rl_risks: bool = True
+    judge_score_min: float = 1.0
+    judge_score_max: float = 10.0
 
     @classmethod
     def from_settings(cls, s: _Settings, rollout: RolloutPartLoader | None = None) -> ReportOptions:
@@ -502,12 +509,42 @@ def build_report(
     if exp.mode == "shadow":
         update["paired"] = paired_comparisons(conn, exp.id, exp.control, [n for n, _, c in exp.variants if not c],
                                               generated, opts.paired_window_s, opts.max_pairs, opts.alpha)  # fmt: skip
+    if opts.rl_risks and units and exp.mode != "shadow":
+        update["rl_risks"] = rl_risks(
+            conn,
+            exp.id,
+            exp.control,
+            [n for n, _, c in exp.variants if not c],
+            risk_options(conn, exp.id, opts, compare),
+        )
     if opts.timeseries:
         series = load_timeseries(conn, exp.id, opts.max_timeseries_points)
         update["timeseries"] = with_current_point(series, report)
     update["errors"] = errors
     update["build_seconds"] = time.perf_counter() - started
     return report.model_copy(update=update)
+
+
+def plan_risk_guardrails(raw: Any) -> tuple[Guardrail, ...]:
+    """The per-category guardrails a stored rollout plan declares (none when it is invalid:
+    the controller holds an invalid plan, and the report shows the plan's errors)."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("rl_risks"), dict):
+        return ()
+    try:
+        rules = RolloutPlanSchema.model_validate(raw).rl_risks
+    except ValueError:
+        return ()
+    if rules is None:
+        return ()
+    return tuple(Guardrail(g.metric, g.margin, g.relative) for g in rules.category_guardrails)
+
+
+def risk_options(conn: Connection, eid: int, opts: ReportOptions, compare: CompareOptions) -> RiskOptions:
+    raw = conn.execute(text("SELECT rollout_plan FROM experiments WHERE id = :e"), {"e": eid}).scalar()
+    return RiskOptions(
+        alpha=opts.alpha, planned_units=compare.planned_units, min_units=compare.min_units,
+        guardrails=plan_risk_guardrails(raw), score_min=opts.judge_score_min, score_max=opts.judge_score_max,
+    )  # fmt: skip
 
 
 def _allocation(

@@ -112,6 +112,21 @@ def _compute(ctx: ServiceContext, conn: Connection, eid: int, source: str) -> Re
     return report
 
 
+def _served_report(ctx: ServiceContext, conn: Connection, eid: int, fresh: bool) -> Report:
+    """The latest snapshot when it is recent enough (and not ``fresh``), else a new report."""
+    report = None if fresh else latest_snapshot(conn, eid)
+    age = (datetime.now(UTC) - report.generated_at).total_seconds() if report is not None else None
+    if report is not None and age is not None and age <= ctx.settings.report_max_age_s:
+        series = load_timeseries(conn, eid, ctx.settings.max_timeseries_points)
+        ctx.metrics.report_requests.labels("snapshot").inc()
+        served = report.model_copy(update={"timeseries": series})
+        ctx.metrics.observe_risks(served)
+    else:
+        served = _compute(ctx, conn, eid, "api")
+        ctx.metrics.report_requests.labels("computed").inc()
+    return served
+
+
 @router.get("/api/experiments/{id_or_name}/report", response_model=Report)
 def get_report(
     ctx: Ctx, reader: Reader, id_or_name: str, fresh: Annotated[bool, Query()] = False
@@ -128,16 +143,22 @@ def get_report(
                 f" {ctx.settings.fresh_min_interval_s:g} s ago; retry in {math.ceil(wait)} s",
                 headers={"Retry-After": str(math.ceil(wait))},
             )
-        report = None if fresh else latest_snapshot(conn, eid)
-        age = (datetime.now(UTC) - report.generated_at).total_seconds() if report is not None else None
-        if report is not None and age is not None and age <= ctx.settings.report_max_age_s:
-            series = load_timeseries(conn, eid, ctx.settings.max_timeseries_points)
-            report = report.model_copy(update={"timeseries": series})
-            ctx.metrics.report_requests.labels("snapshot").inc()
-        else:
-            report = _compute(ctx, conn, eid, "api")
-            ctx.metrics.report_requests.labels("computed").inc()
+        report = _served_report(ctx, conn, eid, fresh)
     return Response(report.model_dump_json(), media_type="application/json")
+
+
+@router.get("/api/experiments/{id_or_name}/rl-risks")
+def get_rl_risks(ctx: Ctx, _: Reader, id_or_name: str) -> Response:
+    """The report's ``rl_risks`` section (the same numbers as ``/report``, from the same
+    snapshot or computation), one entry per candidate."""
+    with ctx.engine.connect() as conn:
+        eid = resolve_experiment(conn, id_or_name)
+        report = _served_report(ctx, conn, eid, False)
+    body = {
+        "experiment_id": report.experiment_id, "name": report.name, "generated_at": report.generated_at,
+        "alpha": report.alpha, "rl_risks": [r.model_dump(mode="json") for r in report.rl_risks],
+    }  # fmt: skip
+    return Response(orjson.dumps(body), media_type="application/json")
 
 
 @router.post("/api/experiments/{id_or_name}/snapshot", response_model=Report, status_code=201)

@@ -59,7 +59,9 @@ class ServiceContext:
             return 0.0
 
     def build(self, conn: Connection, experiment_id: int, now: datetime | None = None) -> Report:
-        return build_report(conn, experiment_id, now=now, options=self.options)
+        report = build_report(conn, experiment_id, now=now, options=self.options)
+        self.metrics.observe_risks(report)  # the snapshotter's reports set the alarm gauges too
+        return report
 
 
 WorkerFactory = Callable[[ServiceContext], BackgroundWorker | None]
