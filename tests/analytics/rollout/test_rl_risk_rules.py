@@ -111,3 +111,21 @@ def test_plans_with_bad_rl_risk_rules_are_refused_with_the_reason(
 ) -> None:
     reason = plan_problems(PLAN | {"rl_risks": rules})
     assert reason is not None and problem in reason, reason
+
+
+def test_the_plan_check_warns_what_the_rules_depend_on() -> None:
+    from analytics.rollout.check import check_plan
+
+    plan = PLAN | {
+        "rl_risks": {
+            "category_guardrails": [{"metric": "satisfaction", "margin": 0.1}],
+            "hold_on": ["goodhart"],
+            "rollback_on": ["stuffing"],
+        }
+    }
+    checked = check_plan(plan, {})
+    assert checked.errors == []
+    text = " | ".join(checked.warnings)
+    assert "needs judge scores" in text and "needs stored responses" in text
+    assert 'use "relative": false' in text
+    assert not [w for w in check_plan(PLAN | {"rl_risks": None}, {}).warnings if "rl_risks" in w]
