@@ -116,7 +116,7 @@ _GROUPS = text(
         FROM r LEFT JOIN f USING (request_id) LEFT JOIN j USING (request_id)
     )
     SELECT unit_id, variant, category,
-           floor(:lb * log(2, 1 + tokens))::int AS lbin,
+           floor(:lb * ln(1 + tokens::float8) / ln(2.0::float8))::int AS lbin,
            CASE WHEN score IS NULL THEN -1
                 ELSE least(:sb - 1, greatest(0, floor((score - :lo) / :sw)))::int END AS sbin,
            count(*), sum(tokens), sum(up), sum(down), sum(y),
@@ -170,20 +170,21 @@ def _load_groups(conn: Connection, eid: int, variants: Sequence[str], opts: Risk
         {"e": eid, "variants": list(variants), "lb": LENGTH_BINS_PER_DOUBLING, "sb": SCORE_BINS,
          "lo": opts.score_min, "sw": width},
     ).all()  # fmt: skip
-    units = [r[0] for r in rows]
-    _, unit_codes = (
-        np.unique(np.array(units, dtype=object), return_inverse=True) if rows else (None, np.zeros(0))
-    )
-    categories = tuple(sorted({r[2] for r in rows}))
-    cat_code = {c: i for i, c in enumerate(categories)}
-    cols = np.array([[float(x) for x in r[5:]] for r in rows], dtype=float).reshape(len(rows), len(_COLUMNS))
+    if not rows:
+        empty = np.zeros(0, dtype=np.int64)
+        return _Groups(empty, np.zeros(0, dtype=object), empty, (), empty, empty,
+                       {name: np.zeros(0) for name in _COLUMNS})  # fmt: skip
+    table = np.array(rows, dtype=object)  # column-wise conversion: no per-value Python loop
+    _, unit_codes = np.unique(table[:, 0].astype(str), return_inverse=True)
+    categories_all, cat_codes = np.unique(table[:, 2].astype(str), return_inverse=True)
+    cols = table[:, 5:].astype(float)
     return _Groups(
-        unit=np.asarray(unit_codes, dtype=np.int64).reshape(-1),
-        variant=np.array([r[1] for r in rows], dtype=object),
-        category=np.array([cat_code[r[2]] for r in rows], dtype=np.int64),
-        categories=categories,
-        lbin=np.array([int(r[3]) for r in rows], dtype=np.int64),
-        sbin=np.array([int(r[4]) for r in rows], dtype=np.int64),
+        unit=unit_codes.astype(np.int64).reshape(-1),
+        variant=table[:, 1].astype(str).astype(object),
+        category=cat_codes.astype(np.int64).reshape(-1),
+        categories=tuple(str(c) for c in categories_all),
+        lbin=table[:, 3].astype(np.int64),
+        sbin=table[:, 4].astype(np.int64),
         v={name: cols[:, i] for i, name in enumerate(_COLUMNS)},
     )
 
