@@ -30,6 +30,7 @@ from analytics.report.comparison import (
 )
 from analytics.report.paired import paired_comparisons
 from analytics.report.risks import RiskOptions, rl_risks
+from analytics.report.risks_schema import RlRisks
 from analytics.report.schema import (
     AllocationRow,
     ErrorInfo,
@@ -115,6 +116,8 @@ class _Settings(Protocol):
     max_pairs: int
     paired_window_s: float
     rollout_srm_grace_s: float
+    rl_risks: bool
+    rl_risks_max_age_s: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +139,7 @@ class ReportOptions:
     rollout: RolloutPartLoader | None = None
     # The RL-risk detectors (analytics.report.risks); off: no rl_risks section.
     rl_risks: bool = True
+    rl_risks_max_age_s: float = 0.0  # reuse the latest snapshot's section while younger
     judge_score_min: float = 1.0
     judge_score_max: float = 10.0
 
@@ -149,6 +153,8 @@ class ReportOptions:
             max_pairs=s.max_pairs,
             paired_window_s=s.paired_window_s,
             srm_grace_s=s.rollout_srm_grace_s,
+            rl_risks=s.rl_risks,
+            rl_risks_max_age_s=s.rl_risks_max_age_s,
         )
 
     @property
@@ -510,19 +516,46 @@ def build_report(
         update["paired"] = paired_comparisons(conn, exp.id, exp.control, [n for n, _, c in exp.variants if not c],
                                               generated, opts.paired_window_s, opts.max_pairs, opts.alpha)  # fmt: skip
     if opts.rl_risks and units and exp.mode != "shadow":
-        update["rl_risks"] = rl_risks(
-            conn,
-            exp.id,
-            exp.control,
-            [n for n, _, c in exp.variants if not c],
-            risk_options(conn, exp.id, opts, compare),
-        )
+        candidates = [n for n, _, c in exp.variants if not c]
+        reused = _recent_risks(conn, exp.id, exp.control, candidates, generated, opts.rl_risks_max_age_s)
+        if reused is None:
+            fresh = rl_risks(conn, exp.id, exp.control, candidates, risk_options(conn, exp.id, opts, compare))
+            reused = [r.model_copy(update={"computed_at": generated}) for r in fresh]
+        update["rl_risks"] = reused
     if opts.timeseries:
         series = load_timeseries(conn, exp.id, opts.max_timeseries_points)
         update["timeseries"] = with_current_point(series, report)
     update["errors"] = errors
     update["build_seconds"] = time.perf_counter() - started
     return report.model_copy(update=update)
+
+
+def _recent_risks(conn: Connection, eid: int, control: str, candidates: Sequence[str], now: datetime,
+                  max_age_s: float) -> list[RlRisks] | None:  # fmt: skip
+    """The latest snapshot's rl_risks when every entry was computed within ``max_age_s`` for
+    the same control and candidates (None: compute afresh)."""
+    if max_age_s <= 0:
+        return None
+    raw = conn.execute(
+        text(
+            "SELECT report->'rl_risks' FROM analysis_snapshots WHERE experiment_id = :e AND report IS NOT NULL"
+            " ORDER BY created_at DESC, id DESC LIMIT 1"
+        ),
+        {"e": eid},
+    ).scalar()
+    if not isinstance(raw, list) or not raw:
+        return None
+    try:
+        found = [RlRisks.model_validate(r) for r in raw]
+    except ValueError:
+        return None  # a section of an older schema: compute afresh
+    fresh = all(
+        r.computed_at is not None
+        and 0 <= (now - r.computed_at).total_seconds() <= max_age_s
+        and r.control == control
+        for r in found
+    )
+    return found if fresh and [r.variant for r in found] == list(candidates) else None
 
 
 def plan_risk_guardrails(raw: Any) -> tuple[Guardrail, ...]:

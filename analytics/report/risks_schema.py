@@ -15,6 +15,7 @@ Numbers follow the report's conventions (finite floats or ``None``); formulas ar
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -230,6 +231,9 @@ class RlRisks(_Model):
     judge: JudgePart
     phrases: PhrasePart
     build_seconds: float | None = None
+    # When the section was computed (a report may reuse a recent snapshot's section: the
+    # service's LIFTGATE_RL_RISKS_MAX_AGE_S).
+    computed_at: datetime | None = None
 
     def alarm(self, name: str) -> RiskAlarm | None:
         return next((a for a in self.alarms if a.name == name), None)

@@ -53,6 +53,11 @@ class AnalyticsSettings(BaseSettings):
     # A report request is served from the latest snapshot when it is younger than this.
     report_max_age_s: float = Field(default=60.0, ge=0, le=86_400)
     alpha: float = Field(default=0.05, gt=0, lt=0.5)
+    # The report's RL-risk detectors read every primary response: a report reuses the latest
+    # snapshot's rl_risks section while it is younger than this (0: computed in every report;
+    # the rollout controller always computes its own). ``rl_risks: false`` leaves it out.
+    rl_risks: bool = True
+    rl_risks_max_age_s: float = Field(default=300.0, ge=0, le=86_400)
     # Bounds that keep a report cheap whatever the data: segments shown, snapshots in the
     # time series, and shadow pairs read for the paired comparison.
     max_segments: int = Field(default=12, ge=0, le=200)

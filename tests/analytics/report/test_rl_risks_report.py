@@ -132,3 +132,26 @@ def test_ngrams_are_lower_cased_word_one_to_three_grams() -> None:
         "great question it's", "question it's 2x",
     }  # fmt: skip
     assert ngrams("") == set()
+
+
+def test_a_recent_snapshots_section_is_reused_within_its_max_age_and_recomputed_after(engine: Engine) -> None:
+    from datetime import timedelta
+
+    from analytics.report.snapshots import save_snapshot
+
+    eid, _ = _risks(engine, "aa", 60, seed=8)
+    with engine.begin() as conn:
+        report = build_report(conn, eid, options=OPTS)
+        save_snapshot(conn, report, source="api")
+    computed = report.rl_risks[0].computed_at
+    assert computed is not None
+    ingest(engine, scenario_events(eid, "aa", 40, seed=9))  # more data: a new section would differ
+    reuse = ReportOptions(segments=False, timeseries=False, rl_risks_max_age_s=300.0)
+    with engine.connect() as conn:
+        again = build_report(conn, eid, options=reuse, now=computed + timedelta(seconds=299))
+        later = build_report(conn, eid, options=reuse, now=computed + timedelta(seconds=301))
+    assert again.rl_risks == report.rl_risks
+    assert later.rl_risks[0].computed_at == computed + timedelta(seconds=301)
+    before, after = report.rl_risks[0].verbosity.decomposition, later.rl_risks[0].verbosity.decomposition
+    assert before is not None and after is not None
+    assert after.responses_control > before.responses_control
