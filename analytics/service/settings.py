@@ -58,6 +58,14 @@ class AnalyticsSettings(BaseSettings):
     # the rollout controller always computes its own). ``rl_risks: false`` leaves it out.
     rl_risks: bool = True
     rl_risks_max_age_s: float = Field(default=300.0, ge=0, le=86_400)
+    # The judge the probe (POST .../rl-risks/probe) re-scores with: the gateway's variables,
+    # so one environment configures both (unset: the probe answers 503).
+    judge_url: str | None = None
+    judge_model: str = "judge"
+    judge_api_key: str | None = Field(default=None, repr=False)
+    judge_score_min: float = 1.0
+    judge_score_max: float = 10.0
+    judge_timeout_s: float = Field(default=30.0, gt=0, le=600)
     # Bounds that keep a report cheap whatever the data: segments shown, snapshots in the
     # time series, and shadow pairs read for the paired comparison.
     max_segments: int = Field(default=12, ge=0, le=200)

@@ -27,7 +27,7 @@ from liftgate.scenarios import scenario
 from liftgate.simulator_process import SimulatorProcess
 from tests.analytics.report_data import create_experiment
 from tests.analytics.service import test_app
-from tests.analytics.service.test_app import READ_TOKEN, Service
+from tests.analytics.service.test_app import READ_TOKEN, TOKEN, Service
 from tests.gateway.conftest import MemorySink, experiment, start_gateway, static_source
 
 FAST = {"latency_ms": 3.0, "latency_sd": 0.5, "ttft_ms": 1.0, "ttft_sd": 0.2, "error_rate": 0.0}
@@ -140,3 +140,15 @@ def test_prometheus_gauges_carry_one_bounded_series_per_alarm_equal_to_the_api(
         evaluable = found["liftgate_analytics_rl_risk_evaluable"][(str(seeded["id"]), "candidate", alarm)]
         assert evaluable == (1.0 if alarms[alarm]["state"] == "ok" else 0.0)
     assert mine[(str(seeded["id"]), "candidate", "stuffing")] == 1.0
+
+
+def test_the_judge_probe_needs_the_admin_token_and_a_configured_judge(
+    service: Service, seeded: dict[str, Any]
+) -> None:
+    path = f"/api/experiments/{seeded['id']}/rl-risks/probe"
+    assert service.call("POST", path, {"phrase": "great question"})[0] == 403  # the read token
+    assert service.call("POST", path, {"phrase": "great question"}, token=None)[0] == 401
+    status, body = service.call("POST", path, {"phrase": "great question"}, token=TOKEN)
+    assert status == 503 and "LIFTGATE_JUDGE_URL" in body["detail"]
+    assert service.call("POST", path, {"phrase": ""}, token=TOKEN)[0] == 422
+    assert service.call("POST", path, {"phrase": "x", "samples": 5000}, token=TOKEN)[0] == 422
