@@ -74,7 +74,9 @@ def _generate(pg: psycopg.Connection, n: int) -> int:
         "INSERT INTO experiments (name, route, mode, status, salt) VALUES ('bench-rl', 'assistant', 'ab', 'running',"
         " 's') RETURNING id"
     ).fetchone()[0]  # type: ignore[index]
-    up = pg.execute("INSERT INTO upstreams (name, base_url) VALUES ('bench', 'http://127.0.0.1:9') RETURNING id")
+    up = pg.execute(
+        "INSERT INTO upstreams (name, base_url) VALUES ('bench', 'http://127.0.0.1:9') RETURNING id"
+    )
     up_id = up.fetchone()[0]  # type: ignore[index]
     for i, name in enumerate(("control", "candidate")):
         pg.execute(
@@ -124,7 +126,9 @@ def main() -> None:
     with engine.connect() as conn:
         eid = conn.execute(text("SELECT id FROM experiments WHERE name = 'bench-rl'")).scalar_one()
         counts = {
-            t: conn.execute(text(f"SELECT count(*) FROM {t} WHERE experiment_id = :e"), {"e": eid}).scalar_one()
+            t: conn.execute(
+                text(f"SELECT count(*) FROM {t} WHERE experiment_id = :e"), {"e": eid}
+            ).scalar_one()
             for t in ("interactions", "feedback", "judgements")
         }
     print(counts, flush=True)
@@ -137,7 +141,9 @@ def main() -> None:
             section = rl_risks(conn, eid, "control", ["candidate"], RiskOptions())
             times.append(time.perf_counter() - started)
             cpu.append(time.process_time() - c0)
-        print(f"rl_risks {times[-1]:.2f} s wall, {cpu[-1]:.2f} s Python CPU, load {loads[-1]:.1f}", flush=True)
+        print(
+            f"rl_risks {times[-1]:.2f} s wall, {cpu[-1]:.2f} s Python CPU, load {loads[-1]:.1f}", flush=True
+        )
     assert section is not None
     r = section[0]
     result = {
