@@ -89,6 +89,9 @@ class RiskOptions:
     phrase_top: int = 20
     min_phrase_responses: int = 10
     seed: int = 0
+    # Above this many units the detectors read a random subset of units (by a hash of the
+    # unit id, the same for both arms): the cost stays bounded, every test stays valid.
+    max_units: int = 100_000
 
 
 _GROUPS = text(
@@ -99,6 +102,7 @@ _GROUPS = text(
         FROM interactions i
         WHERE i.experiment_id = :e AND i.role = 'primary' AND i.status = 'ok'
           AND i.variant = ANY(:variants)
+          AND (:ppm >= 1000000 OR (hashtext(i.unit_id) & 2147483647) % 1000000 < :ppm)
     ), f AS (
         SELECT request_id, max((kind = 'thumbs_up')::int) AS up, max((kind = 'thumbs_down')::int) AS down
         FROM feedback
@@ -163,12 +167,26 @@ class _Groups:
     v: dict[str, np.ndarray]
 
 
-def _load_groups(conn: Connection, eid: int, variants: Sequence[str], opts: RiskOptions) -> _Groups:
+def _units_share(conn: Connection, eid: int, opts: RiskOptions) -> float:
+    """The share of units the detectors read (1.0 up to ``max_units`` units)."""
+    units = conn.execute(
+        text("SELECT count(*) FROM unit_rollups WHERE experiment_id = :e"), {"e": eid}
+    ).scalar()
+    if not units:  # no rollups (tests, raw rows only): count the raw rows' units
+        units = conn.execute(
+            text("SELECT count(DISTINCT unit_id) FROM interactions WHERE experiment_id = :e"), {"e": eid}
+        ).scalar()
+    return min(1.0, opts.max_units / units) if units else 1.0
+
+
+def _load_groups(
+    conn: Connection, eid: int, variants: Sequence[str], opts: RiskOptions, share: float = 1.0
+) -> _Groups:
     width = (opts.score_max - opts.score_min) / SCORE_BINS
     rows = conn.execute(
         _GROUPS,
-        {"e": eid, "variants": list(variants), "lb": LENGTH_BINS_PER_DOUBLING, "sb": SCORE_BINS,
-         "lo": opts.score_min, "sw": width},
+        {"ppm": round(share * 1_000_000), "e": eid, "variants": list(variants), "lb": LENGTH_BINS_PER_DOUBLING,
+         "sb": SCORE_BINS, "lo": opts.score_min, "sw": width},
     ).all()  # fmt: skip
     if not rows:
         empty = np.zeros(0, dtype=np.int64)
@@ -587,7 +605,8 @@ def rl_risks(
     opts = opts or RiskOptions()
     if not candidates:
         return []
-    g = _load_groups(conn, experiment_id, [control, *candidates], opts)
+    share = _units_share(conn, experiment_id, opts)
+    g = _load_groups(conn, experiment_id, [control, *candidates], opts, share)
     out = []
     for candidate in candidates:
         started = time.perf_counter()
@@ -601,7 +620,7 @@ def rl_risks(
         out.append(
             RlRisks(
                 variant=candidate, control=control, outcome=OUTCOME, units_control=n_units[0],
-                units_candidate=n_units[1], min_units=opts.min_units,
+                units_candidate=n_units[1], min_units=opts.min_units, units_share=share,
                 alarms=_alarms(mix, cap, verb, judge, phrases), category_mix=mix, capability=cap,
                 verbosity=verb, judge=judge, phrases=phrases, build_seconds=time.perf_counter() - started,
             )

@@ -224,6 +224,8 @@ class RlRisks(_Model):
     units_control: int
     units_candidate: int
     min_units: int
+    # The share of the experiment's units read (a hash sample above RiskOptions.max_units).
+    units_share: float = 1.0
     alarms: list[RiskAlarm]
     category_mix: CategoryMixPart
     capability: CapabilityPart

@@ -155,3 +155,16 @@ def test_a_recent_snapshots_section_is_reused_within_its_max_age_and_recomputed_
     before, after = report.rl_risks[0].verbosity.decomposition, later.rl_risks[0].verbosity.decomposition
     assert before is not None and after is not None
     assert after.responses_control > before.responses_control
+
+
+def test_above_max_units_a_hash_sample_of_units_is_read_in_both_arms(engine: Engine) -> None:
+    from analytics.report.risks import RiskOptions, rl_risks
+
+    eid, full = _risks(engine, "aa", 200, seed=10)
+    with engine.connect() as conn:
+        sampled = rl_risks(conn, eid, "control", ["candidate"], RiskOptions(max_units=200))[0]
+    assert full.units_share == 1.0 and sampled.units_share == 0.5
+    assert 70 <= sampled.units_control <= 130 and 70 <= sampled.units_candidate <= 130
+    with engine.connect() as conn:  # the same units every time (a hash, not a draw)
+        again = rl_risks(conn, eid, "control", ["candidate"], RiskOptions(max_units=200))[0]
+    assert (again.units_control, again.units_candidate) == (sampled.units_control, sampled.units_candidate)
