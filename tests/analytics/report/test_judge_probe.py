@@ -19,6 +19,10 @@ from liftgate.simulator_process import SimulatorProcess
 from tests.analytics.report_data import create_experiment
 from tests.analytics.risks_data import scenario_events
 
+# Stopped, not running: the session's snapshotters (other modules' service processes) snapshot
+# every running experiment, and these carry raw responses the RL-risk section reads.
+STOPPED = "stopped"
+
 FAST = {"latency_ms": 2.0, "latency_sd": 0.2, "ttft_ms": 1.0, "ttft_sd": 0.1}
 
 
@@ -32,7 +36,7 @@ def judge() -> Iterator[JudgeEndpoint]:
 @pytest.fixture(scope="module")
 def hacker(engine: Engine) -> int:
     with engine.begin() as conn:
-        eid, _ = create_experiment(conn, [("control", 1), ("candidate", 1)])
+        eid, _ = create_experiment(conn, [("control", 1), ("candidate", 1)], status=STOPPED)
     ingest(engine, scenario_events(eid, "reward-hacking", 150, seed=41))
     return eid
 

@@ -19,13 +19,17 @@ from contracts.rollout_plan import CategoryMetric, RiskAlarm
 from tests.analytics.report_data import create_experiment
 from tests.analytics.risks_data import scenario_events
 
+# Stopped, not running: the session's snapshotters (other modules' service processes) snapshot
+# every running experiment, and these carry raw responses the RL-risk section reads.
+STOPPED = "stopped"
+
 OPTS = ReportOptions(segments=False, timeseries=False)
 
 
 def _risks(engine: Engine, scenario: str, units: int, seed: int, plan: dict[str, Any] | None = None,
            **kw: Any) -> tuple[int, RlRisks]:  # fmt: skip
     with engine.begin() as conn:
-        eid, _ = create_experiment(conn, [("control", 1), ("candidate", 1)])
+        eid, _ = create_experiment(conn, [("control", 1), ("candidate", 1)], status=STOPPED)
         if plan is not None:
             conn.execute(
                 text("UPDATE experiments SET rollout_plan = CAST(:p AS jsonb) WHERE id = :e"),

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
 from analytics.ingest.write import ingest
 from analytics.rollout.controller import Controller
@@ -38,6 +38,9 @@ def _look(engine: Engine, controller: Controller, clock: Clock, scenario: str, u
     clock.step(60.0)
     decision = controller.evaluate(eid, force=True)
     assert decision is not None
+    if decision.decision == "hold":  # park it: later modules' snapshotters snapshot running experiments
+        with engine.begin() as conn:
+            conn.execute(text("UPDATE experiments SET status = 'paused' WHERE id = :e"), {"e": eid})
     return eid, decision
 
 

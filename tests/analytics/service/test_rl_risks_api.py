@@ -30,6 +30,10 @@ from tests.analytics.service import test_app
 from tests.analytics.service.test_app import READ_TOKEN, TOKEN, Service
 from tests.gateway.conftest import MemorySink, experiment, start_gateway, static_source
 
+# Stopped, not running: the session's snapshotters (other modules' service processes) snapshot
+# every running experiment, and these carry raw responses the RL-risk section reads.
+STOPPED = "stopped"
+
 FAST = {"latency_ms": 3.0, "latency_sd": 0.5, "ttft_ms": 1.0, "ttft_sd": 0.2, "error_rate": 0.0}
 USERS = 400
 service = test_app.service  # the analytics service process, on this module's ``seeded``
@@ -70,7 +74,9 @@ async def _traffic(url: str, users: int, seed: int) -> int:
 def seeded(engine: Engine) -> Iterator[dict[str, Any]]:
     """Overrides test_app's fixture: the experiment the service reports on, with gateway data."""
     with engine.begin() as conn:
-        eid, name = create_experiment(conn, [("control", 1), ("candidate", 1)], metrics=["thumbs_up_rate"])
+        eid, name = create_experiment(
+            conn, [("control", 1), ("candidate", 1)], status=STOPPED, metrics=["thumbs_up_rate"]
+        )
     sc = scenario("reward-hacking")
     sink = MemorySink()
     with SimulatorProcess([replace(m, **FAST) for m in sc.models]) as sim:  # type: ignore[arg-type]

@@ -15,11 +15,17 @@ from tests.analytics.web.conftest import WatchedPage, snapshot
 from tests.analytics.web.services import READ_TOKEN, get_json
 from tests.analytics.web.test_dashboard import SCREENSHOTS, assert_numbers_match, canvas_has_pixels, open_page
 
+# Stopped, not running: the session's snapshotters (other modules' service processes) snapshot
+# every running experiment, and these carry raw responses the RL-risk section reads.
+STOPPED = "stopped"
+
 
 @pytest.fixture(scope="module")
 def hacker(engine: Engine, analytics_url: str, admin_token: str) -> str:
     with engine.begin() as conn:
-        eid, name = create_experiment(conn, [("control", 1), ("candidate", 1)], name="rl-hacker")
+        eid, name = create_experiment(
+            conn, [("control", 1), ("candidate", 1)], status=STOPPED, name="rl-hacker"
+        )
     ingest(engine, scenario_events(eid, "reward-hacking", 500, seed=31))
     snapshot(analytics_url, admin_token, name)
     return name
@@ -65,7 +71,7 @@ def test_an_experiment_without_responses_shows_the_panel_empty_without_errors(
     watched: WatchedPage, analytics_url: str, engine: Engine, admin_token: str
 ) -> None:
     with engine.begin() as conn:
-        _, name = create_experiment(conn, [("control", 1), ("candidate", 1)], name="rl-empty")
+        _, name = create_experiment(conn, [("control", 1), ("candidate", 1)], status=STOPPED, name="rl-empty")
     open_page(watched, f"{analytics_url}/dashboard/experiments/{name}")
     assert "No RL-risk analysis yet" in watched.page.inner_text("#risks")
     assert watched.errors == []
