@@ -178,7 +178,8 @@ def post_probe(ctx: Ctx, actor: Admin, id_or_name: str, body: ProbeRequest) -> d
     Admin only: it sends stored user text to the judge and costs 4 × samples judge calls."""
     s = ctx.settings
     if not s.judge_url:
-        raise HTTPException(503, "no judge configured: set LIFTGATE_JUDGE_URL (and LIFTGATE_JUDGE_MODEL)")
+        # 409, not 503: the service is healthy, it is configured without a judge
+        raise HTTPException(409, "no judge configured: set LIFTGATE_JUDGE_URL (and LIFTGATE_JUDGE_MODEL)")
     if not body.phrase.isprintable():
         raise HTTPException(422, "phrase must be printable text")
     judge = JudgeEndpoint(s.judge_url, s.judge_model, s.judge_api_key, score_min=s.judge_score_min,

@@ -155,6 +155,6 @@ def test_the_judge_probe_needs_the_admin_token_and_a_configured_judge(
     assert service.call("POST", path, {"phrase": "great question"})[0] == 403  # the read token
     assert service.call("POST", path, {"phrase": "great question"}, token=None)[0] == 401
     status, body = service.call("POST", path, {"phrase": "great question"}, token=TOKEN)
-    assert status == 503 and "LIFTGATE_JUDGE_URL" in body["detail"]
+    assert status == 409 and "LIFTGATE_JUDGE_URL" in body["detail"]
     assert service.call("POST", path, {"phrase": ""}, token=TOKEN)[0] == 422
     assert service.call("POST", path, {"phrase": "x", "samples": 5000}, token=TOKEN)[0] == 422
