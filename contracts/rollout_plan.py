@@ -85,6 +85,45 @@ class SequentialSpec(_Strict):
         return self.spending or "obrien_fleming"
 
 
+#: The RL-risk alarms a plan may act on (``analytics.report.risks_schema.ALARM_NAMES``
+#: without ``category_guardrail``, which ``category_guardrails`` declares).
+RiskAlarm = Literal["forgetting", "category_mix", "verbosity", "goodhart", "stuffing"]
+#: Metrics of the capability matrix (``analytics.report.risks.MATRIX_METRICS``).
+CategoryMetric = Literal["thumbs_down_rate", "thumbs_up_rate", "satisfaction"]
+
+
+class CategoryGuardrailSpec(_Strict):
+    """No task category may be worse than ``margin`` on ``metric`` (relative to the
+    control's mean in that category, or absolute in the metric's unit)."""
+
+    metric: CategoryMetric
+    margin: float = Field(ge=0, le=10)
+    relative: bool = True
+
+
+class RlRiskRules(_Strict):
+    """What the controller does on the RL-risk detectors (``docs/rl-risks.md``)."""
+
+    category_guardrails: tuple[CategoryGuardrailSpec, ...] = Field(default=(), max_length=MAX_METRICS)
+    # A category over its margin: roll back (default) or hold.
+    on_category_breach: Literal["rollback", "hold"] = "rollback"
+    hold_on: tuple[RiskAlarm, ...] = Field(default=(), max_length=5)
+    rollback_on: tuple[RiskAlarm, ...] = Field(default=(), max_length=5)
+
+    @model_validator(mode="after")
+    def _distinct(self) -> RlRiskRules:
+        names = [g.metric for g in self.category_guardrails]
+        if len(set(names)) != len(names):
+            raise ValueError("a category guardrail metric is listed twice")
+        for field in ("hold_on", "rollback_on"):
+            values = getattr(self, field)
+            if len(set(values)) != len(values):
+                raise ValueError(f"{field} lists an alarm twice")
+        if both := sorted(set(self.hold_on) & set(self.rollback_on)):
+            raise ValueError(f"{', '.join(both)} in both hold_on and rollback_on")
+        return self
+
+
 class StageMinimums(_Strict):
     min_duration_s: float | None = Field(default=None, ge=0, le=30 * 86_400)
     min_units: int | None = Field(default=None, ge=0)
@@ -125,6 +164,8 @@ class RolloutPlanSchema(_Strict):
     # passed for it as configured now; "required": the same, and a missing declaration holds.
     offline_gate: Literal["if_declared", "required"] = "if_declared"
     sequential: SequentialSpec = Field(default_factory=SequentialSpec)
+    # Per-category guardrails and RL-risk alarms the controller acts on (None: none).
+    rl_risks: RlRiskRules | None = None
 
     @field_validator("guardrails", mode="before")
     @classmethod

@@ -53,6 +53,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from analytics.report.risks_schema import RlRisks
+
 SCHEMA_VERSION = 1
 
 MetricKind = Literal["proportion", "mean", "ratio", "quantile"]
@@ -392,6 +394,8 @@ class Report(_Model):
     segments: list[SegmentBreakdown] = Field(default_factory=list)
     paired: list[PairedComparison] = Field(default_factory=list)
     rollout: RolloutSection | None = None
+    # RL-risk detectors, one entry per candidate (analytics.report.risks_schema)
+    rl_risks: list[RlRisks] = Field(default_factory=list)
     build_seconds: float | None = None
     errors: list[ErrorInfo] = Field(default_factory=list)
 

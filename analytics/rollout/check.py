@@ -200,6 +200,42 @@ def _test_name(margin: Margin) -> str:
     return "rate_score" if margin.rate and margin.absolute is not None else "mean"
 
 
+def rl_risk_warnings(plan: RolloutPlan) -> list[str]:
+    """What the plan's ``rl_risks`` rules depend on that the plan cannot ensure by itself."""
+    rules = plan.rl_risks
+    if rules is None:
+        return []
+    out: list[str] = []
+    acted = set(rules.hold_on) | set(rules.rollback_on)
+    if "goodhart" in acted:
+        out.append(
+            "rl_risks acts on goodhart: it needs judge scores (the gateway's LIFTGATE_JUDGE_URL and "
+            "LIFTGATE_JUDGE_SAMPLE_RATE > 0); without them promotion holds"
+        )
+    if "stuffing" in acted:
+        out.append(
+            "rl_risks acts on stuffing: it needs stored responses (the experiment's content_logging full "
+            "or redacted); without them promotion holds"
+        )
+    if rules.category_guardrails and plan.min_test_units < 30:
+        out.append(
+            f"category guardrails are tested per category from {plan.min_test_units} units per arm: "
+            "small categories are noisy; 30 or more is advised"
+        )
+    for g in rules.category_guardrails:
+        if g.relative and g.metric != "satisfaction":
+            out.append(
+                f"category guardrail {g.metric} has a relative margin: undefined in a category where the "
+                "control has no such event (that category is then untested, never a pass)"
+            )
+        if g.relative and g.metric == "satisfaction":
+            out.append(
+                "category guardrail satisfaction has a relative margin on a mean that can be 0 or negative: "
+                'use "relative": false (an absolute margin)'
+            )
+    return out
+
+
 def check_plan(
     raw: Any,
     catalogue: Mapping[str, Metric],
@@ -234,6 +270,7 @@ def check_plan(
                 f"{metric.name} is an event rate with only a relative margin: undefined while the control has no "
                 f"events (the rollout then holds); add absolute_margin (e.g. 0.01)"
             )
+    warnings += rl_risk_warnings(plan)
     if plan.expected_units_per_s is not None:
         rps = plan.expected_requests_per_s or plan.expected_units_per_s
         traffic = Traffic(plan.expected_units_per_s, rps, "plan")

@@ -26,6 +26,8 @@ from analytics.ingest.samples import read_samples
 from analytics.report.aggregate import unit_counts, variant_stats
 from analytics.report.assembly import resolve_metrics
 from analytics.report.catalogue import Metric
+from analytics.report.risks import RiskOptions, rl_risks
+from analytics.risks import Guardrail
 from analytics.rollout.check import check_plan, guardrails_of, plan_metric_names
 from analytics.rollout.decisions import Decision, Look, decide
 from analytics.rollout.evidence import (
@@ -36,6 +38,7 @@ from analytics.rollout.evidence import (
     check_success,
     guardrail_alpha,
     look_srm,
+    risk_look,
 )
 from analytics.rollout.margins import Margin
 from analytics.rollout.plan import PlanError, RolloutPlan, Stage, parse_plan
@@ -199,6 +202,19 @@ def measure(
     srm_since = row.stage_started_at + timedelta(seconds=srm_grace_s)
     srm_counts = in_stage if now >= srm_since else {}
     weights = {control.name: 100.0 - stage.percent, candidate.name: stage.percent}
+    risks = None
+    if plan.rl_risks is not None:
+        rules = plan.rl_risks
+        # Bonferroni over the rules acted on (the category guardrails count as one family,
+        # Holm inside), so P(any false hold or rollback from these rules) ≤ alpha.
+        families = len(set(rules.hold_on) | set(rules.rollback_on)) + (1 if rules.category_guardrails else 0)
+        opts = RiskOptions(
+            alpha=plan.alpha / max(1, families), planned_units=plan.planned_units,
+            min_units=plan.min_test_units,
+            guardrails=tuple(Guardrail(g.metric, g.margin, g.relative) for g in rules.category_guardrails),
+        )  # fmt: skip
+        section = rl_risks(conn, row.id, control.name, [candidate.name], opts)
+        risks = risk_look(section[0], rules)
     return Look(
         stage=stage,
         elapsed_s=elapsed_s,
@@ -210,6 +226,7 @@ def measure(
         success=wins,
         window=plan.guardrail_window,
         sequential=seq.mode,
+        risks=risks,
     )
 
 

@@ -6,8 +6,13 @@ applies wins):
 
 1. a tested guardrail is worse than its margin with confidence → **rollback** (safety
    first: reverting to the known-good baseline is allowed even when the split looks broken);
+1b. the plan's ``rl_risks``: a category guardrail over its margin (``on_category_breach``:
+   **rollback**, the default) or an alarm listed in ``rollback_on`` → **rollback**, naming
+   the category or the alarm;
 2. sample ratio mismatch among units active in this stage → ``on_srm``: **hold** (default),
    **rollback**, or **warn** (recorded in the evidence, then the rules below);
+2b. a category guardrail over its margin with ``on_category_breach: hold``, or an alarm
+   listed in ``hold_on`` → **hold**, naming it;
 3. a stage without control traffic (a 100% stage, reachable only when a plan was edited
    under a running rollout) → **hold**: nothing can be tested there, and serving everyone is
    the promotion, decided one stage earlier;
@@ -16,7 +21,9 @@ applies wins):
    stage) are not met → **hold**;
 6. a guardrail is not tested (too few units in a variant, no data, an undefined margin, a
    test that could not run) → **hold**, naming what each one lacks;
-7. the promotion stage (the last with control traffic) → **promote** once every guardrail
+7. the promotion stage (the last with control traffic) → **hold** while the plan declares
+   category guardrails and no category has been tested, or an alarm it acts on cannot be
+   evaluated (no judge, no stored text, too few units); else **promote** once every guardrail
    is non-inferior (``on_complete: hold`` holds instead), else **hold**;
 8. ``require_noninferiority`` and a guardrail not yet non-inferior → **hold**;
 9. otherwise → **advance** to the next stage.
@@ -30,7 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from analytics.rollout.evidence import GuardrailCheck, SrmLook, SuccessCheck
+from analytics.rollout.evidence import GuardrailCheck, RiskLook, SrmLook, SuccessCheck
 from analytics.rollout.plan import RolloutPlan, Stage
 
 
@@ -58,6 +65,7 @@ class Look:
     success: tuple[SuccessCheck, ...] = ()
     window: str = "stage"
     sequential: str = "always_valid"  # the plan's sequential mode
+    risks: RiskLook | None = None  # the plan's rl_risks rules (None: the plan has none)
 
     def evidence(self, code: str) -> dict[str, Any]:
         group: dict[str, Any] = {}
@@ -94,6 +102,7 @@ class Look:
                 {"metric": s.metric, "lift": s.lift, "lower": s.lower, "upper": s.upper, "p_value": s.p_value}
                 for s in self.success
             ],
+            "rl_risks": self.risks.evidence() if self.risks is not None else None,
         }
 
 
@@ -151,6 +160,13 @@ def decide(plan: RolloutPlan, look: Look) -> Decision:
     harmed = [g for g in look.guardrails if g.outcome == "harm"]
     if harmed:
         return out("rollback", "guardrail", _harm_reason(harmed[0]))
+    risks = look.risks
+    if risks is not None:
+        if risks.breaches and risks.on_category_breach == "rollback":
+            return out("rollback", "category_guardrail", "; ".join(risks.breaches))
+        roll = [(a, d) for a, d in risks.firing if a in risks.rollback_on]
+        if roll:
+            return out("rollback", "rl_risk", "; ".join(f"RL-risk alarm {a}: {d}" for a, d in roll))
     warn = ""
     if look.srm.flagged:
         srm = f"sample ratio mismatch in this stage (p={look.srm.p_value:.2g}, units {look.srm.counts})"
@@ -159,6 +175,16 @@ def decide(plan: RolloutPlan, look: Look) -> Decision:
         if plan.on_srm == "hold":
             return out("hold", "srm", srm + "; holding until the split is healthy")
         warn = f" (warning: {srm})"
+    if risks is not None:
+        if risks.breaches:  # on_category_breach: hold
+            return out(
+                "hold", "category_guardrail", "; ".join(risks.breaches) + "; on_category_breach=hold" + warn
+            )
+        held = [(a, d) for a, d in risks.firing if a in risks.hold_on]
+        if held:
+            return out(
+                "hold", "rl_risk", "; ".join(f"RL-risk alarm {a}: {d}" for a, d in held) + "; holding" + warn
+            )
     if not stage.evaluated:
         return out(
             "hold",
@@ -183,6 +209,16 @@ def decide(plan: RolloutPlan, look: Look) -> Decision:
         return out("hold", "untested", f"guardrails not tested yet: {lacks}" + warn)
     pending = [g for g in look.guardrails if g.outcome != "noninferior"]
     if stage.promotion:
+        if risks is not None and risks.untested:
+            return out(
+                "hold",
+                "category_guardrail",
+                "promotion needs the category guardrails tested: no category has "
+                "enough units in both arms yet" + warn,
+            )
+        if risks is not None and risks.unevaluated:
+            states = ", ".join(f"{a} ({risks.states.get(a)})" for a in risks.unevaluated)
+            return out("hold", "rl_risk", f"promotion needs the RL-risk alarms evaluated: {states}" + warn)
         if pending:
             return out(
                 "hold",

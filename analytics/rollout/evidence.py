@@ -33,6 +33,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from analytics.report.catalogue import Metric
+from analytics.report.risks_schema import RlRisks
 from analytics.rollout.margins import Margin
 from analytics.stats import (
     Direction,
@@ -51,6 +52,7 @@ from analytics.stats import (
     sequential_rate_noninferiority,
     sequential_srm,
 )
+from contracts.rollout_plan import RlRiskRules
 
 Outcome = Literal["harm", "noninferior", "inconclusive", "no_data", "insufficient_data", "error"]
 TESTED: frozenset[str] = frozenset({"harm", "noninferior", "inconclusive"})
@@ -482,3 +484,59 @@ def guardrail_alpha(plan_alpha: float, guardrails: Sequence[object], families: i
     """Bonferroni: each of k guardrails in each of ``families`` stages at alpha/(k·families)
     keeps the chance of any false rollback over the whole rollout ≤ alpha."""
     return plan_alpha / (max(1, len(guardrails)) * max(1, families))
+
+
+@dataclass(frozen=True, slots=True)
+class RiskLook:
+    """What the plan's ``rl_risks`` rules see at one look (cumulative data since the start).
+
+    ``breaches``: per-category guardrails over their margin, one line each naming the metric
+    and category; ``firing``: (alarm, detail) of the alarms the plan acts on that fire;
+    ``untested``: the plan's category guardrails with no category tested yet."""
+
+    breaches: tuple[str, ...]
+    breached_categories: tuple[str, ...]
+    firing: tuple[tuple[str, str], ...]
+    untested: bool
+    unevaluated: tuple[str, ...]  # alarms the plan acts on whose detector cannot decide yet
+    states: dict[str, str]
+    on_category_breach: str
+    hold_on: tuple[str, ...]
+    rollback_on: tuple[str, ...]
+
+    def evidence(self) -> dict[str, Any]:
+        return {
+            "breaches": list(self.breaches), "categories": list(self.breached_categories),
+            "firing": [{"alarm": a, "detail": d} for a, d in self.firing], "untested": self.untested,
+            "states": self.states,
+        }  # fmt: skip
+
+
+def _pct(v: float | None) -> str:
+    return "none" if v is None else f"{v:+.3g}"
+
+
+def risk_look(section: RlRisks, rules: RlRiskRules) -> RiskLook:
+    """The rules' view of one candidate's RL-risks section (pure)."""
+    breaches = []
+    categories: list[str] = []
+    for g in section.capability.guardrails:
+        if g.breached:
+            scale = "relative" if g.relative else "absolute"
+            breaches.append(
+                f"category {g.category}: {g.metric} worse than its {scale} margin {g.margin:g} "
+                f"(harm {_pct(g.harm)}, always-valid lower bound {_pct(g.harm_lower)}, Holm p {g.p_holm:.2g})"
+            )
+            categories.append(g.category)
+    acted = set(rules.hold_on) | set(rules.rollback_on)
+    firing = tuple((a.name, a.detail or a.name) for a in section.alarms if a.firing and a.name in acted)
+    untested = bool(rules.category_guardrails) and not any(
+        g.state == "ok" for g in section.capability.guardrails
+    )
+    return RiskLook(
+        breaches=tuple(breaches), breached_categories=tuple(dict.fromkeys(categories)), firing=firing,
+        untested=untested, states={a.name: a.state for a in section.alarms},
+        unevaluated=tuple(a.name for a in section.alarms if a.name in acted and a.state != "ok"),
+        on_category_breach=rules.on_category_breach, hold_on=tuple(rules.hold_on),
+        rollback_on=tuple(rules.rollback_on),
+    )  # fmt: skip

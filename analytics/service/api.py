@@ -11,6 +11,7 @@ plane's: ``control.api``, mounted by ``analytics.service.app`` at ``/admin``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import time
@@ -19,9 +20,11 @@ from typing import Annotated, Any, Final, Literal
 
 import orjson
 from fastapi import APIRouter, HTTPException, Query, Response
+from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import Connection, text
 
 from analytics.report.catalogue import BUILTINS, spec_dict
+from analytics.report.probe import JudgeEndpoint, run_probe
 from analytics.report.schema import ExperimentSummary, Report, Verdict, headline
 from analytics.report.snapshots import latest_snapshot, load_timeseries, save_snapshot, with_current_point
 from analytics.rollout.plan import PlanError, parse_plan
@@ -133,6 +136,21 @@ def _compute(
     return report
 
 
+def _served_report(ctx: ServiceContext, conn: Connection, eid: int, fresh: bool) -> Report:
+    """The latest snapshot when it is recent enough (and not ``fresh``), else a new report."""
+    report = None if fresh else latest_snapshot(conn, eid)
+    age = (datetime.now(UTC) - report.generated_at).total_seconds() if report is not None else None
+    if report is not None and age is not None and age <= ctx.settings.report_max_age_s:
+        series = load_timeseries(conn, eid, ctx.settings.max_timeseries_points)
+        ctx.metrics.report_requests.labels("snapshot").inc()
+        served = report.model_copy(update={"timeseries": series})
+        ctx.metrics.observe_risks(served)
+    else:
+        served = _compute(ctx, conn, eid, "api")
+        ctx.metrics.report_requests.labels("computed").inc()
+    return served
+
+
 @router.get("/api/experiments/{id_or_name}/report", response_model=Report)
 def get_report(
     ctx: Ctx,
@@ -162,16 +180,57 @@ def get_report(
             chosen = _compute(ctx, conn, eid, "api", cuped_theta, proportion_test)
             ctx.metrics.report_requests.labels("computed").inc()
             return Response(chosen.model_dump_json(), media_type="application/json")
-        report = None if fresh else latest_snapshot(conn, eid)
-        age = (datetime.now(UTC) - report.generated_at).total_seconds() if report is not None else None
-        if report is not None and age is not None and age <= ctx.settings.report_max_age_s:
-            series = load_timeseries(conn, eid, ctx.settings.max_timeseries_points)
-            report = report.model_copy(update={"timeseries": series})
-            ctx.metrics.report_requests.labels("snapshot").inc()
-        else:
-            report = _compute(ctx, conn, eid, "api")
-            ctx.metrics.report_requests.labels("computed").inc()
+        report = _served_report(ctx, conn, eid, fresh)
     return Response(report.model_dump_json(), media_type="application/json")
+
+
+@router.get("/api/experiments/{id_or_name}/rl-risks")
+def get_rl_risks(ctx: Ctx, _: Reader, id_or_name: str) -> Response:
+    """The report's ``rl_risks`` section (the same numbers as ``/report``, from the same
+    snapshot or computation), one entry per candidate."""
+    with ctx.engine.connect() as conn:
+        eid = resolve_experiment(conn, id_or_name)
+        report = _served_report(ctx, conn, eid, False)
+    body = {
+        "experiment_id": report.experiment_id, "name": report.name, "generated_at": report.generated_at,
+        "alpha": report.alpha, "rl_risks": [r.model_dump(mode="json") for r in report.rl_risks],
+    }  # fmt: skip
+    return Response(orjson.dumps(body), media_type="application/json")
+
+
+class ProbeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    phrase: str = Field(min_length=1, max_length=200)
+    variant: str | None = Field(default=None, max_length=64)
+    samples: int = Field(default=40, ge=10, le=200)
+
+
+@router.post("/api/experiments/{id_or_name}/rl-risks/probe")
+def post_probe(ctx: Ctx, actor: Admin, id_or_name: str, body: ProbeRequest) -> dict[str, Any]:
+    """Re-score stored responses with the phrase removed / inserted (analytics.report.probe).
+    Admin only: it sends stored user text to the judge and costs 4 × samples judge calls."""
+    s = ctx.settings
+    if not s.judge_url:
+        # 409, not 503: the service is healthy, it is configured without a judge
+        raise HTTPException(409, "no judge configured: set LIFTGATE_JUDGE_URL (and LIFTGATE_JUDGE_MODEL)")
+    if not body.phrase.isprintable():
+        raise HTTPException(422, "phrase must be printable text")
+    judge = JudgeEndpoint(s.judge_url, s.judge_model, s.judge_api_key, score_min=s.judge_score_min,
+                          score_max=s.judge_score_max, timeout_s=s.judge_timeout_s)  # fmt: skip
+    with ctx.engine.connect() as conn:
+        eid = resolve_experiment(conn, id_or_name)
+        rows = conn.execute(
+            text("SELECT name, is_control FROM variants WHERE experiment_id = :e ORDER BY id"), {"e": eid}
+        ).all()
+        control = next((n for n, c in rows if c), None)
+        candidates = [n for n, c in rows if not c]
+        variant = body.variant or (candidates[0] if len(candidates) == 1 else None)
+        if control is None or variant is None or variant not in candidates:
+            raise HTTPException(422, f"variant must name one candidate of the experiment: {candidates}")
+        run = run_probe(conn, eid, control, variant, body.phrase, judge, body.samples, ctx.settings.alpha)
+    return {"experiment_id": eid, "variant": variant, "control": control, "failed_calls": run.failed,
+            **dataclasses.asdict(run.result)}  # fmt: skip
 
 
 @router.post("/api/experiments/{id_or_name}/snapshot", response_model=Report, status_code=201)

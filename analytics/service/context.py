@@ -73,7 +73,9 @@ class ServiceContext:
             options = replace(options, cuped_theta=cuped_theta)
         if proportion_test is not None:
             options = replace(options, proportion_test=proportion_test)
-        return build_report(conn, experiment_id, now=now, options=options)
+        report = build_report(conn, experiment_id, now=now, options=options)
+        self.metrics.observe_risks(report)  # the snapshotter's reports set the alarm gauges too
+        return report
 
 
 WorkerFactory = Callable[[ServiceContext], BackgroundWorker | None]

@@ -58,6 +58,19 @@ class AnalyticsSettings(BaseSettings):
     # A report request is served from the latest snapshot when it is younger than this.
     report_max_age_s: float = Field(default=60.0, ge=0, le=86_400)
     alpha: float = Field(default=0.05, gt=0, lt=0.5)
+    # The report's RL-risk detectors read every primary response: a report reuses the latest
+    # snapshot's rl_risks section while it is younger than this (0: computed in every report;
+    # the rollout controller always computes its own). ``rl_risks: false`` leaves it out.
+    rl_risks: bool = True
+    rl_risks_max_age_s: float = Field(default=300.0, ge=0, le=86_400)
+    # The judge the probe (POST .../rl-risks/probe) re-scores with: the gateway's variables,
+    # so one environment configures both (unset: the probe answers 503).
+    judge_url: str | None = None
+    judge_model: str = "judge"
+    judge_api_key: str | None = Field(default=None, repr=False)
+    judge_score_min: float = 1.0
+    judge_score_max: float = 10.0
+    judge_timeout_s: float = Field(default=30.0, gt=0, le=600)
     # Bounds that keep a report cheap whatever the data: segments shown, snapshots in the
     # time series, and shadow pairs read for the paired comparison.
     max_segments: int = Field(default=12, ge=0, le=200)

@@ -20,8 +20,8 @@ from analytics.ingest.write import ingest
 from analytics.report.examples import MAX_LIMIT, NOTES, TEXT_MAX
 from contracts.events import InteractionEvent, new_event_id
 from tests.analytics.examples_data import XSS, Seeded, seed_ab, seed_shadow
-from tests.analytics.web.services import READ_TOKEN, analytics_service, http
 from tests.known_secrets import secret
+from tests.services import READ_TOKEN, analytics_service, http
 
 PER_VARIANT = 240
 

@@ -16,8 +16,8 @@ from sqlalchemy import Engine, text
 
 from tests.analytics.web.conftest import LAPTOP, snapshot
 from tests.analytics.web.seed import ExperimentSpec, VariantSpec, add_units, create_experiment
-from tests.analytics.web.services import http
 from tests.analytics.web.test_dashboard import SCREENSHOTS
+from tests.services import http
 
 WAIT_MS = 20_000
 

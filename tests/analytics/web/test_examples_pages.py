@@ -17,8 +17,8 @@ from sqlalchemy import Engine
 from tests.analytics.examples_data import XSS, Seeded, seed_ab, seed_shadow
 from tests.analytics.web.conftest import WatchedPage, snapshot
 from tests.analytics.web.formatting import num
-from tests.analytics.web.services import READ_TOKEN, get_json
 from tests.analytics.web.test_dashboard import SCREENSHOTS, WAIT_MS, open_page
+from tests.services import READ_TOKEN, get_json
 
 FULL, OFF, HASHED, SHADOW = "chat-examples", "chat-examples-off", "chat-examples-hashed", "search-pairs"
 

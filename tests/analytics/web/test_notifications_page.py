@@ -11,10 +11,10 @@ import pytest
 from playwright.sync_api import Browser
 
 from tests.analytics.web.conftest import CHROMIUM_ARGS, LAPTOP, WatchedPage
-from tests.analytics.web.services import READ_TOKEN, get_json, http
 from tests.analytics.web.test_dashboard import SCREENSHOTS, WAIT_MS, open_page
 from tests.control.webhook_receiver import Receiver, running
 from tests.known_secrets import secret
+from tests.services import READ_TOKEN, get_json, http
 
 SECRET = secret("dash-webhook")
 assert CHROMIUM_ARGS  # the browser fixture's flags (same Chromium as every dashboard test)

@@ -6,6 +6,7 @@
 import { ForestChart, LiftOverTimeChart, tone } from "./charts.js";
 import { cell, DASH, esc, key, when } from "./format.js";
 import { renderPaired } from "./paired.js";
+import { drawRiskCharts, renderRisks } from "./rl_risks.js";
 import { renderLook, renderRollout } from "./rollout.js";
 import { badge, statusBadge } from "./verdicts.js";
 
@@ -69,6 +70,7 @@ const SKELETON = `
       <dt>seq. p Holm</dt><dd>always-valid sequential p, Holm-corrected: safe to read at any time; what the default verdict policy (<code>sequential_holm</code>) uses.</dd>
     </dl>
   </section>
+  <section class="card" id="risks-card" hidden><h2>RL risks</h2><div id="risks"></div></section>
   <section class="card notes" id="notes-card" hidden><h2>Notes</h2><ul id="notes"></ul></section>`;
 
 export class ExperimentPage {
@@ -129,6 +131,12 @@ export class ExperimentPage {
     const pairedCard = $("#paired-card");
     pairedCard.hidden = !(r.mode === "shadow" || r.paired.length);
     if (!pairedCard.hidden) $("#paired").innerHTML = renderPaired(r.paired);
+    const risks = r.rl_risks || [];
+    $("#risks-card").hidden = r.mode === "shadow";
+    if (!$("#risks-card").hidden) {
+      $("#risks").innerHTML = renderRisks(risks);
+      drawRiskCharts($("#risks"), risks);
+    }
     const notes = r.errors.map((e) => `<li><code>${esc(e.code)}</code> ${esc(e.message)}</li>`);
     $("#notes-card").hidden = notes.length === 0;
     $("#notes").innerHTML = notes.join("");
