@@ -11,8 +11,12 @@ Steps, streamed in batches (memory grows with the items kept, never with the cal
    (largest remainder; ``stratify: none`` = one stratum), filled in a seeded random order
    — duplicates are skipped, so a quota is short only when the category runs out;
 5. each kept item carries its provenance (request id, experiment, variant, category,
-   feedback kinds, time), any user reference, and for regenerated answers the pair
-   (the kept answer vs the regenerated one).
+   feedback kinds, time), any user reference, and a preference pair when there is one:
+   for a regenerated answer the answer the user kept vs the regenerated one (the user's
+   own choice, used first); else for a call with judged shadow mirrors the side the judge
+   prefers by at least ``source.JUDGE_MARGIN`` points unless the user's signal on the
+   answer they saw contradicts it (``source.judged_preference``; the widest gap when
+   several mirrors qualify).
 
 The version is written in one transaction (all or nothing) with its content hash and an
 audit record.
@@ -94,6 +98,9 @@ class _Selection:
             "kept": 0,
             "truncated": 0,
             "pairs": 0,
+            "judged_pairs": 0,
+            "judge_ties": 0,
+            "judge_vetoed": 0,
             "references": 0,
         }
     )
@@ -247,6 +254,7 @@ def _items(read: Connection, exp: source.Experiment, version_id: int,
            taken: list[tuple[Row, str, str | None, str, bool]], position: int, sel: _Selection) -> list[dict[str, Any]]:  # fmt: skip
     refs = source.references(read, [t[0].request_id for t in taken])
     pairs = source.regenerations(read, exp, [t[0] for t in taken if "regenerate" in t[0].kinds])
+    shadows = source.shadow_pairs(read, exp, [t[0].request_id for t in taken if t[2]])
     out = []
     for k, (row, prompt, response, digest, cut) in enumerate(taken):
         reference = dict(refs.get(row.request_id, {}))
@@ -258,7 +266,10 @@ def _items(read: Connection, exp: source.Experiment, version_id: int,
         kept = pairs.get(row.request_id)
         if kept is not None and response:
             pair = {"source": "regenerated", "chosen": clean(kept.response or "")[0], "rejected": response,
-                    "chosen_request_id": kept.request_id}  # fmt: skip
+                    "chosen_request_id": kept.request_id, "rejected_request_id": row.request_id}  # fmt: skip
+        elif response and row.request_id in shadows:
+            pair = _judged_pair(row, response, shadows[row.request_id], sel.stats)
+        if pair is not None:
             sel.stats["pairs"] += 1
         sel.stats["references"] += bool(reference)
         provenance: dict[str, Any] = {
@@ -278,6 +289,55 @@ def _items(read: Connection, exp: source.Experiment, version_id: int,
                     "minhash": sel.signature(digest), "prompt": prompt, "response": response,
                     "reference": reference or None, "pair": pair, "provenance": provenance})  # fmt: skip
     return out
+
+
+def _judged_pair(
+    row: Row, response: str, sides: list[source.ShadowSide], stats: dict[str, int]
+) -> dict[str, Any] | None:
+    """The preference pair of a primary call from its judged shadow mirrors (or None)."""
+    best: tuple[float, dict[str, Any]] | None = None
+    for side in sides:
+        winner = source.judged_preference(side.primary_score, side.shadow_score, row.kinds)
+        if winner is None:
+            tied = abs(side.shadow_score - side.primary_score) < source.JUDGE_MARGIN
+            stats["judge_ties" if tied else "judge_vetoed"] += 1
+            continue
+        shadow = clean(side.response)[0]
+        primary = {
+            "text": response,
+            "request_id": row.request_id,
+            "variant": row.variant,
+            "score": side.primary_score,
+        }
+        mirror = {
+            "text": shadow,
+            "request_id": side.request_id,
+            "variant": side.variant,
+            "score": side.shadow_score,
+        }
+        chosen, rejected = (mirror, primary) if winner == "shadow" else (primary, mirror)
+        gap = abs(side.shadow_score - side.primary_score)
+        if best is None or gap > best[0]:
+            best = (gap, {"source": "judged_shadow", "judge": side.judge, "chosen": chosen["text"],
+                          "rejected": rejected["text"], "chosen_request_id": chosen["request_id"],
+                          "rejected_request_id": rejected["request_id"], "chosen_variant": chosen["variant"],
+                          "rejected_variant": rejected["variant"], "chosen_score": chosen["score"],
+                          "rejected_score": rejected["score"],
+                          "user_agrees": _user_agrees(winner, row.kinds)})  # fmt: skip
+    if best is not None:
+        stats["judged_pairs"] += 1
+        return best[1]
+    return None
+
+
+def _user_agrees(winner: str, kinds: tuple[str, ...]) -> bool | None:
+    """Whether the user's signal on the answer they saw backs the judge (None: no signal)."""
+    said = set(kinds)
+    if winner == "shadow" and said & source.DISLIKED_KINDS:
+        return True
+    if winner == "primary" and said & source.POSITIVE_KINDS:
+        return True
+    return None
 
 
 def _category_counts(conn: Connection, version_id: int) -> dict[str, int]:

@@ -185,7 +185,8 @@ def test_references_and_regenerated_pairs_travel_with_the_item(engine: Engine) -
         checked.request_id,
     }
     assert items[regen.request_id]["pair"] == {"source": "regenerated", "chosen": "the better answer the user kept",
-                                               "rejected": "a bad first answer", "chosen_request_id": kept.request_id}  # fmt: skip
+                                               "rejected": "a bad first answer", "chosen_request_id": kept.request_id,
+                                               "rejected_request_id": regen.request_id}  # fmt: skip
     assert items[edited.request_id]["reference"] == {"text": "the corrected answer, mail <email>"}
     assert items[checked.request_id]["reference"] == {
         "check": {"type": "answer", "answer": "42"},
