@@ -111,6 +111,15 @@ def make_router(get_engine: Callable[[Request], Engine], require_read: Callable[
         except CurationError as exc:
             raise _http(exc) from None
 
+    @router.get("/datasets/{name}/replays", dependencies=[Depends(require_read)])
+    def replays(engine: EngineDep, name: str) -> list[dict[str, Any]]:
+        """Stored offline replays of the dataset's versions (win rates, per category with Holm), newest first."""
+        try:
+            with engine.connect() as conn:
+                return store.replays(conn, name)
+        except CurationError as exc:
+            raise _http(exc) from None
+
     @router.post("/datasets/{name}/split", status_code=201)
     def split(engine: EngineDep, actor: Admin, name: str, body: SplitBody) -> dict[str, Any]:
         try:

@@ -210,7 +210,7 @@ def test_versions_are_immutable_audited_and_deletable(engine: Engine) -> None:
     assert [v["version"] for v in shown["versions"]] == [1, 2]
     assert audits == [("alice", "create_dataset_version"), ("alice", "create_dataset_version")]
     with engine.begin() as conn:
-        assert store.delete(conn, name, "bob") == {"versions": 2, "items": 13, "exports": 0}
+        assert store.delete(conn, name, "bob") == {"versions": 2, "items": 13, "exports": 0, "replays": 0}
     with engine.connect() as conn:
         with pytest.raises(NotFound):
             store.version(conn, name)

@@ -112,6 +112,9 @@ def test_liftgate_up_users_thumbs_down_become_a_replayed_dataset_and_a_leaking_e
         assert overall["lc_p_value"] > 0.01 and overall["lc_low"] < 0.5, overall
         assert overall["length_coef"] > 0, overall
         assert all(c["p_holm"] >= c["p_value"] for c in replay["categories"])
+        read = (state_root / "state" / "read_token").read_text().strip()
+        status, stored = _api(f"{up.analytics}/api/datasets/disliked/replays", read)  # a reader may see them
+        assert status == 200 and len(stored) == 1 and stored[0]["overall"] == overall, stored
 
         # Every demo call (thumbs-down ones included) as a training set: refused, with the ids.
         status, everything = _api(f"{up.analytics}/api/datasets", token, "POST",
