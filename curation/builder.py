@@ -126,15 +126,14 @@ class _Selection:
             fresh.append((row, prompt, response, digest, norm, cut or cut_r))
         out: list[tuple[Row, str, str | None, str, bool]] = []
         sigs = minhash.signatures([f[4] for f in fresh])
-        for (row, prompt, response, digest, _norm, cut), sig in zip(fresh, sigs, strict=True):
+        bands = minhash.band_keys_many(sigs) if sigs else []
+        for (row, prompt, response, digest, _norm, cut), sig, keys in zip(fresh, sigs, bands, strict=True):
             if room is not None and len(out) >= room:
                 self.seen.discard(digest)  # not kept: a later call with this text may be
                 continue
-            bands = minhash.band_keys(sig)
-            if self.index.near(sig, first_only=True, bands=bands):
+            if self.index.add_unless_near(digest, sig, keys) is not None:
                 self.stats["near_duplicates"] += 1
                 continue
-            self.index.add(digest, sig, bands)
             out.append((row, prompt, response, digest, cut))
         self.stats["kept"] += len(out)
         return out
