@@ -171,8 +171,10 @@ def create_version(
     with engine.connect() as read:
         exp = source.experiment(read, spec.experiment)
         source.require_full_content(exp)
-        counts = source.counts(read, exp, spec)
-        if not counts:
+        # The per-category counts only size a sample's quotas: without a sample, the stream
+        # itself says whether anything matched (one pass over the calls instead of two).
+        counts = source.counts(read, exp, spec) if spec.sample else {}
+        if spec.sample and not counts:
             raise CurationError(f"no call of experiment {exp.name!r} matches these filters")
         sel = _Selection()
         kept_per: dict[str, int] = {}
@@ -195,6 +197,8 @@ def create_version(
                 if rows:
                     copy_items(write, rows)
                 position += len(rows)
+            if sel.stats["matched"] == 0:
+                raise CurationError(f"no call of experiment {exp.name!r} matches these filters")
             if position == 0:
                 raise CurationError(
                     f"none of the {sel.stats['matched']} matching calls has stored text "

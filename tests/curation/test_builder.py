@@ -152,8 +152,14 @@ def test_filters_by_variant_category_time_error_and_judge_disagreement(engine: E
     assert ids(feedback=("error",)) == [rid[1]]
     assert ids(feedback=("judge_disagrees",)) == rid[2:4]
     assert ids(feedback=("error", "judge_disagrees")) == rid[1:4]
-    with pytest.raises(CurationError, match="matches"):
+    with engine.connect() as conn:
+        before = conn.execute(text("SELECT count(*) FROM dataset_versions")).scalar_one()
+    with pytest.raises(CurationError, match="matches these filters"):
         ids(variant="nobody")
+    with pytest.raises(CurationError, match="matches these filters"):
+        ids(variant="nobody", sample=5)
+    with engine.connect() as conn:  # nothing half-made is left
+        assert conn.execute(text("SELECT count(*) FROM dataset_versions")).scalar_one() == before
 
 
 def test_references_and_regenerated_pairs_travel_with_the_item(engine: Engine) -> None:
