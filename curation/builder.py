@@ -155,11 +155,22 @@ def _streams(read: Connection, exp: source.Experiment, spec: CurationSpec, count
     want = quotas(strata, spec.sample)
     for category in sorted(want):
         only = None if category == "*" else category
-        with contextlib.closing(source.rows(read, exp, spec, category=only)) as stream:
-            for batch in stream:
-                if kept.get(category, 0) >= want[category]:
-                    break
-                yield batch, category, want
+        # Pages of the stratum's seeded order: most quotas fill from the first page, and a
+        # page is a bounded top-N sort in PostgreSQL, not a sort of every matching call.
+        page, offset = 2 * want[category] + 256, 0
+        while kept.get(category, 0) < want[category]:
+            seen = 0
+            with contextlib.closing(
+                source.rows(read, exp, spec, category=only, limit=page, offset=offset)
+            ) as stream:
+                for batch in stream:
+                    seen += len(batch)
+                    if kept.get(category, 0) >= want[category]:
+                        break
+                    yield batch, category, want
+            if seen < page:
+                break  # the stratum ran out (or its quota filled)
+            offset += page
 
 
 def create_version(

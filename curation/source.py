@@ -147,10 +147,13 @@ def counts(conn: Connection, exp: Experiment, spec: CurationSpec) -> dict[str, i
 
 
 def rows(
-    conn: Connection, exp: Experiment, spec: CurationSpec, *, category: str | None = None, batch: int = 2000
-) -> Generator[list[Row], None, None]:
+    conn: Connection, exp: Experiment, spec: CurationSpec, *, category: str | None = None, batch: int = 2000,
+    limit: int | None = None, offset: int = 0,
+) -> Generator[list[Row], None, None]:  # fmt: skip
     """Matching calls in batches: in a seeded random order within ``category`` when
-    sampling, else by time. Streamed with a server-side cursor (bounded memory)."""
+    sampling, else by time. Streamed with a server-side cursor (bounded memory). ``limit``
+    and ``offset`` page through that order (a total order: ties broken by request id), so
+    PostgreSQL keeps only the page's rows in a top-N sort instead of sorting them all."""
     cat_sql = category_sql(conn)
     where, params = _where(spec, cat_sql)
     if category is not None:
@@ -161,7 +164,9 @@ def rows(
         f"SELECT i.request_id, i.ts, i.variant, i.unit_id, i.conversation_id, i.status, {cat_sql}, i.prompt,"
         f" i.response, COALESCE(fb.kinds, ARRAY[]::text[]), fb.rating, fb.judge"
         f" FROM interactions i {_FEEDBACK} WHERE {where} ORDER BY {order}"
+        + (" LIMIT :limit OFFSET :offset" if limit is not None else "")
     )
+    params.update(limit=limit, offset=offset)
     result = stream(conn, batch, query, {"e": exp.id, "seed": str(spec.seed), **params})
     try:
         for part in result.partitions(batch):

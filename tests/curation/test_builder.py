@@ -115,6 +115,20 @@ def test_a_sample_is_stratified_by_category_and_seeded(engine: Engine) -> None:
     assert other_seed.content_hash != a.content_hash
 
 
+def test_a_sample_reads_past_the_first_page_when_duplicates_fill_it(engine: Engine) -> None:
+    """A stratum is read in pages of its seeded order (2 × quota + 256 calls): when the first
+    page holds only duplicates, the quota fills from the next pages."""
+    exp = experiment(engine)
+    calls = [Call("the same question", category="code", minutes=i) for i in range(700)]
+    calls += [Call(_prompt(900 + i), category="code", minutes=700 + i) for i in range(6)]
+    store_calls(engine, exp, calls)
+    info = create_version(engine, _name(), CurationSpec(experiment=exp, sample=5, seed=3), "tester")
+    assert info.item_count == 5 and info.stats["quota_short"] == {}
+    assert info.stats["matched"] > 2 * 5 + 256  # more than one page was read
+    short = create_version(engine, _name(), CurationSpec(experiment=exp, sample=700, seed=3), "tester")
+    assert short.item_count == 7 and short.stats["quota_short"] == {"code": 693}  # ran out, said so
+
+
 def test_quotas_are_proportional_and_never_exceed_a_stratum() -> None:
     assert quotas({"a": 60, "b": 20, "c": 20}, 20) == {"a": 12, "b": 4, "c": 4}
     assert quotas({"a": 1, "b": 1, "c": 1}, 2) == {"a": 1, "b": 1, "c": 0}
