@@ -32,6 +32,11 @@ __all__ = ["state_root"]  # the fixture: a private state dir, logs scanned for t
 #: holdout, ~120 replayed items — enough for the length effect to show.
 WANTED = 180
 TRAFFIC_DEADLINE_S = 150.0
+#: The judge prefers the longer answer with probability σ(Δ chars / 150): the demo's answers
+#: differ by ~160 ± 290 characters, so many pairs fall where the judge is unsure and the
+#: length-controlled fit is precise (± ~0.13 at ~120 items; with a scale of 40 nearly every
+#: pair is decided by length alone, and the fit at zero difference rests on a handful).
+JUDGE_SCALE = 150.0
 
 
 def _api(url: str, token: str, method: str = "GET", body: dict[str, Any] | None = None) -> tuple[int, Any]:
@@ -95,7 +100,7 @@ def test_liftgate_up_users_thumbs_down_become_a_replayed_dataset_and_a_leaking_e
         replayed = split["eval"]
 
         # Replayed against the demo's candidate (20% more verbose) by the offline gate's runner.
-        with running_judge() as judge:
+        with running_judge(scale=JUDGE_SCALE) as judge:
             ran = _cli(url, "eval", "run", "production:disliked", "--experiment", "demo", "--judge-url", judge,
                        "--json", "--no-progress", "--concurrency", "16")  # fmt: skip
         assert ran.returncode == 0, ran.stderr + ran.stdout
@@ -104,10 +109,10 @@ def test_liftgate_up_users_thumbs_down_become_a_replayed_dataset_and_a_leaking_e
         assert replay["candidate"] == "candidate" and replay["baseline"] == "baseline"
         assert replay["failed"] == 0 and overall["n"] == replayed
         assert overall["mean_length_diff"] > 0  # the verbose candidate
-        assert overall["rate"] > 0.6 and overall["p_value"] < 0.05  # the judge likes the longer answers
-        # This judge prefers length alone (σ(Δ chars / 40)): at equal length it is a coin flip, so
-        # the length-controlled rate falls below the raw one and is no longer significant (the
-        # fit's 1% level: 1 run in 100 could fail by chance, at this sample size).
+        assert overall["rate"] > 0.55 and overall["p_value"] < 0.01  # the judge likes the longer answers
+        # This judge prefers length alone: at equal length it is a coin flip, so the
+        # length-controlled rate falls below the raw one and is not significant at 1% (a
+        # calibrated fit — tests/curation/test_winrate.py — fails this 1 time in 100).
         assert overall["lc_rate"] is not None and overall["lc_rate"] < overall["rate"], overall
         assert overall["lc_p_value"] > 0.01 and overall["lc_low"] < 0.5, overall
         assert overall["length_coef"] > 0, overall
