@@ -1,7 +1,7 @@
 """notifications (webhooks, the outbox, the delivery log) and per-experiment blinding
 
 Revision ID: 0010
-Revises: 0008
+Revises: 0009
 Create Date: 2026-12-01 06:45:00.000000
 """
 

@@ -1,7 +1,7 @@
 """dataset replays: stored offline replay results of production datasets (win rates)
 
-Revision ID: 0012
-Revises: 0008
+Revision ID: 0011
+Revises: 0010
 Create Date: 2026-12-01 07:00:00.000000
 """
 
@@ -11,8 +11,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-revision: str = "0012"
-down_revision: str | None = "0008"
+revision: str = "0011"
+down_revision: str | None = "0010"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

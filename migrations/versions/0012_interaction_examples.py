@@ -1,7 +1,7 @@
 """interaction examples: index serving the hash-ordered sample of a variant's requests
 
-Revision ID: 0013
-Revises: 0008
+Revision ID: 0012
+Revises: 0011
 Create Date: 2026-12-01 07:00:00.000000
 
 ``analytics.report.examples`` lists a variant's requests in the order of
@@ -15,8 +15,8 @@ from collections.abc import Sequence
 
 from alembic import op
 
-revision: str = "0013"
-down_revision: str | None = "0010"
+revision: str = "0012"
+down_revision: str | None = "0011"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
