@@ -13,6 +13,12 @@ selected through uvicorn's documented ``http=`` option, plus three checks:
 * **body deadline** — the body must be complete within ``body_timeout_s`` of the headers.
   Expired: the connection is closed; the application sees ``http.disconnect``.
 * **header size** — more than ``max_header_bytes`` of request line + headers: ``431``, close.
+* **lingering close** — a connection closed while the client may still be sending (a body
+  refused past its limit, a 408/431) is half-closed first: the answer and a FIN go out, and
+  what the client still sends is read and dropped for up to ``LINGER_S`` seconds or
+  ``LINGER_BYTES`` bytes before the socket closes. Closing a socket with unread input makes
+  the kernel send a reset, which can discard the answer before the client reads it (RFC 9112
+  §9.6: "staged close"); a client streaming a 50 MiB body then saw a reset, not its 413.
 
 Timers are armed only when a request spans several reads: a request that arrives whole in
 one read (nearly all of them) costs a few attribute checks and no timer.
@@ -34,6 +40,9 @@ from gateway.settings import GatewaySettings
 log = logging.getLogger(__name__)
 
 _IDLE, _HEADERS, _BODY = 0, 1, 2
+#: How long and how much a closing connection keeps draining its client's input (see above).
+LINGER_S = 2.0
+LINGER_BYTES = 4 * 1024 * 1024
 _408 = b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
 _431 = b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
 
@@ -69,6 +78,56 @@ def _limits_of(app: Any) -> ReadLimits:
     return _DEFAULTS
 
 
+class _LingeringTransport:
+    """The connection's transport, whose ``close`` is a staged close (see the module doc).
+
+    Everything else is the wrapped transport's; uvicorn closes connections through it."""
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._timer: asyncio.TimerHandle | None = None
+        self._drained = 0
+        self.lingering = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+    def is_closing(self) -> bool:
+        return self.lingering or self._transport.is_closing()
+
+    def close(self) -> None:
+        transport = self._transport
+        if self.lingering or transport.is_closing():
+            return
+        if not transport.can_write_eof():
+            transport.close()
+            return
+        try:
+            transport.write_eof()  # the answer, then FIN: the client reads it whole
+        except (OSError, RuntimeError):
+            transport.close()
+            return
+        self.lingering = True
+        self._timer = self._loop.call_later(LINGER_S, transport.close)
+        transport.resume_reading()  # drain what the client still sends (it may be paused)
+
+    def drop(self, data: bytes) -> None:
+        """Input that arrived while lingering: discarded, up to ``LINGER_BYTES``."""
+        self._drained += len(data)
+        if self._drained > LINGER_BYTES:
+            self.abort()
+
+    def abort(self) -> None:
+        self.stop()
+        self._transport.close()
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+
 class GatewayProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with header/body deadlines and a header size limit."""
 
@@ -92,14 +151,20 @@ class GatewayProtocol(HttpToolsProtocol):
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self._lingering = _LingeringTransport(transport, self.loop)
+        self.transport = self._lingering  # type: ignore[assignment]
         # uvicorn arms its keep-alive timer only after a response: bound the first request too.
         self._arm(self._header_timeout, _HEADERS)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        self._lingering.stop()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self._lingering.lingering:
+            self._lingering.drop(data)
+            return
         if self._phase != _BODY:
             self._head_bytes += len(data)
         super().data_received(data)
