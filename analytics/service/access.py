@@ -37,7 +37,7 @@ LOGIN_PATH: Final = "/dashboard/login"
 LINK_TTL_S: Final = 15 * 60.0
 ANONYMOUS: Final = Principal("anonymous", "viewer", "anonymous")
 
-__all__ = ["ANONYMOUS", "Access", "Denied", "Principal", "login_ticket"]
+__all__ = ["ANONYMOUS", "Access", "login_ticket"]
 
 
 def session_key(admin_token: str, read_token: str | None) -> bytes:

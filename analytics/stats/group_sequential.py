@@ -27,7 +27,7 @@ the guardrail contrast D(margin) of :mod:`analytics.stats.harm` against c_k at l
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
@@ -41,7 +41,7 @@ from analytics.stats.errors import NUMERIC_ERRORS, Direction, ErrorCode, check_a
 from analytics.stats.estimate import MetricKind, VariantEstimate
 from analytics.stats.harm import HarmContrast, flip_point
 from analytics.stats.lift import Interval, precheck, relative_variance
-from analytics.stats.rate import RateArm, RateContrast, rate_arm
+from analytics.stats.rate import RateContrast, rate_contrast
 from analytics.stats.sufficient import SampleStats
 
 #: Grid points per unit of Brownian-motion scale (√t): boundaries to ~1e-8 (Simpson).
@@ -363,6 +363,31 @@ def _one_sided(
     )  # fmt: skip
 
 
+def _guardrail_setup(
+    fractions: Sequence[float],
+    alpha: float,
+    alpha_noninferiority: float | None,
+    spending: Spending | str,
+    margin: float,
+    relative: bool,
+    direction: Direction,
+) -> tuple[
+    GroupSequentialDesign, GroupSequentialDesign, Callable[[ErrorCode, str], GroupSequentialGuardrail]
+]:
+    """The harm and non-inferiority designs of a group-sequential guardrail, and its failure."""
+    a_ni = alpha if alpha_noninferiority is None else alpha_noninferiority
+    design = group_sequential_design(fractions, alpha, spending, two_sided=False)
+    ni_design = group_sequential_design(fractions, a_ni, spending, two_sided=False)
+
+    def fail(code: ErrorCode, msg: str) -> GroupSequentialGuardrail:
+        return GroupSequentialGuardrail(
+            len(fractions), False, False, None, None, None, None, None, margin, relative, direction, design,
+            code, msg, alpha_noninferiority=a_ni,
+        )  # fmt: skip
+
+    return design, ni_design, fail
+
+
 def group_sequential_noninferiority(
     control: VariantEstimate,
     treatment: VariantEstimate,
@@ -377,17 +402,9 @@ def group_sequential_noninferiority(
     """One-sided test of "worse than control by more than ``margin``" at the latest look
     (the Fieller contrast of :mod:`analytics.stats.harm`; relative or absolute margin)."""
     direction = Direction(direction)
-    a_ni = alpha if alpha_noninferiority is None else alpha_noninferiority
-    design = group_sequential_design(fractions, alpha, spending, two_sided=False)
-    ni_design = group_sequential_design(fractions, a_ni, spending, two_sided=False)
-    k = len(fractions)
-
-    def fail(code: ErrorCode, msg: str) -> GroupSequentialGuardrail:
-        return GroupSequentialGuardrail(
-            k, False, False, None, None, None, None, None, margin, relative, direction, design, code, msg,
-            alpha_noninferiority=a_ni,
-        )  # fmt: skip
-
+    design, ni_design, fail = _guardrail_setup(
+        fractions, alpha, alpha_noninferiority, spending, margin, relative, direction
+    )
     for d in (design, ni_design):
         if d.error is not None:
             return fail(d.error, d.message or "")
@@ -420,30 +437,18 @@ def group_sequential_rate_noninferiority(
     the score statistic of the rate difference at an absolute ``margin`` (variance from the
     rates restricted to harm = margin, so defined at a control rate of 0) against c_k."""
     direction = Direction(direction)
-    a_ni = alpha if alpha_noninferiority is None else alpha_noninferiority
-    design = group_sequential_design(fractions, alpha, spending, two_sided=False)
-    ni_design = group_sequential_design(fractions, a_ni, spending, two_sided=False)
-    k = len(fractions)
-
-    def fail(code: ErrorCode, msg: str) -> GroupSequentialGuardrail:
-        return GroupSequentialGuardrail(
-            k, False, False, None, None, None, None, None, margin, False, direction, design, code, msg,
-            alpha_noninferiority=a_ni,
-        )  # fmt: skip
-
+    design, ni_design, fail = _guardrail_setup(
+        fractions, alpha, alpha_noninferiority, spending, margin, False, direction
+    )
     for d in (design, ni_design):
         if d.error is not None:
             return fail(d.error, d.message or "")
     if not (math.isfinite(margin) and 0.0 <= margin < 1.0):
         return fail(ErrorCode.INVALID_INPUT, "a rate margin must lie in [0, 1)")
     try:
-        arms = []
-        for name, stats in (("control", control), ("treatment", treatment)):
-            arm = rate_arm(stats, kind)
-            if not isinstance(arm, RateArm):
-                return fail(arm[0], f"{name}: {arm[1]}")
-            arms.append(arm)
-        contrast = RateContrast(arms[1], arms[0], 1.0 if direction is Direction.DECREASE else -1.0)
+        contrast = rate_contrast(control, treatment, kind, direction)
+        if not isinstance(contrast, RateContrast):
+            return fail(*contrast)
         return _one_sided(contrast, margin, False, direction, design, ni_design, (-1.0 + 1e-9, 1.0 - 1e-9))
     except NUMERIC_ERRORS as exc:
         return fail(ErrorCode.INVALID_INPUT, numeric_message(exc))

@@ -9,9 +9,9 @@ import pytest
 from sqlalchemy import Engine
 from starlette.datastructures import Headers
 
-from analytics.service.access import SESSION_COOKIE, Access, Denied, login_ticket
+from analytics.service.access import SESSION_COOKIE, Access, login_ticket
 from control import users
-from control.auth import Authenticator, Principal, denial, fingerprint
+from control.auth import Authenticator, Denied, Principal, denial, fingerprint
 
 ADMIN = "adm-" + secrets.token_hex(16)
 READ = "rd-" + secrets.token_hex(16)

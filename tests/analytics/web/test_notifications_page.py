@@ -49,8 +49,24 @@ def _test_button(w: WatchedPage, name: str) -> str:
 
 
 def test_a_reader_sees_webhooks_but_the_test_button_needs_an_admin(
-    watched: WatchedPage, analytics_url: str, receiver: Receiver
+    browser: Browser, analytics_url: str, receiver: Receiver
 ) -> None:
+    # A read-only caller (the read token; the one-time sign-in link is an admin session).
+    context = browser.new_context(
+        viewport=LAPTOP, device_scale_factor=1, extra_http_headers={"Authorization": f"Bearer {READ_TOKEN}"}
+    )
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.on("console", lambda msg: errors.append(f"console: {msg.text}") if msg.type == "error" else None)
+    watched = WatchedPage(page, errors)
+    try:
+        _reader_checks(watched, analytics_url, receiver)
+    finally:
+        context.close()
+
+
+def _reader_checks(watched: WatchedPage, analytics_url: str, receiver: Receiver) -> None:
     open_page(watched, f"{analytics_url}/dashboard/notifications")
     names = watched.page.eval_on_selector_all("#webhooks tbody tr", "rs => rs.map(r => r.dataset.webhook)")
     api = get_json(f"{analytics_url}/api/notifications/webhooks", READ_TOKEN)
