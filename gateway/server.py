@@ -15,7 +15,8 @@ selected through uvicorn's documented ``http=`` option, plus three checks and a 
 * **header size** — more than ``max_header_bytes`` of request line + headers: ``431``, close.
 * **staged close** — a connection closed while its client may still be sending (a request
   refused before its whole body was read, with ``connection: close``: 413, or 401/403/429/400
-  on a large or chunked body; a 431) is half-closed: the answer and a FIN go out, and what
+  on a large or chunked body; a 431; uvicorn's 400 for a request that does not parse) is
+  half-closed: the answer and a FIN go out, and what
   the client still sends is read and dropped for up to ``linger_s`` seconds or
   ``linger_bytes`` bytes, after which the socket is closed (aborted). Closing a socket with
   unread input makes the kernel answer with a reset instead of a FIN, and a reset can
@@ -186,6 +187,8 @@ class GatewayProtocol(HttpToolsProtocol):
 
     # deadlines
     def _arm(self, delay: float, phase: int) -> None:
+        if self._linger is not None:  # a staged close bounds the rest (the parser refused)
+            return
         if self._timer is not None:
             self._timer.cancel()
         self._timer = self.loop.call_later(delay, self._expired)
@@ -212,7 +215,7 @@ class GatewayProtocol(HttpToolsProtocol):
 
     def _refuse(self, response: bytes, *, linger: bool = True) -> None:
         self._disarm()
-        if not linger:
+        if not linger:  # the phase decides the close: mid-request, a staged one
             self._phase = _IDLE
         if not self.transport.is_closing():
             self.transport.write(response)
@@ -238,6 +241,12 @@ class GatewayProtocol(HttpToolsProtocol):
             transport.close()
             return
         self._disarm()  # the read deadlines are over: the linger bound replaces them
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            # A request still being read (refused by the parser, say): its task learns now, as
+            # uvicorn's connection_lost would tell it, that no more body will come.
+            cycle.disconnected = True
+            cycle.message_event.set()
         self._lingered = 0
         # abort, not close: a client that neither reads nor stops gets no more time
         self._linger = self.loop.call_later(self._linger_s, transport.abort)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from gateway.routing import key_hash
+from contracts.config_rules import key_hash
 from gateway.settings import KiB, MiB
 from gateway.snapshot import UpstreamConfig, VariantConfig
 from tests.gateway.conftest import (
@@ -236,6 +236,38 @@ def test_headers_streaming_past_their_limit_read_the_whole_431(gw: GatewayThread
         assert o.answer == (
             b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
         )
+    _settled(gw)
+
+
+def test_a_body_that_stops_parsing_reads_its_400_and_its_request_task_ends_at_once(
+    gw: GatewayThread,
+) -> None:
+    """A chunked body whose chunk-size line is garbage, mid-upload: uvicorn's 400 arrives whole,
+    and the request task reading the body is told at once that no more will come (it does not
+    wait out the linger)."""
+    head = f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n{KEYED}Transfer-Encoding: chunked\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", gw.port), timeout=5) as s:
+        s.sendall(head.encode() + chunk(PIECE))
+        state = gw.server.server_state
+        deadline = time.monotonic() + 5
+        while not state.tasks:  # the proxy is reading the body
+            assert time.monotonic() < deadline, "the request never started"
+            time.sleep(0.005)
+        s.sendall(b"zz\r\n" + PIECE)
+        answer = b""
+        while not answer.endswith(b"received."):
+            part = s.recv(65536)
+            assert part, answer
+            answer += part
+        t0 = time.monotonic()
+        assert answer.startswith(b"HTTP/1.1 400") and b"connection: close" in answer, answer
+        for _ in range(8):  # still sending: dropped, no reset
+            s.sendall(PIECE)
+            time.sleep(0.01)
+        while state.tasks:
+            assert time.monotonic() - t0 < LINGER_S / 2, "the request task waited for the linger"
+            time.sleep(0.005)
+        assert s.recv(1) == b""
     _settled(gw)
 
 
