@@ -140,7 +140,8 @@ class GatewayProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._raw = transport
-        self.transport = _Transport(transport, self)  # type: ignore[assignment]
+        self._wrapper = _Transport(transport, self)
+        self.transport = self._wrapper  # type: ignore[assignment]
         # uvicorn arms its keep-alive timer only after a response: bound the first request too.
         self._arm(self._header_timeout, _HEADERS)
 
@@ -149,6 +150,11 @@ class GatewayProtocol(HttpToolsProtocol):
         if self._linger is not None:
             self._linger.cancel()
         super().connection_lost(exc)
+        # The transport's close/is_closing are this protocol's bound methods: hand them back
+        # to the closed transport, so protocol and wrapper do not keep each other alive
+        # (a reference cycle would leave every connection to the cyclic garbage collector).
+        self._wrapper.close = self._raw.close
+        self._wrapper.is_closing = self._raw.is_closing
 
     def data_received(self, data: bytes) -> None:
         if self._linger is not None:  # a staged close: dropped, up to linger_bytes
