@@ -14,16 +14,16 @@ selected through uvicorn's documented ``http=`` option, plus three checks and a 
   Expired: the connection is closed; the application sees ``http.disconnect``.
 * **header size** — more than ``max_header_bytes`` of request line + headers: ``431``, close.
 * **staged close** — a connection closed while its client may still be sending (a request
-  refused before its whole body was read, with ``connection: close``: 413, or 401/403/429/400
-  on a large or chunked body; a 431; uvicorn's 400 for a request that does not parse) is
-  half-closed: the answer and a FIN go out, and what
-  the client still sends is read and dropped for up to ``linger_s`` seconds or
-  ``linger_bytes`` bytes, after which the socket is closed (aborted). Closing a socket with
-  unread input makes the kernel answer with a reset instead of a FIN, and a reset can
-  destroy the answer before the client reads it (RFC 9112 §9.6; Apache's and nginx's
-  "lingering close"). A connection closed between requests (keep-alive timeout, shutdown)
-  or by a deadline is closed at once: nothing is in flight, or the client is the slow one
-  the deadline is there to cut off, and lingering would extend its hold.
+  refused before its whole body was read, with ``connection: close``: 413, or
+  401/403/429/400 on a large or chunked body; a 431; uvicorn's 400 for a request that does
+  not parse) is half-closed: the answer and a FIN go out, and what the client still sends is
+  read and dropped for up to ``linger_s`` seconds or ``linger_bytes`` bytes, after which the
+  socket is closed (aborted). Closing a socket with unread input makes the kernel answer
+  with a reset instead of a FIN, and a reset can destroy the answer before the client reads
+  it (RFC 9112 §9.6; Apache's and nginx's "lingering close"). A connection closed between
+  requests (keep-alive timeout, shutdown) or by a deadline is closed at once: nothing is in
+  flight, or the client is the slow one the deadline is there to cut off, and lingering
+  would extend its hold.
 
 Timers are armed only when a request spans several reads: a request that arrives whole in
 one read (nearly all of them) costs a few attribute checks and no timer.
@@ -113,7 +113,8 @@ class _Transport:
 
 
 class GatewayProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with header/body deadlines and a header size limit."""
+    """uvicorn's httptools protocol with header/body deadlines, a header size limit and a
+    staged close."""
 
     def __init__(
         self,
