@@ -1,9 +1,10 @@
 """Where the config snapshot comes from: PostgreSQL (refreshed in the background) or a fixed one.
 
 The refresh loop first asks the database for a cheap *version* — an md5 over the rows of the
-config tables (metric definitions included: they declare the custom feedback kinds) — and rebuilds the snapshot only when it changed. The fingerprint covers
-every column, so a writer that forgets ``updated_at`` (e.g. a controller changing weights)
-is still picked up. Both queries run in a worker thread; the event loop never blocks on I/O.
+config tables (metric definitions included: they declare the custom feedback kinds) — and
+rebuilds the snapshot only when it changed. The fingerprint covers every column, so a writer
+that forgets ``updated_at`` (e.g. a controller changing weights) is still picked up. Both
+queries run in a worker thread; the event loop never blocks on I/O.
 """
 
 from __future__ import annotations
