@@ -48,6 +48,7 @@ from gateway.bodies import (
 )
 from gateway.category import CategoryRules, default_rules
 from gateway.config_source import ConfigSource, DatabaseConfigSource, SnapshotHolder
+from gateway.feedback import parse_kinds
 from gateway.judge import DEFAULT_RUBRIC, JudgeConfig, JudgeSampler
 from gateway.limits import ConcurrencyLimit, RateLimit
 from gateway.proxy import CompletionProxy, send_json
@@ -219,6 +220,7 @@ def create_app(
 
     holder = SnapshotHolder(source, settings.refresh_interval_s, apply=apply, on_tick=on_tick)
     runtime = Runtime(settings=settings, sink=sink, metrics=gm, source=source, holder=holder, pool=pool)
+    runtime.extra["feedback_kinds"] = parse_kinds(settings.feedback_kinds)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

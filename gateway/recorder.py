@@ -156,7 +156,8 @@ class Recorder:
             event_id=uuid7(),
         )
         self.emit(event)
-        if role == "primary" and ok and self.memory:
+        # Failed calls too: a thumbs-down on an error is feedback about a call this gateway served.
+        if role == "primary" and self.memory:
             recent = self.recent
             recent[info.request_id] = (
                 info.unit_id,

@@ -30,6 +30,7 @@ from analytics.report.snapshots import latest_snapshot, load_timeseries, save_sn
 from analytics.rollout.plan import PlanError, parse_plan
 from analytics.service.access import Admin, Operator, Reader
 from analytics.service.context import Ctx, ServiceContext
+from analytics.service.data_quality_api import refresh_gauges
 from control import audit
 
 router = APIRouter()
@@ -69,6 +70,7 @@ def healthz(ctx: Ctx) -> dict[str, Any]:
 
 @router.get("/metrics")
 def prometheus_metrics(ctx: Ctx) -> Response:
+    refresh_gauges(ctx)
     return Response(ctx.metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
