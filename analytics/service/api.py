@@ -187,6 +187,7 @@ def get_report(
 
 
 MAX_LOOKUP_PHRASES: Final = 100
+MAX_PHRASE_CHARS: Final = 200
 
 
 @router.get("/api/experiments/{id_or_name}/rl-risks")
@@ -194,7 +195,7 @@ def get_rl_risks(
     ctx: Ctx,
     _: Reader,
     id_or_name: str,
-    phrase: Annotated[list[str] | None, Query(max_length=200)] = None,
+    phrase: Annotated[list[str] | None, Query()] = None,
 ) -> Response:
     """The report's ``rl_risks`` section (the same numbers as ``/report``, from the same
     snapshot or computation), one entry per candidate. With content logging ``hashed``,
@@ -207,6 +208,10 @@ def get_rl_risks(
             raise HTTPException(409, "no n-gram key configured: set LIFTGATE_NGRAM_KEY (the gateway's key)")
         if len(phrase) > MAX_LOOKUP_PHRASES:
             raise HTTPException(422, f"at most {MAX_LOOKUP_PHRASES} phrases")
+        if not all(0 < len(p) <= MAX_PHRASE_CHARS and p.isprintable() for p in phrase):
+            raise HTTPException(
+                422, f"each phrase must be printable text of 1 to {MAX_PHRASE_CHARS} characters"
+            )
         lookup |= phrase_lookup(ctx.options.ngram_key, phrase)
     with ctx.engine.connect() as conn:
         eid = resolve_experiment(conn, id_or_name)
