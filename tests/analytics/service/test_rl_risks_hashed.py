@@ -241,7 +241,7 @@ def test_the_response_text_never_reaches_an_event_or_a_table(
                 text(
                     "SELECT table_name FROM information_schema.columns WHERE table_schema = 'public'"
                     " AND column_name = 'experiment_id' ORDER BY 1"
-                )  # fmt: skip
+                )
             )
         ]
         assert {"interactions", "feedback", "judgements", "response_ngrams", "unit_rollups"} <= set(tables)
