@@ -572,12 +572,17 @@ def _phrases(conn: Connection, eid: int, control: str, candidate: str, opts: Ris
         tc, tt = _load_texts(conn, eid, control, opts), _load_texts(conn, eid, candidate, opts)
     else:
         tc, tt = hashed
+    return phrase_part(tc, tt, hashed is not None, opts)
+
+
+def phrase_part(tc: _Texts, tt: _Texts, hashed: bool, opts: RiskOptions) -> PhrasePart:
+    """The phrase table of two arms' responses (their gram texts, or their keyed hashes)."""
     base: dict[str, Any] = {"responses_control": len(tc.grams), "responses_candidate": len(tt.grams),
-                            "source": "text" if hashed is None else "hashed"}  # fmt: skip
+                            "source": "hashed" if hashed else "text"}  # fmt: skip
     if not tc.grams and not tt.grams:
         nothing = (
-            "no response texts stored: content logging is off" if hashed is None
-            else "no hashed n-grams stored: set LIFTGATE_NGRAM_KEY (and a sample rate) on the gateway"
+            "no hashed n-grams stored: set LIFTGATE_NGRAM_KEY (and a sample rate) on the gateway" if hashed
+            else "no response texts stored: content logging is off"
         )  # fmt: skip
         return PhrasePart(state="unavailable", reason=nothing, **base)
     units = (len(set(tc.unit)), len(set(tt.unit)))
@@ -588,7 +593,7 @@ def _phrases(conn: Connection, eid: int, control: str, candidate: str, opts: Ris
         df.update(response_grams)
     kept: list[Any] = sorted(w for w, c in df.items() if c >= opts.min_phrase_responses)
     vocab = {w: i for i, w in enumerate(kept)}
-    labels = kept if hashed is None else [hash_label(w) for w in kept]
+    labels = [hash_label(w) for w in kept] if hashed else kept
     column = {label: i for i, label in enumerate(labels)}
     arm_c, _ = _phrase_arm(tc, vocab)
     arm_t, x_t = _phrase_arm(tt, vocab)
@@ -604,7 +609,7 @@ def _phrases(conn: Connection, eid: int, control: str, candidate: str, opts: Ris
         cats = Counter(c for c, h in zip(tt.category, has, strict=True) if h)
         rows.append(
             PhraseRow(
-                **_phrase_text(kept[j], hashed is not None, opts.phrase_lookup), rate_control=p.rate_control, rate_candidate=p.rate_candidate, log_odds=p.log_odds,
+                **_phrase_text(kept[j], hashed, opts.phrase_lookup), rate_control=p.rate_control, rate_candidate=p.rate_candidate, log_odds=p.log_odds,
                 z=p.z, p_value=p.p_value, q_value=p.q_value, flagged=p.flagged,
                 categories=[c for c, _ in cats.most_common(5)], responses_with=int(has.sum()),
                 outcome_with=_mean(tt.y[has]), outcome_without=_mean(tt.y[~has]),
