@@ -17,6 +17,7 @@ characters of text waiting, and a job that does not fit is dropped and counted
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import dataclass
 
@@ -81,7 +82,11 @@ class NgramSampler:
     def start(self) -> None:
         self._worker = asyncio.get_running_loop().create_task(self._work())
 
-    async def close(self) -> None:
+    async def close(self, drain_s: float = 2.0) -> None:
+        """Hash what is queued (local CPU only, so within ``drain_s``), then stop."""
+        if self._worker is not None and not self._worker.done():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.queue.join(), drain_s)
         if self._worker is not None:
             self._worker.cancel()
             await asyncio.gather(self._worker, return_exceptions=True)
