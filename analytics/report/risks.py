@@ -572,7 +572,17 @@ def _phrases(conn: Connection, eid: int, control: str, candidate: str, opts: Ris
         tc, tt = _load_texts(conn, eid, control, opts), _load_texts(conn, eid, candidate, opts)
     else:
         tc, tt = hashed
-    return phrase_part(tc, tt, hashed is not None, opts)
+    part = phrase_part(tc, tt, hashed is not None, opts)
+    if hashed is not None and part.state == "unavailable" and opts.ngram_key_id is not None:
+        other = conn.execute(
+            text("SELECT key_id FROM response_ngrams WHERE experiment_id = :e AND key_id <> :k LIMIT 1"),
+            {"e": eid, "k": opts.ngram_key_id},
+        ).scalar()
+        if other is not None:  # a key mismatch is not "nothing stored": say which
+            why = (f"the n-gram hashes were made with another key (key id {other}, the analytics service's is "
+                   f"{opts.ngram_key_id}): LIFTGATE_NGRAM_KEY must be the gateway's")  # fmt: skip
+            part = part.model_copy(update={"reason": why})
+    return part
 
 
 def phrase_part(tc: _Texts, tt: _Texts, hashed: bool, opts: RiskOptions) -> PhrasePart:

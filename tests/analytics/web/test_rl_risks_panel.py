@@ -5,17 +5,13 @@ number on the panel equals the report API's and the /rl-risks endpoint's."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-from hashlib import sha256
-
 import pytest
 from sqlalchemy import Engine, text
 
 from analytics.ingest.write import ingest
-from contracts.events import Event, InteractionEvent, NgramsEvent, ngrams_event_id
 from contracts.ngrams import NgramKey, hash_label
 from tests.analytics.report_data import create_experiment
-from tests.analytics.risks_data import scenario_events
+from tests.analytics.risks_data import hashed_events, scenario_events
 from tests.analytics.web.conftest import WatchedPage, snapshot
 from tests.analytics.web.test_dashboard import SCREENSHOTS, assert_numbers_match, canvas_has_pixels, open_page
 from tests.known_secrets import secret
@@ -83,24 +79,6 @@ def test_an_experiment_without_responses_shows_the_panel_empty_without_errors(
     assert watched.errors == []
 
 
-def _hashed(events: list[Event], key: NgramKey) -> list[Event]:
-    """The events a gateway with content logging ``hashed`` and n-grams at 100 % emits: digests
-    instead of texts, and each answer's keyed n-gram hashes."""
-    out: list[Event] = []
-    for e in events:
-        if isinstance(e, InteractionEvent) and e.response is not None:
-            out.append(
-                NgramsEvent(
-                    request_id=e.request_id, unit_id=e.unit_id, role=e.role, key_id=key.key_id,
-                    grams=key.hashes(e.response), experiment_id=e.experiment_id, variant=e.variant,
-                    category=e.category, event_id=ngrams_event_id(e.request_id),
-                )
-            )  # fmt: skip
-            e = replace(e, response=sha256(e.response.encode()).hexdigest())
-        out.append(e)
-    return out
-
-
 def test_the_phrase_table_of_a_hashed_experiment_shows_the_hashes(
     watched: WatchedPage, analytics_url: str, engine: Engine, admin_token: str
 ) -> None:
@@ -110,7 +88,7 @@ def test_the_phrase_table_of_a_hashed_experiment_shows_the_hashes(
             conn, [("control", 1), ("candidate", 1)], status=STOPPED, name="rl-hashed"
         )
         conn.execute(text("UPDATE experiments SET content_logging = 'hashed' WHERE id = :e"), {"e": eid})
-    ingest(engine, _hashed(scenario_events(eid, "reward-hacking", 300, seed=37), key))
+    ingest(engine, hashed_events(scenario_events(eid, "reward-hacking", 300, seed=37), key))
     snapshot(analytics_url, admin_token, name)
     open_page(watched, f"{analytics_url}/dashboard/experiments/{name}")
     risks = get_json(f"{analytics_url}/api/experiments/{name}/rl-risks", READ_TOKEN)
