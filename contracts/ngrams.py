@@ -13,7 +13,7 @@ grams:
    (a response either contains a gram or not; order and counts are not kept).
 
 A gram's hash is keyed BLAKE2b (RFC 7693 keyed mode, a pseudo-random function like
-HMAC-SHA-256 and about twice as fast in CPython) with a per-deployment secret, cut to 64 bits
+HMAC-SHA-256 and about 2.6× cheaper in CPython) with a per-deployment secret, cut to 64 bits
 and read as a signed big-endian integer (a PostgreSQL ``bigint``). Without the key, nobody
 holding only the database can hash a dictionary and match it; with the key, a list of
 candidate phrases resolves the hashes they produce (:func:`phrase_lookup`). 64 bits: two of

@@ -8,8 +8,8 @@ The stuffing detector counts those hashes per arm as it counts phrases of stored
 
 Off the hot path, like the judge sampler: the request path draws the sample and does only
 ``put_nowait`` after the user's response is complete; one worker hashes a job at a time
-between requests (hashing is pure CPU, ~0.2–1 ms a response, so the sample keeps its share
-of the gateway's CPU to a few µs per request); the queue is bounded by count and by the
+between requests (hashing is pure CPU, 0.14–1.9 ms an answer, so the default 1 % sample keeps
+its share of the gateway's CPU to a few µs per request: bench/gateway/README.md); the queue is bounded by count and by the
 characters of text waiting, and a job that does not fit is dropped and counted
 (``liftgate_gateway_ngrams_total{outcome="dropped"}``).
 """
