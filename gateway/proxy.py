@@ -41,6 +41,8 @@ from gateway.http_client import StreamResponse
 from gateway.inputs import MAX_DEPTH, completion_problem, header_problem, too_deep
 from gateway.judge import TEXT_MAX, JudgeSampler, job_for
 from gateway.limits import ConcurrencyLimit
+from gateway.ngrams import NgramSampler
+from gateway.ngrams import job_for as ngram_job_for
 from gateway.recorder import CallInfo, Recorder, prompt_text
 from gateway.relay import CallResult, SseFilter, call_json, classify, open_stream, summarize_json
 from gateway.routing import Decision, RequestFacts, api_key_of, decide, parse_tags
@@ -112,6 +114,7 @@ class CompletionProxy:
         concurrency: ConcurrencyLimit | None = None,
         categories: CategoryRules | None = None,
         judge: JudgeSampler | None = None,
+        ngrams: NgramSampler | None = None,
     ) -> None:
         self.snapshot = snapshot
         self.pool = pool
@@ -125,6 +128,7 @@ class CompletionProxy:
         self._too_large = errors.too_large(max_body)
         self.categories = categories
         self.judge = judge
+        self.ngrams = ngrams
         self._key_cache: dict[bytes, str] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send, endpoint: str) -> None:
@@ -368,6 +372,11 @@ class CompletionProxy:
             job = job_for(info, d.variant.name, res, "primary")
             if job is not None:
                 self.judge.submit(job)
+        # Hashed n-grams of a sample of responses (content logging ``hashed`` only).
+        if info.content_logging == "hashed" and self.ngrams is not None and self.rng() < self.ngrams.rate:
+            gram_job = ngram_job_for(info, d.variant.name, res)
+            if gram_job is not None:
+                self.ngrams.submit(gram_job)
 
     async def _json(
         self,

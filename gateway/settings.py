@@ -87,6 +87,12 @@ class GatewaySettings(BaseSettings):
     judge_queue_size: int = Field(default=1000, ge=1, le=1_000_000)
     judge_queue_bytes: int = Field(default=16 * MiB, ge=64 * KiB, le=4 * 1024 * MiB)
     judge_timeout_s: float = Field(default=30.0, gt=0, le=600)
+    # Hashed n-grams (gateway.ngrams) of a share of the responses of experiments with content
+    # logging ``hashed``: the per-deployment key (also the analytics service's, to resolve an
+    # operator's phrase list); unset = no n-grams are hashed.
+    ngram_key: str | None = Field(default=None, repr=False)
+    ngram_sample_rate: float = Field(default=0.01, ge=0.0, le=1.0)
+    ngram_queue_size: int = Field(default=1000, ge=1, le=1_000_000)
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
     workers: int = Field(default=1, ge=1, le=64)

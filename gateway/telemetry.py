@@ -127,6 +127,12 @@ class GatewayMetrics:
             [*variant, "outcome"],
             registry=r,
         )
+        self.ngrams = Counter(
+            "liftgate_gateway_ngrams",
+            "Hashed n-gram sampler jobs by outcome (queued, dropped, hashed)",
+            [*variant, "outcome"],
+            registry=r,
+        )
         self.events = Counter(
             "liftgate_gateway_events_emitted", "Events handed to the sink", ["type"], registry=r
         )
@@ -176,6 +182,7 @@ class GatewayMetrics:
         self.interaction_events = self.events.labels("interaction")
         self.feedback_events = self.events.labels("feedback")
         self.judge_events = self.events.labels("judge")
+        self.ngrams_events = self.events.labels("ngrams")
 
     def children(self, route: str, experiment: str, variant: str, role: str) -> VariantChildren:
         key = (route, experiment, variant, role)

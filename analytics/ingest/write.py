@@ -47,7 +47,7 @@ from sqlalchemy.orm import Session
 from analytics.ingest import copy_text, rollups
 from analytics.ingest.dead_letters import DeadLetterRow, write_dead_letters
 from contracts import redaction
-from contracts.events import DecodeError, Event, InteractionEvent, JudgeEvent, decode, topic_for
+from contracts.events import DecodeError, Event, InteractionEvent, JudgeEvent, NgramsEvent, decode, topic_for
 
 log = logging.getLogger(__name__)
 
@@ -464,11 +464,26 @@ ON CONFLICT (event_id) DO NOTHING
 """
 
 
+_NGRAMS_INSERT: Final = b"""
+INSERT INTO response_ngrams (event_id, ts, request_id, unit_id, role, key_id, experiment_id, variant, category,
+    grams)
+VALUES (%s, to_timestamp(%s), %s, %s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (event_id) DO NOTHING
+"""
+
+
 def write_judgements(pg: psycopg.Connection[Any], judgements: Sequence[Raw]) -> int:
-    """Store judge scores, once per (request, judge): their event id is derived from both."""
-    rows = []
+    """Store the sampled records of responses: judge scores, once per (request, judge), and
+    hashed n-grams, once per request (their event ids are derived from those)."""
+    rows, grams = [], []
     for raw in judgements:
         e = raw.event if raw.event is not None else decode(raw.payload)
+        if isinstance(e, NgramsEvent):
+            grams.append(
+                (e.event_id, e.ts, e.request_id, e.unit_id, e.role, e.key_id, e.experiment_id, e.variant,
+                 e.category, e.grams)
+            )  # fmt: skip
+            continue
         assert isinstance(e, JudgeEvent)
         rows.append(
             (
@@ -476,11 +491,13 @@ def write_judgements(pg: psycopg.Connection[Any], judgements: Sequence[Raw]) -> 
                 e.experiment_id, e.variant, e.pair_id, e.category, e.score, e.error_type,
             )
         )  # fmt: skip
-    if not rows:
-        return 0
+    stored = 0
     with pg.cursor() as cur:
-        cur.executemany(_JUDGEMENT_INSERT, rows)
-        return max(0, cur.rowcount)
+        for statement, values in ((_JUDGEMENT_INSERT, rows), (_NGRAMS_INSERT, grams)):
+            if values:
+                cur.executemany(statement, values)
+                stored += max(0, cur.rowcount)
+    return stored
 
 
 def ingest_raw(
@@ -568,7 +585,7 @@ class Encoded:
     interactions: list[Raw]
     feedback: list[Raw]
     dead: list[DeadLetterRow]  # events ``decode`` refuses, with the reason
-    judgements: list[Raw] = field(default_factory=list)  # judge scores (their own table)
+    judgements: list[Raw] = field(default_factory=list)  # judge scores and hashed n-grams (own tables)
 
 
 def encode_for_ingest(events: Sequence[Event]) -> Encoded:
@@ -591,7 +608,7 @@ def encode_for_ingest(events: Sequence[Event]) -> Encoded:
             out.dead.append(DeadLetterRow(topic_for(ev), None, None, ev.key, payload, exc.reason))
             continue
         raw = Raw(payload, topic_for(ev), event=ev)
-        if isinstance(ev, JudgeEvent):
+        if isinstance(ev, (JudgeEvent, NgramsEvent)):
             out.judgements.append(raw)
         else:
             (out.interactions if isinstance(ev, InteractionEvent) else out.feedback).append(raw)

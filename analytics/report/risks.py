@@ -16,11 +16,10 @@ unit: a unit's sum over its responses of that category / its responses of that c
 
 from __future__ import annotations
 
-import re
 import time
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -61,6 +60,7 @@ from analytics.risks import (
 )
 from analytics.risks.curve import LENGTH_BINS_PER_DOUBLING
 from analytics.stats import DEFAULT_PLANNED_UNITS, Direction, ErrorCode, MetricKind, SampleStats
+from contracts.ngrams import TEXT_MAX, grams, hash_label
 
 #: The user outcome of the decomposition and judge parts.
 OUTCOME = "satisfaction"
@@ -72,8 +72,7 @@ MATRIX_METRICS: dict[str, tuple[Direction, str]] = {
 }
 SCORE_BINS = 10
 _INSUFFICIENT = {ErrorCode.TOO_FEW_UNITS, ErrorCode.EMPTY_VARIANT, ErrorCode.ZERO_VARIANCE, ErrorCode.NO_DATA}
-_WORD = re.compile(r"[a-z0-9]+(?:'[a-z0-9]+)?")
-_MAX_TEXT = 4000  # characters of a response tokenised for phrases
+_MAX_TEXT = TEXT_MAX  # characters of a response tokenised for phrases
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +91,10 @@ class RiskOptions:
     # Above this many units the detectors read a random subset of units (by a hash of the
     # unit id, the same for both arms): the cost stays bounded, every test stays valid.
     max_units: int = 100_000
+    # Hashed n-grams (content logging ``hashed``): read the rows made with this key (None: the
+    # key of the newest row), and show the text of hashes this lookup resolves.
+    ngram_key_id: str | None = None
+    phrase_lookup: Mapping[int, str] = field(default_factory=dict)
 
 
 _GROUPS = text(
@@ -462,19 +465,16 @@ def _judge(
 
 
 def ngrams(text_: str) -> set[str]:
-    """Word 1–3-grams of a response (lower-cased words of letters, digits and inner apostrophes)."""
-    words = _WORD.findall(text_[:_MAX_TEXT].lower())
-    out = set(words)
-    out.update(" ".join(words[i : i + 2]) for i in range(len(words) - 1))
-    out.update(" ".join(words[i : i + 3]) for i in range(len(words) - 2))
-    return out
+    """Word 1–3-grams of a response: the tokenisation of the gateway's hashed n-grams and of
+    an operator's phrase list (:mod:`contracts.ngrams`), so the two sources agree."""
+    return grams(text_)
 
 
 @dataclass(frozen=True, slots=True)
 class _Texts:
     unit: list[str]
     category: list[str]
-    grams: list[set[str]]
+    grams: list[set[Any]]  # gram texts, or their keyed hashes (content logging hashed)
     y: np.ndarray
     score: np.ndarray  # NaN: not judged
 
@@ -490,10 +490,58 @@ def _load_texts(conn: Connection, eid: int, variant: str, opts: RiskOptions) -> 
     )  # fmt: skip
 
 
-def _phrase_arm(t: _Texts, vocab: dict[str, int]) -> tuple[PhraseArm, sparse.csr_matrix]:
+_HASHED = text(
+    """
+    WITH r AS (
+        SELECT request_id, unit_id, coalesce(category, 'other') AS category, grams
+        FROM response_ngrams
+        WHERE experiment_id = :e AND variant = :v AND role = 'primary' AND key_id = :k
+        ORDER BY ts DESC LIMIT :n
+    )
+    SELECT r.unit_id, r.category, r.grams,
+           (SELECT coalesce(max((kind = 'thumbs_up')::int), 0) - coalesce(max((kind = 'thumbs_down')::int), 0)
+              FROM feedback f WHERE f.request_id = r.request_id AND f.experiment_id = :e
+               AND kind IN ('thumbs_up', 'thumbs_down')),
+           (SELECT avg(score) FROM judgements j WHERE j.request_id = r.request_id AND j.experiment_id = :e
+               AND j.role = 'primary' AND j.status = 'ok')
+    FROM r
+    """
+)
+
+
+def _load_hashed(conn: Connection, eid: int, variant: str, key_id: str | None, opts: RiskOptions) -> _Texts:
+    """The gateway's n-gram hashes of the most recent sampled responses (content logging
+    ``hashed``), made with ``key_id``'s key."""
+    rows = conn.execute(_HASHED, {"e": eid, "v": variant, "k": key_id, "n": opts.max_phrase_responses}).all()
+    return _Texts(
+        unit=[r[0] for r in rows], category=[r[1] for r in rows], grams=[set(r[2]) for r in rows],
+        y=np.array([float(r[3] or 0) for r in rows]),
+        score=np.array([float(r[4]) if r[4] is not None else np.nan for r in rows]),
+    )  # fmt: skip
+
+
+def _hashed_input(
+    conn: Connection, eid: int, control: str, candidate: str, opts: RiskOptions
+) -> tuple[_Texts, _Texts] | None:
+    """Both arms' hashed n-grams when the experiment logs content ``hashed`` (None otherwise:
+    its ``response`` column then holds text, never a digest)."""
+    mode = conn.execute(text("SELECT content_logging FROM experiments WHERE id = :e"), {"e": eid}).scalar()
+    if mode != "hashed":
+        return None
+    key_id = (
+        opts.ngram_key_id
+        or conn.execute(
+            text("SELECT key_id FROM response_ngrams WHERE experiment_id = :e ORDER BY ts DESC LIMIT 1"),
+            {"e": eid},
+        ).scalar()
+    )
+    return _load_hashed(conn, eid, control, key_id, opts), _load_hashed(conn, eid, candidate, key_id, opts)
+
+
+def _phrase_arm(t: _Texts, vocab: Mapping[Hashable, int]) -> tuple[PhraseArm, sparse.csr_matrix]:
     rows, cols = [], []
-    for i, grams in enumerate(t.grams):
-        for w in grams:
+    for i, response_grams in enumerate(t.grams):
+        for w in response_grams:
             j = vocab.get(w)
             if j is not None:
                 rows.append(i)
@@ -519,34 +567,59 @@ def _mean(values: np.ndarray) -> float | None:
 
 
 def _phrases(conn: Connection, eid: int, control: str, candidate: str, opts: RiskOptions) -> PhrasePart:
-    tc, tt = _load_texts(conn, eid, control, opts), _load_texts(conn, eid, candidate, opts)
-    base: dict[str, Any] = {"responses_control": len(tc.grams), "responses_candidate": len(tt.grams)}
+    hashed = _hashed_input(conn, eid, control, candidate, opts)
+    if hashed is None:
+        tc, tt = _load_texts(conn, eid, control, opts), _load_texts(conn, eid, candidate, opts)
+    else:
+        tc, tt = hashed
+    part = phrase_part(tc, tt, hashed is not None, opts)
+    if hashed is not None and part.state == "unavailable" and opts.ngram_key_id is not None:
+        other = conn.execute(
+            text("SELECT key_id FROM response_ngrams WHERE experiment_id = :e AND key_id <> :k LIMIT 1"),
+            {"e": eid, "k": opts.ngram_key_id},
+        ).scalar()
+        if other is not None:  # a key mismatch is not "nothing stored": say which
+            why = (f"the n-gram hashes were made with another key (key id {other}, the analytics service's is "
+                   f"{opts.ngram_key_id}): LIFTGATE_NGRAM_KEY must be the gateway's")  # fmt: skip
+            part = part.model_copy(update={"reason": why})
+    return part
+
+
+def phrase_part(tc: _Texts, tt: _Texts, hashed: bool, opts: RiskOptions) -> PhrasePart:
+    """The phrase table of two arms' responses (their gram texts, or their keyed hashes)."""
+    base: dict[str, Any] = {"responses_control": len(tc.grams), "responses_candidate": len(tt.grams),
+                            "source": "hashed" if hashed else "text"}  # fmt: skip
     if not tc.grams and not tt.grams:
-        return PhrasePart(
-            state="unavailable", reason="no response texts stored: content logging is off", **base
-        )
+        nothing = (
+            "no hashed n-grams stored: set LIFTGATE_NGRAM_KEY (and a sample rate) on the gateway" if hashed
+            else "no response texts stored: content logging is off"
+        )  # fmt: skip
+        return PhrasePart(state="unavailable", reason=nothing, **base)
     units = (len(set(tc.unit)), len(set(tt.unit)))
     if (why := _too_few(*units, opts.min_units, "units with stored responses")) is not None:
         return PhrasePart(state="insufficient_data", reason=why, **base)
-    df: Counter[str] = Counter()
-    for grams in (*tc.grams, *tt.grams):
-        df.update(grams)
-    kept = sorted(w for w, c in df.items() if c >= opts.min_phrase_responses)
+    df: Counter[Hashable] = Counter()
+    for response_grams in (*tc.grams, *tt.grams):
+        df.update(response_grams)
+    kept: list[Any] = sorted(w for w, c in df.items() if c >= opts.min_phrase_responses)
     vocab = {w: i for i, w in enumerate(kept)}
+    labels = [hash_label(w) for w in kept] if hashed else kept
+    column = {label: i for i, label in enumerate(labels)}
     arm_c, _ = _phrase_arm(tc, vocab)
     arm_t, x_t = _phrase_arm(tt, vocab)
-    res = stuffed_phrases(kept, arm_c, arm_t, opts.alpha, opts.planned_units,
+    res = stuffed_phrases(labels, arm_c, arm_t, opts.alpha, opts.planned_units,
                           min_responses=opts.min_phrase_responses, top=opts.phrase_top)  # fmt: skip
     x_t = x_t.tocsc()
     rows = []
     for p in res.phrases:
         has = np.zeros(len(tt.grams), dtype=bool)
-        col = x_t[:, vocab[p.phrase]]
+        j = column[p.phrase]
+        col = x_t[:, j]
         has[col.nonzero()[0]] = True
         cats = Counter(c for c, h in zip(tt.category, has, strict=True) if h)
         rows.append(
             PhraseRow(
-                phrase=p.phrase, rate_control=p.rate_control, rate_candidate=p.rate_candidate, log_odds=p.log_odds,
+                **_phrase_text(kept[j], hashed, opts.phrase_lookup), rate_control=p.rate_control, rate_candidate=p.rate_candidate, log_odds=p.log_odds,
                 z=p.z, p_value=p.p_value, q_value=p.q_value, flagged=p.flagged,
                 categories=[c for c, _ in cats.most_common(5)], responses_with=int(has.sum()),
                 outcome_with=_mean(tt.y[has]), outcome_without=_mean(tt.y[~has]),
@@ -557,6 +630,28 @@ def _phrases(conn: Connection, eid: int, control: str, candidate: str, opts: Ris
         state=_state_of(res.error), reason=res.message, tested=res.tested, phrases=rows,
         flagged=[r.phrase for r in rows if r.flagged], **base,
     )  # fmt: skip
+
+
+def _phrase_text(gram: Any, hashed: bool, lookup: Mapping[int, str]) -> dict[str, Any]:
+    if not hashed:
+        return {"phrase": gram}
+    known = lookup.get(gram)
+    return {"phrase": known if known is not None else hash_label(gram), "hash": hash_label(gram),
+            "resolved": known is not None}  # fmt: skip
+
+
+def resolve_phrases(part: PhrasePart, lookup: Mapping[int, str]) -> PhrasePart:
+    """``part`` with the text of the hashed phrases ``lookup`` (hash → text) resolves."""
+    if part.source != "hashed" or not lookup:
+        return part
+    rows = []
+    for row in part.phrases:
+        if row.hash is not None and not row.resolved:
+            known = lookup.get(int.from_bytes(bytes.fromhex(row.hash), "big", signed=True))
+            if known is not None:
+                row = row.model_copy(update={"phrase": known, "resolved": True})
+        rows.append(row)
+    return part.model_copy(update={"phrases": rows, "flagged": [r.phrase for r in rows if r.flagged]})
 
 
 def _alarms(mix: CategoryMixPart, cap: CapabilityPart, verb: VerbosityPart, judge: JudgePart,
@@ -628,4 +723,4 @@ def rl_risks(
     return out
 
 
-__all__ = ["MATRIX_METRICS", "OUTCOME", "RiskOptions", "ngrams", "rl_risks"]
+__all__ = ["MATRIX_METRICS", "OUTCOME", "RiskOptions", "ngrams", "resolve_phrases", "rl_risks"]

@@ -188,7 +188,11 @@ class JudgePart(_Model):
 
 
 class PhraseRow(_Model):
+    # The phrase's text; with content logging ``hashed`` its hash (``hash``) unless the
+    # operator's phrase list resolves it (``resolved``).
     phrase: str
+    hash: str | None = None  # 16 hex digits of the keyed hash (content logging hashed)
+    resolved: bool = True
     rate_control: float
     rate_candidate: float
     log_odds: float
@@ -207,7 +211,7 @@ class PhraseRow(_Model):
 class PhrasePart(_Model):
     state: RiskState
     reason: str | None = None
-    source: Literal["text", "hashed"] = "text"
+    source: Literal["text", "hashed"] = "text"  # stored texts, or the gateway's n-gram hashes
     responses_control: int = 0
     responses_candidate: int = 0
     tested: int = 0
