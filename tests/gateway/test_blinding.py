@@ -4,12 +4,16 @@ experiment can choose otherwise."""
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Iterator
 
 import openai
+import orjson
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
+from gateway.blinding import model_echo
 from gateway.snapshot import UpstreamConfig, VariantConfig
 from tests.gateway.conftest import MemorySink, experiment, start_gateway, static_source
 
@@ -75,3 +79,64 @@ def test_an_experiment_can_refuse_to_name_the_arm_even_when_asked(url: str) -> N
         model="sealed", messages=MSG, user="u1"
     )
     assert raw.parse().model == "sealed" and "x-liftgate-variant" not in raw.headers
+
+
+# --- the rewrite itself (gateway.blinding), against the plain definition of the field ---
+
+# The definition: a "model" key outside any string (not after a backslash) with a string value.
+_REFERENCE = re.compile(rb'(?<!\\)"model"\s*:\s*"(?:[^"\\]|\\.)*"')
+
+
+def _reference(body: bytes, route: str, every: bool) -> bytes:
+    value = b'"model":' + orjson.dumps(route)
+    return _REFERENCE.sub(lambda _: value, body, count=0 if every else 1)
+
+
+def _answers(model: str) -> list[bytes]:
+    """Answers and SSE blocks an upstream could send for ``model``, in several spellings."""
+    text = 'He said "model": "x" and \\"model\\" twice; a\\\\"b'
+    obj = {
+        "id": "c1",
+        "model": model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}}],
+        "meta": {"model": "nested"},
+        'a"model': "key ending in model",
+    }
+    event = {"id": "c1", "model": model, "choices": [{"delta": {"content": text}}]}
+    sse = b"".join(b"data: " + orjson.dumps(event) + b"\n\n" for _ in range(3)) + b"data: [DONE]\n\n"
+    return [
+        orjson.dumps(obj),
+        json.dumps(obj).encode(),  # spaces after the colons, non-ASCII escaped
+        json.dumps(obj, indent=2, ensure_ascii=False).encode(),
+        sse,
+        sse.replace(b'"model":', b'"model" : '),
+        b'{"model":null,"x":{"model":' + orjson.dumps(model) + b"}}",
+        orjson.dumps({'a"model': model, "model": model}),  # a key ending in "model" comes first
+        b'{"choices":[]}',
+        b"",
+    ]
+
+
+@pytest.mark.parametrize("upstream_model", ["cand", "fake", 'we"ird\\name', "modèle-ü", ""])
+@pytest.mark.parametrize("route", ["fake", "blind", 'r"o\\ute', "ruta-ñ"])
+def test_the_model_field_is_rewritten_exactly_where_the_definition_says(
+    upstream_model: str, route: str
+) -> None:
+    echo = model_echo(upstream_model, route)
+    for asked in (upstream_model, "another-model"):  # the usual echo, and an upstream that renames
+        for body in _answers(asked):
+            assert echo.first(body) == _reference(body, route, every=False), body
+            assert echo.every(body) == _reference(body, route, every=True), body
+
+
+def test_every_event_of_a_streamed_block_gets_the_route_and_the_text_is_untouched() -> None:
+    block = b"".join(
+        b"data: "
+        + orjson.dumps({"model": "cand-7b", "choices": [{"delta": {"content": f'"model":"{i}"'}}]})
+        + b"\n\n"
+        for i in range(20)
+    )
+    out = model_echo("cand-7b", "chat").every(block)
+    events = [orjson.loads(e[6:]) for e in out.split(b"\n\n") if e]
+    assert [e["model"] for e in events] == ["chat"] * 20
+    assert [e["choices"][0]["delta"]["content"] for e in events] == [f'"model":"{i}"' for i in range(20)]
