@@ -381,7 +381,7 @@ class CompletionProxy:
         else:
             status, body = error_for(res, variant.upstream)
         if status == 200 and route.experiment.echo_model:
-            body = model_echo(variant.model, info.route).first(body)
+            body = model_echo(info.route).first(body, variant.model)
         await send_json(send, status, body, self._headers(info, route, d.variant))
         if res.error_type is None:
             summarize_json(res, info.endpoint, info.keep_text)
@@ -429,14 +429,14 @@ class CompletionProxy:
             res = CallResult()
             resp = await self._open(variant, info.endpoint, orjson.dumps(req), res)
         headers = self._headers(info, route, d.variant)
-        echo = model_echo(variant.model, info.route) if route.experiment.echo_model else None
         if resp is None:
             status, body = error_for(res, variant.upstream)
             await send_json(send, status, body, headers)
             self._record_served(info, d, variant, res, status, perf_counter() - t0, fallback_from, prompt)
             return
         await send({"type": "http.response.start", "status": 200, "headers": [_SSE, _NO_CACHE, *headers]})
-        flt = SseFilter(res, info.endpoint == "chat", keep_usage, info.keep_text, t0)
+        echo = model_echo(info.route) if route.experiment.echo_model else None
+        flt = SseFilter(res, info.endpoint == "chat", keep_usage, info.keep_text, t0, echo)
         # Resolves when the client goes away: then stop relaying and drop the upstream
         # connection, so vLLM aborts the generation instead of finishing it for nobody.
         gone = asyncio.ensure_future(receive())
@@ -447,14 +447,10 @@ class CompletionProxy:
                     res.finish_reason = "client_closed"
                     break
                 out = flt.feed(chunk)
-                if out and echo is not None:
-                    out = echo.every(out)
                 if out:
                     await send({"type": "http.response.body", "body": out, "more_body": True})
             else:
                 tail = flt.flush()
-                if tail and echo is not None:
-                    tail = echo.every(tail)
                 if not res.done:
                     res.error_type = "stream"
                     tail += _mid_stream_error(res)
