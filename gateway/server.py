@@ -16,6 +16,13 @@ selected through uvicorn's documented ``http=`` option, plus three checks:
 
 Timers are armed only when a request spans several reads: a request that arrives whole in
 one read (nearly all of them) costs a few attribute checks and no timer.
+
+uvicorn writes a response's head as soon as the application starts the response, and its
+body in a second write: two sends, and two wake-ups of the client, per JSON answer. The
+protocol hands uvicorn a :class:`HeadMergingTransport`, which holds a head until the end of
+the current event-loop step: a body written in the same step (every JSON answer) leaves
+with it in one send; a head alone (an SSE stream waiting for its first event) is sent when
+the step ends.
 """
 
 from __future__ import annotations
@@ -34,6 +41,8 @@ from gateway.settings import GatewaySettings
 log = logging.getLogger(__name__)
 
 _IDLE, _HEADERS, _BODY = 0, 1, 2
+_HEAD = b"HTTP/"
+_MERGE_MAX = 64 * 1024  # a larger body is handed over with the head as two buffers, not copied
 _408 = b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
 _431 = b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
 
@@ -69,6 +78,51 @@ def _limits_of(app: Any) -> ReadLimits:
     return _DEFAULTS
 
 
+class HeadMergingTransport:
+    """A connection's transport that holds a response head until the end of the loop step,
+    so the body written right after it leaves in the same send. Writes keep their order;
+    everything else is the underlying transport's."""
+
+    __slots__ = ("_held", "_loop", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._held: bytes | None = None
+
+    def write(self, data: bytes) -> None:
+        held = self._held
+        if held is not None:
+            self._held = None
+            if len(data) <= _MERGE_MAX:
+                self._transport.write(held + data)
+            else:
+                self._transport.writelines((held, data))
+        elif data[:5] == _HEAD:
+            self._held = data
+            self._loop.call_soon(self._flush)
+        else:
+            self._transport.write(data)
+
+    def _flush(self) -> None:
+        held = self._held
+        if held is not None:
+            self._held = None
+            if not self._transport.is_closing():  # the client left: nothing to send it
+                self._transport.write(held)
+
+    def close(self) -> None:
+        self._flush()
+        self._transport.close()
+
+    def abort(self) -> None:
+        self._held = None
+        self._transport.abort()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
 class GatewayProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with header/body deadlines and a header size limit."""
 
@@ -91,7 +145,8 @@ class GatewayProtocol(HttpToolsProtocol):
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+        merging: Any = HeadMergingTransport(transport, self.loop)
+        super().connection_made(merging)
         # uvicorn arms its keep-alive timer only after a response: bound the first request too.
         self._arm(self._header_timeout, _HEADERS)
 
