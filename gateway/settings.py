@@ -52,6 +52,12 @@ class GatewaySettings(BaseSettings):
     header_timeout_s: float = Field(default=10.0, gt=0, le=600)
     body_timeout_s: float = Field(default=60.0, gt=0, le=3600)
     keep_alive_timeout_s: int = Field(default=5, ge=1, le=600)
+    # Staged close of a connection refused while its client may still be sending (a body past
+    # its limit, a refusal with `connection: close`, 431): the answer and a FIN go out, then
+    # what the client still sends is read and dropped for up to linger_s / linger_bytes.
+    # linger_s = 0: close at once (the kernel may then reset the connection, see gateway.server).
+    linger_s: float = Field(default=2.0, ge=0, le=30)
+    linger_bytes: int = Field(default=4 * MiB, ge=0, le=1024 * MiB)
     # Per client (its API key, or its IP address when keys are off), per worker process:
     # completion requests in flight (0 = no limit) and /v1/feedback calls per second
     # (token bucket of feedback_burst; 0 = no limit).
