@@ -109,8 +109,9 @@ class RiskOptions:
 _ROLLUPS = "rl_rollups"
 _ROWS = f"({RL_ROWS})"
 _WORK_MEM = "256MB"
-#: Above this many categories the per-unit pivot would exceed PostgreSQL's column limit.
-MAX_CATEGORIES = 40
+#: Above this many categories the per-unit pivot (3 columns per category) would exceed
+#: PostgreSQL's column limit; the gateway assigns at most 64 rule categories and ``other``.
+MAX_CATEGORIES = 400
 
 _CATEGORIES = (
     "SELECT DISTINCT category FROM {src} r WHERE r.experiment_id = :e AND r.variant = ANY(:variants)"
@@ -120,27 +121,32 @@ _CATEGORIES = (
 def _pivot_sql(src: str, k: int) -> str:
     """One pass over the experiment's rollup rows: per unit (GROUP BY variant, unit) its
     responses, tokens and, per category c0..c{k-1}, responses / thumbs up / thumbs down;
-    then per variant the sums over units the detectors' sufficient statistics need.
+    then per variant the sums over units the detectors' sufficient statistics need: six
+    scalars, 12 per category (an array) and the K(K−1)/2 cross-products of the mix (an
+    array: any number of categories stays within PostgreSQL's column limit).
 
     Units are grouped by a 64-bit hash of their id (``_CELLS``): a sort or hash of integers,
     not of collated text, and no index-ordered walk of the heap (rows are stored in arrival
     order: an index scan in key order read 2.7M pages at 10M interactions)."""
     per_unit = ["sum(responses) AS n", "sum(tokens) AS t"]
-    per_arm = ["count(*)", "sum(n)", "sum(n * n)", "sum(t)", "sum(t * t)", "sum(t * n)"]
+    per_category: list[str] = []
+    cross: list[str] = []
     for i in range(k):
         per_unit += [f"sum({c}) FILTER (WHERE category = :c{i}) AS {a}{i}"
                      for c, a in (("responses", "n"), ("thumbs_up", "u"), ("thumbs_down", "d"))]  # fmt: skip
-        per_arm += [f"count(n{i})", f"sum(n{i})", f"sum(n{i} * n{i})"]
+        per_category += [f"count(n{i})", f"sum(n{i})", f"sum(n{i} * n{i})"]
         for x in (f"u{i}", f"d{i}", f"(u{i} - d{i})"):
-            per_arm += [f"sum({x})", f"sum({x} * {x})", f"sum({x} * n{i})"]
-        per_arm += [f"sum(coalesce(n{i}, 0) * coalesce(n{j}, 0))" for j in range(i + 1, k)]
+            per_category += [f"sum({x})", f"sum({x} * {x})", f"sum({x} * n{i})"]
+        cross += [f"sum(coalesce(n{i}, 0) * coalesce(n{j}, 0))" for j in range(i + 1, k)]
     return f"""
     WITH u AS (
         SELECT variant, {", ".join(per_unit)}
         FROM {src} r WHERE r.experiment_id = :e AND r.variant = ANY(:variants)
         GROUP BY variant, hashtextextended(unit_id, 0)
     )
-    SELECT variant, {", ".join(per_arm)} FROM u GROUP BY variant
+    SELECT variant, count(*), sum(n), sum(n * n), sum(t), sum(t * t), sum(t * n),
+           ARRAY[{", ".join(per_category)}]::float8[], ARRAY[{", ".join(cross) or "NULL"}]::float8[]
+    FROM u GROUP BY variant
     """
 
 
@@ -227,25 +233,22 @@ def _f(v: Any) -> float:
 
 
 def _parse_arm(row: Sequence[Any], categories: tuple[str, ...]) -> _Arm:
-    vals = list(row[1:])
-    units, n, nn, t, tt, tn = (_f(v) for v in vals[:6])
-    at = 6
+    units, n, nn, t, tt, tn = (_f(v) for v in row[1:7])
+    per_category, pairs = list(row[7]), iter(row[8])
     k = len(categories)
     sums = [0.0] * k
     cross = [[0.0] * k for _ in range(k)]
     ratio: dict[tuple[str, str], SampleStats] = {}
     for i, c in enumerate(categories):
-        units_i, n_i, nn_i = int(_f(vals[at])), _f(vals[at + 1]), _f(vals[at + 2])
-        at += 3
-        for col in ("up", "down", "y"):
-            x, xx, xn = (_f(v) for v in vals[at : at + 3])
-            at += 3
+        vals = [_f(v) for v in per_category[12 * i : 12 * (i + 1)]]
+        units_i, n_i, nn_i = int(vals[0]), vals[1], vals[2]
+        for m, col in enumerate(("up", "down", "y")):
+            x, xx, xn = vals[3 + 3 * m : 6 + 3 * m]
             ratio[(c, col)] = SampleStats(units_i, x, xx, n_i, nn_i, xn)
         sums[i] = n_i
         cross[i][i] = nn_i
         for j in range(i + 1, k):
-            cross[i][j] = cross[j][i] = _f(vals[at])
-            at += 1
+            cross[i][j] = cross[j][i] = _f(next(pairs))
     mix = MixStats(int(units), tuple(sums), tuple(tuple(r) for r in cross))
     return _Arm(int(units), SampleStats(int(units), t, tt, n, nn, tn), mix, ratio)
 

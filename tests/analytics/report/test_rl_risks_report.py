@@ -223,3 +223,33 @@ def test_the_section_from_the_ingest_rollups_equals_the_one_from_the_stored_rows
     assert by_rollups.verbosity.state == "ok" and by_rollups.capability.state == "ok"
     skip = {"build_seconds", "computed_at"}
     assert _differences(by_rollups.model_dump(exclude=skip), by_rows.model_dump(exclude=skip)) == []
+
+
+def test_every_gateway_category_at_once_is_tested_with_the_per_row_numbers(engine: Engine) -> None:
+    # The gateway assigns up to 64 rule categories plus "other": the per-unit pivot holds
+    # them all (its cross-products travel as an array, within PostgreSQL's column limit).
+    import random
+
+    from tests.analytics.ingest_helpers import feedback, interaction
+
+    with engine.begin() as conn:
+        eid, _ = create_experiment(conn, [("control", 1), ("candidate", 1)], status=STOPPED)
+    rng = random.Random(12)
+    categories = [f"c{i:02d}" for i in range(64)] + ["other"]
+    events: list[Any] = []
+    for arm in ("control", "candidate"):
+        for u in range(80):  # 32-48 units per category and arm: enough to test (min_units 30)
+            for c in categories[u % 5 :: 2]:  # units overlap categories differently
+                e = interaction(eid, arm, f"{arm}-{u}", category=c, completion_tokens=rng.randrange(1, 500))
+                events.append(e)
+                if rng.random() < 0.5:
+                    events.append(feedback(e, rng.choice(("thumbs_up", "thumbs_down"))))
+    ingest(engine, events)
+    with engine.connect() as conn:
+        (r,) = rl_risks(conn, eid, "control", ["candidate"])
+        (rows,) = rl_risks(conn, eid, "control", ["candidate"], rows=True)
+    assert len(r.capability.categories) == 65 and len(r.category_mix.shares) == 65
+    assert len(r.capability.cells) == 65 * 3 and r.category_mix.state == "ok"
+    assert any(c.state == "ok" for c in r.capability.cells)
+    skip = {"build_seconds", "computed_at"}
+    assert _differences(r.model_dump(exclude=skip), rows.model_dump(exclude=skip)) == []
