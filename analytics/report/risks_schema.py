@@ -171,6 +171,9 @@ class JudgePart(_Model):
     judges: list[str] = Field(default_factory=list)
     judged_control: int = 0
     judged_candidate: int = 0
+    # The share of units whose judged responses were read (a hash sample, the same units
+    # in every arm; below 1 above ``max_units`` units or ``max_judged`` judged responses).
+    judged_share: float = 1.0
     mean_score_control: float | None = None
     mean_score_candidate: float | None = None
     judge_says: float | None = None
