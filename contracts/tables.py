@@ -376,6 +376,26 @@ class SegmentRollup(RollupMeasures, Base):
     last_ts: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
+class RlRollup(Base):
+    """The RL-risk detectors' rollup: per (experiment, variant, unit, task category, length
+    bin) the successful primary responses, their completion tokens and their counted
+    thumbs-up / thumbs-down (``analytics.ingest.rollups`` folds it; the report's ``rl_risks``
+    section reads it)."""
+
+    __tablename__ = "rl_rollups"
+    __table_args__ = {"postgresql_with": {"fillfactor": 80}}
+
+    experiment_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    variant: Mapped[str] = mapped_column(String(64), primary_key=True)
+    unit_id: Mapped[str] = mapped_column(String(256), primary_key=True)
+    category: Mapped[str] = mapped_column(String(64), primary_key=True)
+    lbin: Mapped[int] = mapped_column(Integer, primary_key=True)
+    responses: Mapped[float] = mapped_column(Double, server_default="0")
+    tokens: Mapped[float] = mapped_column(Double, server_default="0")
+    thumbs_up: Mapped[float] = mapped_column(Double, server_default="0")
+    thumbs_down: Mapped[float] = mapped_column(Double, server_default="0")
+
+
 class PreperiodRollup(RollupMeasures, Base):
     """A unit's own history on the experiment's route before it started (CUPED covariate).
 
