@@ -10,11 +10,13 @@ clients below that keep sending after the answer get "connection reset by peer".
 
 from __future__ import annotations
 
+import gc
 import json
 import socket
 import threading
 import time
 import urllib.parse
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -134,23 +136,34 @@ def test_a_body_deadline_answers_408_and_closes_at_once_without_lingering(port: 
 # --- the protocol alone, served in-process (its connections and tasks can be counted) --------
 
 
-async def _refuse_unread(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    """Answers every request 413 with ``connection: close`` without reading its body, as the
-    request guard does for a body declared over the limit."""
+async def _app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """``POST /read`` reads its body to the end (or to a disconnect) and answers 200; any other
+    POST is answered 413 with ``connection: close`` without a byte of its body read, as the
+    request guard answers a body declared over the limit; a GET is answered 200."""
     if scope["type"] != "http":
         return
-    body = b'{"detail": "too large"}'
+    status = 200
+    if scope["method"] == "POST" and scope["path"] == "/read":
+        while (await receive()).get("more_body"):
+            pass
+    elif scope["method"] == "POST":
+        status = 413
+    body = b'{"detail": "refused"}'
     headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
-    if scope["method"] == "POST":
+    if status == 413:
         headers.append((b"connection", b"close"))
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 413 if scope["method"] == "POST" else 200,
-            "headers": headers,
-        }
-    )
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+def _answer(s: socket.socket) -> bytes:
+    """One whole answer of the app below (its body ends the same way every time)."""
+    answer = b""
+    while not answer.endswith(b'"refused"}'):
+        part = s.recv(65536)
+        assert part, answer
+        answer += part
+    return answer
 
 
 class ServerThread:
@@ -160,7 +173,7 @@ class ServerThread:
         self.port = self.sock.getsockname()[1]
         limits = ServerLimits(linger_s=LINGER_S, linger_bytes=LINGER_BYTES)
         config = uvicorn.Config(
-            _refuse_unread, loop=loop, http=timed_protocol(limits), lifespan="off", log_level="warning"
+            _app, loop=loop, http=timed_protocol(limits), lifespan="off", log_level="warning"
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
@@ -211,7 +224,7 @@ def test_lingering_connections_leave_no_connection_or_task_behind(server: Server
 def test_shutdown_waits_for_a_lingering_connection_no_longer_than_its_bound(server: ServerThread) -> None:
     idle = socket.create_connection(("127.0.0.1", server.port), timeout=5)
     idle.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-    assert idle.recv(65536).startswith(b"HTTP/1.1 200")
+    assert _answer(idle).startswith(b"HTTP/1.1 200")
     result: list[Any] = []
     client = threading.Thread(
         target=lambda: result.append(
@@ -244,3 +257,57 @@ def test_shutdown_waits_for_a_lingering_connection_no_longer_than_its_bound(serv
     idle.close()
     (o,) = result
     assert o.answer.startswith(b"HTTP/1.1 413") and o.ended == "reset", (o.ended, o.answer[:200])
+
+
+def test_a_body_that_stops_parsing_reads_its_400_and_its_request_task_ends_at_once(
+    server: ServerThread,
+) -> None:
+    """A chunked body whose chunk-size line is garbage, mid-upload: uvicorn's 400 arrives whole,
+    and the request task reading the body is told at once that no more will come (it does not
+    wait out the linger)."""
+    state = server.server.server_state
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as s:
+        s.sendall(b"POST /read HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + chunk(PIECE))
+        deadline = time.monotonic() + 5
+        while not state.tasks:  # the app is reading the body
+            assert time.monotonic() < deadline, "the request never started"
+            time.sleep(0.005)
+        s.sendall(b"zz\r\n" + PIECE)
+        answer = b""
+        while not answer.endswith(b"received."):
+            part = s.recv(65536)
+            assert part, answer
+            answer += part
+        t0 = time.monotonic()
+        assert answer.startswith(b"HTTP/1.1 400") and b"connection: close" in answer, answer
+        for _ in range(8):  # still sending: dropped, no reset
+            s.sendall(PIECE)
+            time.sleep(0.01)
+        while state.tasks:
+            assert time.monotonic() - t0 < LINGER_S / 2, "the request task waited for the linger"
+            time.sleep(0.005)
+        assert s.recv(1) == b""
+    server.settled()
+
+
+def test_a_closed_connection_is_freed_without_waiting_for_the_cycle_collector() -> None:
+    """The transport uvicorn's protocol sees closes through the wrapper: the two must not keep
+    each other alive once the connection is gone, or every connection waits for the cyclic
+    garbage collector. asyncio's loop: uvloop keeps a cancelled keep-alive timer, and so the
+    protocol, a while."""
+    with ServerThread("asyncio") as server:
+        state = server.server.server_state
+        gc.disable()
+        try:
+            with socket.create_connection(("127.0.0.1", server.port), timeout=5) as s:
+                s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+                assert _answer(s).startswith(b"HTTP/1.1 200")
+                inner = next(iter(state.connections))
+                refs = [weakref.ref(inner), weakref.ref(inner.transport.close.__self__)]
+                del inner
+            deadline = time.monotonic() + 5
+            while any(r() is not None for r in refs):
+                assert time.monotonic() < deadline, [gc.get_referrers(r()) for r in refs if r() is not None]
+                time.sleep(0.01)
+        finally:
+            gc.enable()
