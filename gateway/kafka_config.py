@@ -15,6 +15,7 @@ from contracts.events import (
     Event,
     InteractionEvent,
     JudgeEvent,
+    NgramsEvent,
 )
 from gateway.delivery import DeliverySettings
 
@@ -30,7 +31,7 @@ class Topics:
     def of(self, event: Event) -> str:
         if isinstance(event, InteractionEvent):
             return self.interactions
-        return self.judgements if isinstance(event, JudgeEvent) else self.feedback
+        return self.judgements if isinstance(event, (JudgeEvent, NgramsEvent)) else self.feedback
 
 
 @dataclass(frozen=True, slots=True)

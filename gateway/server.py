@@ -27,6 +27,13 @@ selected through uvicorn's documented ``http=`` option, plus three checks and a 
 
 Timers are armed only when a request spans several reads: a request that arrives whole in
 one read (nearly all of them) costs a few attribute checks and no timer.
+
+uvicorn writes a response's head as soon as the application starts the response, and its
+body in a second write: two sends, and two wake-ups of the client, per JSON answer. The
+protocol's transport wrapper holds a head until the end of the current event-loop step: a
+body written in the same step (every JSON answer) leaves with it in one send; a head alone
+(an SSE stream waiting for its first event) is sent when the step ends, and a close sends
+what is held first.
 """
 
 from __future__ import annotations
@@ -45,6 +52,8 @@ from gateway.settings import GatewaySettings
 log = logging.getLogger(__name__)
 
 _IDLE, _HEADERS, _BODY = 0, 1, 2
+_HEAD = b"HTTP/"
+_MERGE_MAX = 64 * 1024  # a larger body is handed over with the head as two buffers, not copied
 _408 = b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
 _431 = b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
 
@@ -92,21 +101,51 @@ def _limits_of(app: Any) -> ReadLimits:
 
 class _Transport:
     """The connection's transport as uvicorn sees it: the same, except ``close`` and
-    ``is_closing``, which are the protocol's (a staged close, see the module doc).
+    ``is_closing``, which are the protocol's (a staged close, see the module doc), and
+    ``write``, which holds a response head until the end of the event-loop step, so the body
+    written right after it (every JSON answer) leaves in the same send. Writes keep their
+    order; body chunks are never held; ``flush`` sends what is held.
 
-    The calls a request makes go straight to the transport's own methods (bound once per
-    connection, no ``__getattr__`` on the way); anything else is looked up on it."""
+    The other calls a request makes go straight to the transport's own methods (bound once
+    per connection, no ``__getattr__`` on the way); anything else is looked up on it."""
 
     def __init__(self, transport: asyncio.Transport, protocol: GatewayProtocol) -> None:
         self._transport = transport
-        self.write = transport.write
-        self.writelines = transport.writelines
+        self._loop = protocol.loop
+        self._held: bytes | None = None
         self.get_extra_info = transport.get_extra_info
         self.pause_reading = transport.pause_reading
         self.resume_reading = transport.resume_reading
         self.abort = transport.abort
         self.close = protocol.close_connection
         self.is_closing = protocol.connection_closing
+
+    # Methods, not attributes bound in __init__: a bound method of its own instance would
+    # make every wrapper a reference cycle (left to the cyclic garbage collector).
+    def write(self, data: bytes) -> None:
+        held = self._held
+        if held is not None:
+            self._held = None
+            if len(data) <= _MERGE_MAX:
+                self._transport.write(held + data)
+            else:
+                self._transport.writelines((held, data))
+        elif data[:5] == _HEAD:
+            self._held = data
+            self._loop.call_soon(self.flush)
+        else:
+            self._transport.write(data)
+
+    def flush(self) -> None:
+        held = self._held
+        if held is not None:
+            self._held = None
+            if not self._transport.is_closing():  # the client left: nothing to send it
+                self._transport.write(held)
+
+    def writelines(self, data: Any) -> None:
+        self.flush()
+        self._transport.writelines(data)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
@@ -236,6 +275,7 @@ class GatewayProtocol(HttpToolsProtocol):
     def close_connection(self) -> None:
         """Close at once between requests; mid-request (the client may still be sending its
         body or headers), a staged close: half-close, drop its input, close within bounds."""
+        self._wrapper.flush()  # a held response head goes out before any close
         transport = self._raw
         if self._linger is not None or transport.is_closing():
             return

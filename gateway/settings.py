@@ -11,6 +11,8 @@ from typing import Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from gateway.feedback import parse_kinds
+
 _WEAK_TOKENS = frozenset({"changeme", "change-me", "admin", "secret", "token", "password", "liftgate"})
 MIN_TOKEN_LENGTH = 16
 KiB = 1024
@@ -39,7 +41,12 @@ class GatewaySettings(BaseSettings):
     shadow_queue_size: int = Field(default=1000, ge=1, le=1_000_000)
     # Bytes of mirrored request bodies queued or in flight; a mirror that would exceed it is dropped.
     shadow_queue_bytes: int = Field(default=64 * MiB, ge=64 * KiB, le=16 * 1024 * MiB)
+    # Request ids of recent calls kept per process: feedback for an id not among them is
+    # accepted with a warning (it may be older, or served by another replica).
     feedback_memory: int = Field(default=100_000, ge=0, le=10_000_000)
+    # Custom feedback kinds accepted besides those metric definitions read (comma-separated):
+    # kinds collected before a metric uses them. Any other custom kind is refused (400).
+    feedback_kinds: str = Field(default="judge_score", max_length=10_000)
     # Request bodies: the completion paths, /v1/feedback, everything else (admin, ...).
     max_body_bytes: int = Field(default=32 * MiB, ge=KiB, le=1024 * MiB)
     max_feedback_body_bytes: int = Field(default=64 * KiB, ge=KiB, le=16 * MiB)
@@ -80,6 +87,12 @@ class GatewaySettings(BaseSettings):
     judge_queue_size: int = Field(default=1000, ge=1, le=1_000_000)
     judge_queue_bytes: int = Field(default=16 * MiB, ge=64 * KiB, le=4 * 1024 * MiB)
     judge_timeout_s: float = Field(default=30.0, gt=0, le=600)
+    # Hashed n-grams (gateway.ngrams) of a share of the responses of experiments with content
+    # logging ``hashed``: the per-deployment key (also the analytics service's, to resolve an
+    # operator's phrase list); unset = no n-grams are hashed.
+    ngram_key: str | None = Field(default=None, repr=False)
+    ngram_sample_rate: float = Field(default=0.01, ge=0.0, le=1.0)
+    ngram_queue_size: int = Field(default=1000, ge=1, le=1_000_000)
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
     workers: int = Field(default=1, ge=1, le=64)
@@ -90,4 +103,10 @@ class GatewaySettings(BaseSettings):
     def _refuse_weak_token(cls, value: str) -> str:
         if value.lower() in _WEAK_TOKENS or len(set(value)) < 6:
             raise ValueError("admin token is a default or trivially weak value; generate a random one")
+        return value
+
+    @field_validator("feedback_kinds")
+    @classmethod
+    def _check_kinds(cls, value: str) -> str:
+        parse_kinds(value)  # a bad name stops the gateway at start, never a request
         return value

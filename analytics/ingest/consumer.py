@@ -50,6 +50,7 @@ from contracts.events import (
     DecodeError,
     InteractionEvent,
     JudgeEvent,
+    NgramsEvent,
     decode,
 )
 
@@ -225,7 +226,7 @@ def decode_batch(records: dict[TopicPartition, list[Any]]) -> Batch:
             else:
                 if isinstance(ev, InteractionEvent):
                     b.interactions.append(Raw(payload, rec.topic, rec.partition, rec.offset, rec.key, ev))
-                elif isinstance(ev, JudgeEvent):
+                elif isinstance(ev, (JudgeEvent, NgramsEvent)):
                     b.judgements.append(Raw(payload, rec.topic, rec.partition, rec.offset, rec.key, ev))
                 else:
                     b.feedback.append(Raw(payload, rec.topic, rec.partition, rec.offset, rec.key))

@@ -186,9 +186,16 @@ def experiment(
 
 
 def static_source(
-    experiments: list[ExperimentConfig], upstreams: list[UpstreamConfig], keys: frozenset[str] = frozenset()
+    experiments: list[ExperimentConfig],
+    upstreams: list[UpstreamConfig],
+    keys: frozenset[str] = frozenset(),
+    feedback_kinds: frozenset[str] = frozenset(),
 ) -> StaticConfigSource:
-    return StaticConfigSource(build_snapshot(experiments, upstreams, keys, version=secrets.token_hex(4)))
+    return StaticConfigSource(
+        build_snapshot(
+            experiments, upstreams, keys, version=secrets.token_hex(4), feedback_kinds=feedback_kinds
+        )
+    )
 
 
 class Resp:

@@ -209,12 +209,15 @@ def test_feedback_import_posts_lines_and_reports_rejected_ones(gateway: Gateway,
     assert "line 4: rejected: not JSON" in res.stderr
     assert "line 5: rejected: missing 'request_id'" in res.stderr
     assert "line 6: rejected: HTTP 400" in res.stderr
-    assert "3 accepted, 3 rejected" in res.stderr
+    # No metric reads 'my_signal': an undefined kind is refused, not stored unread.
+    assert "line 7: rejected: HTTP 400: kind 'my_signal' is not defined" in res.stderr
+    # The gateway never served these ids: accepted, each line reported with its warning.
+    assert "line 1: warning: unknown_request_id" in res.stderr
+    assert "2 accepted (2 with warnings), 4 rejected" in res.stderr
     got = {(f.request_id, f.kind, f.value, f.unit_id) for f in gateway.sink.feedback()[before:]}
     assert got == {
         ("req-import-1", "thumbs_up", 1.0, ""),
         ("req-import-2", "rating", 4.0, "u-9"),
-        ("req-import-4", "my_signal", 2.5, ""),
     }
 
 
@@ -273,6 +276,6 @@ def test_feedback_import_refuses_a_rating_without_a_value_naming_its_line(
     assert res.returncode == 1
     assert "line 2: rejected: 'value' is required for kind 'rating'" in res.stderr
     assert "line 3: rejected: 'value' is required for kind 'rating'" in res.stderr
-    assert "2 accepted, 2 rejected" in res.stderr
+    assert "2 accepted (2 with warnings), 2 rejected" in res.stderr
     got = {(f.request_id, f.kind, f.value) for f in gateway.sink.feedback()[before:]}
     assert got == {("req-rating-1", "rating", 7.0), ("req-rating-4", "thumbs_up", 1.0)}
