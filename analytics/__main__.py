@@ -32,6 +32,8 @@ def main() -> int:
         keep_alive_s=settings.keep_alive_s,
         max_head_bytes=settings.max_head_bytes,
         max_connections=settings.max_connections,
+        linger_s=settings.linger_s,
+        linger_bytes=settings.linger_bytes,
     )
     serve(create_app(settings), settings.analytics_host, settings.analytics_port, settings.log_level, limits)
     return 0

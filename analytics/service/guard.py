@@ -21,7 +21,10 @@ before the body is read closes the connection when the declared body is larger t
 as it arrives and the connection kept, because closing on unread bytes makes the kernel
 reset the connection, which can destroy the answer before the client reads it (clients
 such as Python's http.client write a request's headers and body separately). A refusal
-while the body streams (too large, too slow) closes the connection.
+while the body streams (too large, too slow) closes the connection. A closed connection whose
+client may still be sending is closed in stages by the server (``analytics.service.server``:
+the answer, a FIN, then what the client sends is dropped within bounds), except after the
+body deadline's 408, which closes at once.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from starlette.datastructures import Headers
 from starlette.requests import cookie_parser
 
 from analytics.service.access import LOGIN_PATH, Access
+from analytics.service.server import CLOSE_AT_ONCE
 from control.auth import SCOPE_KEY, Denied, Principal, denial
 
 Scope = MutableMapping[str, Any]
@@ -138,8 +142,10 @@ class RequestGuard:
                 started = True
             await send(message)
 
-        async def refuse(status: int, reason: str) -> Message:
+        async def refuse(status: int, reason: str, *, at_once: bool = False) -> Message:
             nonlocal refused
+            if at_once:  # a deadline: no staged close, which would extend the hold it bounds
+                scope[CLOSE_AT_ONCE] = True
             if not started:
                 await _respond(send, status, reason, {}, close=True)
             refused = True
@@ -154,7 +160,9 @@ class RequestGuard:
             try:
                 message = await asyncio.wait_for(receive(), max(deadline - loop.time(), 0.0))
             except TimeoutError:
-                return await refuse(408, f"request body not received within {self.body_timeout:g} s")
+                return await refuse(
+                    408, f"request body not received within {self.body_timeout:g} s", at_once=True
+                )
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.max_body:

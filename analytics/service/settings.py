@@ -41,6 +41,12 @@ class AnalyticsSettings(BaseSettings):
     keep_alive_s: int = Field(default=5, ge=1, le=600)
     max_head_bytes: int = Field(default=64 * 1024, ge=4096, le=1024 * 1024)
     max_connections: int = Field(default=512, ge=1, le=100_000)
+    # Staged close of a connection refused while its client may still be sending (a body past
+    # its limit, a refusal with `connection: close`, 431): the answer and a FIN go out, then
+    # what the client still sends is read and dropped for up to linger_s / linger_bytes.
+    # linger_s = 0: close at once (the kernel may then reset the connection, see the server).
+    linger_s: float = Field(default=2.0, ge=0, le=30)
+    linger_bytes: int = Field(default=4 * 1024 * 1024, ge=0, le=1024 * 1024 * 1024)
     kafka_bootstrap: str | None = None
     # Run the Kafka consumer inside the service when a bootstrap is set (turn off when the
     # consumers run as separate processes).
