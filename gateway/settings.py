@@ -11,6 +11,8 @@ from typing import Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from eventbus import ClientChoice
+
 _WEAK_TOKENS = frozenset({"changeme", "change-me", "admin", "secret", "token", "password", "liftgate"})
 MIN_TOKEN_LENGTH = 16
 KiB = 1024
@@ -30,6 +32,9 @@ class GatewaySettings(BaseSettings):
     # Never inferred from how many keys exist.
     client_keys: Literal["off", "required"] = "required"
     kafka_bootstrap: str | None = None
+    # Kafka client library: confluent (librdkafka), python (kafka-python), auto (confluent when
+    # it can be imported); see docs/operations.md ("Kafka client").
+    kafka_client: ClientChoice = "auto"
     # Durable spool of the Kafka sink while the broker is unreachable (one claimed subdir per process).
     spool_dir: str = ".liftgate/spool"
     # fsync period of spooled events Kafka has not acknowledged: what a power loss may lose (0: each write).

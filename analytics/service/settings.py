@@ -7,6 +7,8 @@ from typing import Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from eventbus import ClientChoice
+
 _WEAK_TOKENS = frozenset({"changeme", "change-me", "admin", "secret", "token", "password", "liftgate"})
 MIN_TOKEN_LENGTH = 16
 
@@ -35,6 +37,9 @@ class AnalyticsSettings(BaseSettings):
     max_head_bytes: int = Field(default=64 * 1024, ge=4096, le=1024 * 1024)
     max_connections: int = Field(default=512, ge=1, le=100_000)
     kafka_bootstrap: str | None = None
+    # Kafka client library: confluent (librdkafka), python (kafka-python), auto (confluent when
+    # it can be imported); see docs/operations.md ("Kafka client").
+    kafka_client: ClientChoice = "auto"
     # Run the Kafka consumer inside the service when a bootstrap is set (turn off when the
     # consumers run as separate processes).
     analytics_consumer: bool = True
