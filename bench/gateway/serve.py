@@ -127,7 +127,8 @@ def main() -> None:
         client_max_concurrency=1024,
     )
     sink = make_sink(settings) if a.kafka else NullSink()
-    print(f"bench gateway: sink={type(sink).__name__}", file=sys.stderr)
+    client = getattr(getattr(sink, "bus", None), "name", "-")
+    print(f"bench gateway: sink={type(sink).__name__} kafka client={client}", file=sys.stderr)
     shadow_url = start_sleeper(a.shadow_sleep_ms) if a.shadow_sleep_ms > 0 else None
     app = create_app(settings, sink, config_source=seeded_snapshot(a.upstream, shadow_url, a.shadow_rate))
     uvicorn.run(
