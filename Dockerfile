@@ -8,11 +8,12 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 WORKDIR /app
-# Dependencies first, so code edits do not reinstall them.
+# Dependencies first, so code edits do not reinstall them. The services and the CLI's
+# migrate/simulate commands only: the `local` extra (embedded PostgreSQL, psutil) stays out.
 COPY pyproject.toml README.md ./
-RUN mkdir -p contracts eventbus gateway analytics evals liftgate migrations \
- && touch contracts/__init__.py eventbus/__init__.py gateway/__init__.py analytics/__init__.py evals/__init__.py liftgate/__init__.py migrations/__init__.py \
- && pip install . && pip uninstall -y liftgate
+RUN mkdir -p contracts eventbus gateway analytics evals curation liftgate migrations \
+ && touch contracts/__init__.py eventbus/__init__.py gateway/__init__.py analytics/__init__.py evals/__init__.py curation/__init__.py liftgate/__init__.py migrations/__init__.py \
+ && pip install ".[cli]" && pip uninstall -y liftgate
 
 COPY alembic.ini setup.py ./
 COPY contracts ./contracts
@@ -20,6 +21,7 @@ COPY eventbus ./eventbus
 COPY gateway ./gateway
 COPY analytics ./analytics
 COPY evals ./evals
+COPY curation ./curation
 COPY liftgate ./liftgate
 COPY migrations ./migrations
 COPY examples ./examples

@@ -1,4 +1,4 @@
-.PHONY: demo test lint bench-gateway
+.PHONY: demo test check lint bench-gateway
 
 # Run the whole platform on the embedded default (PostgreSQL, gateway, analytics,
 # model simulator) with simulated users. Ctrl-C stops it; data persists.
@@ -10,6 +10,14 @@ demo:
 # Everything the CI runs: install, start PostgreSQL and Kafka, lint, type-check, test.
 test:
 	@scripts/test
+
+# The fast loop: lint, formatting, types and the pure-logic tests (no PostgreSQL, Kafka or
+# started processes: tests marked `services` or `slow` are left to `make test`).
+check:
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+	.venv/bin/mypy
+	.venv/bin/python -m pytest -q -p no:cacheprovider -m "not services and not slow"
 
 lint:
 	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy

@@ -16,15 +16,16 @@ import dataclasses
 import math
 import time
 import types
+import uuid
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Final, Literal, Union, get_args, get_origin, get_type_hints
 
 import msgspec
 import orjson
-import uuid6
 from sqlalchemy import String
 
-from contracts.tables import Feedback, Interaction
+from contracts.ids import uuid7
+from contracts.tables import Feedback, Interaction, Judgement
 
 SCHEMA_VERSION: Final = 1
 
@@ -36,6 +37,7 @@ INTERACTIONS_TOPIC: Final = "liftgate.interactions"
 #: time would otherwise look like a difference between the variants).
 ROLLOUT_STAGE_TAG: Final = "rollout_stage"
 FEEDBACK_TOPIC: Final = "liftgate.feedback"
+JUDGEMENTS_TOPIC: Final = "liftgate.judgements"
 
 #: primary: the call whose answer the user got; shadow: a mirrored call (never returned);
 #: attempt: a candidate call that failed and was retried on the control (fallback) — kept
@@ -74,8 +76,8 @@ class DecodeError(ValueError):
 
 
 def new_event_id() -> str:
-    """A time-ordered UUID (v7): unique, and sorts by creation time."""
-    return str(uuid6.uuid7())
+    """A time-ordered UUID (v7): unique, and sorts by creation time (to the millisecond)."""
+    return uuid7()
 
 
 def now() -> float:
@@ -115,6 +117,9 @@ class InteractionEvent:
     tags: dict[str, str] = field(default_factory=dict)
     prompt: str | None = None
     response: str | None = None
+    #: The task category assigned before treatment (gateway.category); None for embeddings,
+    #: calls outside a running experiment, and events of gateways that predate it.
+    category: str | None = None
     event_id: str = field(default_factory=new_event_id)
     ts: float = field(default_factory=now)
     schema_version: int = SCHEMA_VERSION
@@ -146,7 +151,47 @@ class FeedbackEvent:
         return self.unit_id.encode()
 
 
-Event = InteractionEvent | FeedbackEvent
+@dataclass(slots=True)
+class JudgeEvent:
+    """A judge's or reward model's score of one response, linked by the judged call's
+    ``request_id`` (a primary call, or a shadow call with ``pair_id`` = its primary's id).
+
+    ``event_id`` is derived from (request id, judge) by :func:`judge_event_id`, so a
+    judgement delivered twice is stored once. ``status="error"`` (with ``error_type``) when
+    the judge failed or gave no score: the sample is known to be missing, not silently lost.
+    """
+
+    request_id: str
+    unit_id: str
+    judge: str
+    role: Role
+    status: Status
+    latency_ms: float
+    experiment_id: int | None = None
+    variant: str | None = None
+    pair_id: str | None = None
+    category: str | None = None
+    score: float | None = None
+    error_type: str | None = None
+    event_id: str = field(default_factory=new_event_id)
+    ts: float = field(default_factory=now)
+    schema_version: int = SCHEMA_VERSION
+    type: Literal["judge"] = "judge"
+
+    @property
+    def key(self) -> bytes:
+        return self.unit_id.encode()
+
+
+_JUDGE_NAMESPACE: Final = uuid.UUID("6b1f3c0e-5d0a-4f7e-9a51-4c2b7f1e9d10")
+
+
+def judge_event_id(request_id: str, judge: str) -> str:
+    """The idempotency key of a judgement: one per (judged call, judge)."""
+    return str(uuid.uuid5(_JUDGE_NAMESPACE, f"{request_id}\x00{judge}"))
+
+
+Event = InteractionEvent | FeedbackEvent | JudgeEvent
 
 
 def encode(event: Event) -> bytes:
@@ -193,6 +238,7 @@ def _field_kinds(cls: type) -> dict[str, tuple[str, bool, bool]]:
 
 _INTERACTION_FIELDS = _field_kinds(InteractionEvent)
 _FEEDBACK_FIELDS = _field_kinds(FeedbackEvent)
+_JUDGE_FIELDS = _field_kinds(JudgeEvent)
 _NAME_MAX = 256
 
 # What decode accepts can be stored: PostgreSQL refuses a whole batch for one value it
@@ -214,7 +260,11 @@ def _text_limits(table: Any) -> dict[str, int]:
     }
 
 
-_TEXT_MAX: Final = {"interaction": _text_limits(Interaction), "feedback": _text_limits(Feedback)}
+_TEXT_MAX: Final = {
+    "interaction": _text_limits(Interaction),
+    "feedback": _text_limits(Feedback),
+    "judge": _text_limits(Judgement),
+}
 _RANGES: Final[dict[str, dict[str, tuple[float, float]]]] = {
     "interaction": {
         "ts": (0.0, _TS_MAX),
@@ -229,6 +279,12 @@ _RANGES: Final[dict[str, dict[str, tuple[float, float]]]] = {
     "feedback": {
         "ts": (0.0, _TS_MAX),
         "value": (-FEEDBACK_VALUE_MAX, FEEDBACK_VALUE_MAX),
+        "experiment_id": _INT4,
+    },
+    "judge": {
+        "ts": (0.0, _TS_MAX),
+        "latency_ms": (0.0, DURATION_MAX_MS),
+        "score": (-FEEDBACK_VALUE_MAX, FEEDBACK_VALUE_MAX),
         "experiment_id": _INT4,
     },
 }
@@ -296,7 +352,7 @@ def _bounded(what: str, name: str, t: Any) -> Any:
     if base is str and name in _TEXT_MAX[what]:
         base = Annotated[str, msgspec.Meta(max_length=_TEXT_MAX[what][name])]
     elif base is str and name == "event_id":
-        # The length only: a pattern would cost ~0.8 µs per event; the database refuses
+        # The length only: a pattern would be paid per event; the database refuses
         # the rare malformed id and ingest isolates that event (see analytics.ingest.write).
         base = Annotated[str, msgspec.Meta(min_length=_UUID_LEN[0], max_length=_UUID_LEN[1])]
     elif base in (int, float) and name in _RANGES[what]:
@@ -342,7 +398,8 @@ def _wire_struct(cls: type, tag: str) -> Any:
 
 _WIRE_INTERACTION: Final = _wire_struct(InteractionEvent, "interaction")
 _WIRE_FEEDBACK: Final = _wire_struct(FeedbackEvent, "feedback")
-_WIRE_DECODER: Final = msgspec.json.Decoder(_WIRE_INTERACTION | _WIRE_FEEDBACK)
+_WIRE_JUDGE: Final = _wire_struct(JudgeEvent, "judge")
+_WIRE_DECODER: Final = msgspec.json.Decoder(_WIRE_INTERACTION | _WIRE_FEEDBACK | _WIRE_JUDGE)
 _astuple: Final = msgspec.structs.astuple
 
 
@@ -365,6 +422,8 @@ def decode(raw: bytes | str) -> Event:
     if type(w) is _WIRE_INTERACTION:
         if w.event_id:
             return InteractionEvent(*_astuple(w))
+    elif type(w) is _WIRE_JUDGE:
+        return _decode_checked(raw)  # rare (a few % of calls): the full check, NaN included
     elif w.event_id and w.kind and len(w.kind) <= _NAME_MAX:
         return FeedbackEvent(*_astuple(w))
     return _decode_checked(raw)
@@ -390,8 +449,15 @@ def _decode_checked(raw: bytes | str) -> Event:
         if not data["kind"] or len(data["kind"]) > _NAME_MAX:
             raise DecodeError("feedback: 'kind' must be a non-empty name of at most 256 characters")
         return FeedbackEvent(**data)
+    if kind == "judge":
+        _check(data, _JUDGE_FIELDS, "judge")
+        if not data["judge"]:
+            raise DecodeError("judge: 'judge' must be a non-empty name")
+        return JudgeEvent(**data)
     raise DecodeError(f"unknown event type {kind!r}")
 
 
 def topic_for(event: Event) -> str:
-    return INTERACTIONS_TOPIC if isinstance(event, InteractionEvent) else FEEDBACK_TOPIC
+    if isinstance(event, InteractionEvent):
+        return INTERACTIONS_TOPIC
+    return JUDGEMENTS_TOPIC if isinstance(event, JudgeEvent) else FEEDBACK_TOPIC

@@ -41,6 +41,18 @@ class GuardrailSpec(_Strict):
     # Test the metric as a rate of 0/1 events (score test on the difference); None = auto
     # (the catalogue's event rates and proportions).
     rate: bool | None = None
+    # "auto": the always-valid per-unit tests. "mann_whitney": a rank test on request-level
+    # samples (Kayenta's canary judge) — the test for quantile metrics (latency_p95): the
+    # per-batch quantiles of whole units are compared, with a relative margin (0.10 = the
+    # candidate's quantile may be 10% worse). A fixed-horizon test: judged once the stage's
+    # minimums are met.
+    method: Literal["auto", "mann_whitney"] = "auto"
+
+    @model_validator(mode="after")
+    def _rank_test_takes_a_relative_margin(self) -> GuardrailSpec:
+        if self.method == "mann_whitney" and (self.absolute_margin is not None or self.rate):
+            raise ValueError("method mann_whitney takes a relative margin only (no absolute_margin, no rate)")
+        return self
 
 
 class StageMinimums(_Strict):

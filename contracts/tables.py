@@ -172,6 +172,36 @@ class Interaction(Base):
     tags: Mapped[dict[str, Any]] = mapped_column(JSONB)
     prompt: Mapped[str | None] = mapped_column(Text)
     response: Mapped[str | None] = mapped_column(Text)
+    # The task category assigned by the gateway before treatment (None: not classified).
+    category: Mapped[str | None] = mapped_column(String(32))
+    ingested_at: Mapped[datetime] = _created()
+
+
+class Judgement(Base):
+    """A judge's or reward model's score of one response (``contracts.events.JudgeEvent``).
+
+    ``event_id`` is derived from (request id, judge), so a judgement is stored once."""
+
+    __tablename__ = "judgements"
+    __table_args__ = (
+        Index("ix_judgements_request_id", "request_id"),
+        Index("ix_judgements_experiment_variant_ts", "experiment_id", "variant", "ts"),
+    )
+
+    event_id: Mapped[Any] = mapped_column(UUID(as_uuid=False), primary_key=True)
+    ts: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    request_id: Mapped[str] = mapped_column(String(64))
+    unit_id: Mapped[str] = mapped_column(String(256))
+    judge: Mapped[str] = mapped_column(String(128))
+    role: Mapped[str] = mapped_column(String(16))
+    status: Mapped[str] = mapped_column(String(8))
+    latency_ms: Mapped[float] = mapped_column(Double)
+    experiment_id: Mapped[int | None] = mapped_column(Integer)
+    variant: Mapped[str | None] = mapped_column(String(64))
+    pair_id: Mapped[str | None] = mapped_column(String(64))
+    category: Mapped[str | None] = mapped_column(String(32))
+    score: Mapped[float | None] = mapped_column(Double)
+    error_type: Mapped[str | None] = mapped_column(String(64))
     ingested_at: Mapped[datetime] = _created()
 
 
@@ -341,6 +371,30 @@ class LatencyHistogram(Base):
     variant: Mapped[str] = mapped_column(String(64), primary_key=True)
     bucket: Mapped[int] = mapped_column(Integer, primary_key=True)
     count: Mapped[int] = mapped_column(BigInteger, server_default="0")
+
+
+class LatencySample(Base):
+    """A bounded uniform sample of request latencies/TTFTs per variant, overall and per stage.
+
+    Rank tests (Mann–Whitney on per-batch quantiles: ``analytics.stats.rank``) need request-level
+    values, which histograms do not keep. The sample is a bottom-k sketch: per (experiment,
+    metric, segment, variant) the requests with the smallest ``sample_key`` (a hash of the
+    request's identity) — uniform, the same on every replay, mergeable across consumers.
+    The ingest inserts a request only while its key is below the group's current k-th
+    smallest, so the table holds about k·(1 + ln(N/k)) rows for N requests; readers take the
+    k smallest. ``segment`` is '' or a rollout stage (``rollout_stage=N``); ``batch`` is
+    hash(unit) mod 20, the unit's batch for per-batch quantiles.
+    """
+
+    __tablename__ = "latency_samples"
+
+    experiment_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    metric: Mapped[str] = mapped_column(String(32), primary_key=True)
+    segment: Mapped[str] = mapped_column(String(256), primary_key=True, server_default="")
+    variant: Mapped[str] = mapped_column(String(64), primary_key=True)
+    sample_key: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    batch: Mapped[int] = mapped_column(Integer)
+    value: Mapped[float] = mapped_column(Double)
 
 
 class AnalysisSnapshot(Base):

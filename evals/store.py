@@ -1,5 +1,6 @@
-"""The offline evals' tables: the one module that writes them (contracts.tables, eval_* and
-gate tables), plus the reads of experiments, variants and upstreams the runner needs."""
+"""The offline evals' tables: the one module that writes them (contracts.tables, eval_*), plus
+the reads of experiments, variants and upstreams the runner needs. Gate declarations and
+decisions are control-plane state: written through ``control.gates``."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from sqlalchemy import Connection, Engine, delete, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert
 
 from contracts.tables import (
-    AuditLog,
     EvalDataset,
     EvalDatasetItem,
     EvalOutputCache,
@@ -21,10 +21,10 @@ from contracts.tables import (
     EvalRun,
     Experiment,
     GateDecision,
-    OfflineGateDeclaration,
     Upstream,
     Variant,
 )
+from control import gates
 from evals.datasets.loaders import Dataset
 
 
@@ -331,28 +331,10 @@ def failing_items(
             for r in rows]  # fmt: skip
 
 
-def declaration(conn: Connection, experiment_id: int) -> dict[str, Any] | None:
-    row = conn.execute(
-        select(OfflineGateDeclaration.declaration).where(
-            OfflineGateDeclaration.experiment_id == experiment_id
-        )
-    ).first()
-    return dict(row[0]) if row else None
-
-
-def set_declaration(conn: Connection, experiment_id: int, value: dict[str, Any], actor: str) -> None:
-    before = declaration(conn, experiment_id)
-    stmt = insert(OfflineGateDeclaration).values(
-        experiment_id=experiment_id, declaration=value, updated_by=actor
-    )
-    conn.execute(stmt.on_conflict_do_update(index_elements=["experiment_id"], set_={
-        "declaration": stmt.excluded.declaration, "updated_by": stmt.excluded.updated_by, "updated_at": func.now()}))  # fmt: skip
-    conn.execute(insert(AuditLog).values(actor=actor, action="set_offline_gate", entity="experiment",
-                                         entity_id=str(experiment_id), before=before, after=value))  # fmt: skip
-
-
-def save_decision(conn: Connection, values: dict[str, Any]) -> int:
-    return int(conn.execute(insert(GateDecision).values(**values).returning(GateDecision.id)).scalar_one())
+# Declarations and decisions are written by the control plane (one writer, one lock, one audit).
+declaration = gates.declaration
+set_declaration = gates.set_declaration
+save_decision = gates.save_decision
 
 
 def decisions(conn: Connection, experiment_id: int, limit: int = 10) -> list[dict[str, Any]]:

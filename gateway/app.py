@@ -17,6 +17,7 @@ import math
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -27,8 +28,11 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
+from contracts import redaction
+from contracts.config_rules import key_problem, url_problem
+from control.auth import admin_denial
 from gateway import errors
-from gateway.auth import admin_denial, client_key_digest, header, peer
+from gateway.auth import client_key_digest, header, peer
 from gateway.bodies import (
     CLOSE,
     BodyTooLarge,
@@ -37,10 +41,14 @@ from gateway.bodies import (
     Scope,
     Send,
     content_length,
+    is_chunked,
     read_body,
+    refusal_headers,
     replay,
 )
+from gateway.category import CategoryRules, default_rules
 from gateway.config_source import ConfigSource, DatabaseConfigSource, SnapshotHolder
+from gateway.judge import DEFAULT_RUBRIC, JudgeConfig, JudgeSampler
 from gateway.limits import ConcurrencyLimit, RateLimit
 from gateway.proxy import CompletionProxy, send_json
 from gateway.recorder import Recorder
@@ -48,9 +56,9 @@ from gateway.server import ReadLimits
 from gateway.settings import GatewaySettings
 from gateway.shadow import ShadowMirror
 from gateway.sink import EventSink
-from gateway.snapshot import Snapshot
+from gateway.snapshot import Snapshot, UpstreamConfig
 from gateway.telemetry import GatewayMetrics
-from gateway.upstreams import UpstreamPool
+from gateway.upstreams import UpstreamPool, make_client
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +77,7 @@ class Runtime:
     pool: UpstreamPool = field(default_factory=UpstreamPool)
     recorder: Recorder | None = None
     shadow: ShadowMirror | None = None
+    judge: JudgeSampler | None = None
     proxy: CompletionProxy | None = None
     started: float = field(default_factory=time.monotonic)
     extra: dict[str, Any] = field(default_factory=dict)
@@ -82,8 +91,9 @@ class GatewayApp:
 
     The guard decides from the headers alone — client key on ``/v1/*``, admin token on
     ``/admin/*``, per-client feedback rate, declared body size — and then reads the body
-    within its path's limit before FastAPI sees it. Refusals before the body is read close
-    the connection, so an unread upload is never parsed.
+    within its path's limit before FastAPI sees it. A refusal before the body is read closes
+    the connection when the declared body is large or chunked, so such an upload is never
+    read; a small one is discarded as it arrives and the connection kept (``bodies.DRAIN_BYTES``).
     """
 
     def __init__(self, api: FastAPI, runtime: Runtime) -> None:
@@ -120,13 +130,15 @@ class GatewayApp:
         refused = self.runtime.metrics.refused
         openai = path.startswith("/v1/")
         limit = settings.max_admin_body_bytes
+        length = content_length(headers)
+        end = refusal_headers(length, is_chunked(headers))  # of a refusal before the body is read
         if openai:
             client = peer(scope)
             if self.keys_required:
                 digest = client_key_digest(header(headers, b"authorization"))
                 if digest is None or digest not in self.runtime.snapshot().api_key_hashes:
                     refused["unauthorized"].inc()
-                    await send_json(send, *errors.unauthorized(), [CLOSE])
+                    await send_json(send, *errors.unauthorized(), end)
                     return
                 client = digest
             if path == "/v1/feedback":
@@ -136,15 +148,15 @@ class GatewayApp:
                     refused["rate_limited"].inc()
                     retry = (b"retry-after", b"%d" % max(1, math.ceil(wait)))
                     msg = "Too many feedback calls for this client; retry later."
-                    await send_json(send, *errors.rate_limited(msg), [retry, CLOSE])
+                    await send_json(send, *errors.rate_limited(msg), [retry, *end])
                     return
         elif path.startswith("/admin"):
             denial = admin_denial(header(headers, b"authorization"), settings.admin_token)
             if denial is not None:
                 extra = [(b"www-authenticate", b"Bearer")] if denial[0] == 401 else []
-                await send_json(send, denial[0], orjson.dumps({"detail": denial[1]}), [*extra, CLOSE])
+                await send_json(send, denial[0], orjson.dumps({"detail": denial[1]}), [*extra, *end])
                 return
-        if content_length(headers) > limit:
+        if length > limit:
             await self._too_large(send, openai, limit)
             return
         try:
@@ -173,10 +185,16 @@ def create_app(
     metrics: GatewayMetrics | None = None,
 ) -> GatewayApp:
     """Build the gateway; nothing connects until the lifespan starts."""
-    from gateway.admin import admin_router
+    from control.api import router as admin_router
+    from control.plane import ControlPlane
     from gateway.public import public_router
 
     source = config_source if config_source is not None else DatabaseConfigSource(settings.database_url)
+    # Compiled once here: a bad rules file stops the gateway at start, never a request.
+    categories = (
+        CategoryRules.load(Path(settings.category_rules)) if settings.category_rules else default_rules()
+    )
+    judge_config = _judge_config(settings)
     gm = metrics if metrics is not None else GatewayMetrics()
     pool = UpstreamPool()
 
@@ -216,6 +234,18 @@ def create_app(
             settings.shadow_queue_bytes,
         )
         runtime.shadow.start()
+        if judge_config is not None:
+            upstream = UpstreamConfig(
+                name=judge_config.name,
+                base_url=settings.judge_url or "",
+                api_key=settings.judge_api_key,
+                timeout_s=settings.judge_timeout_s,
+                max_connections=judge_config.concurrency,
+            )
+            redaction.remember(settings.judge_api_key)
+            runtime.judge = JudgeSampler(judge_config, make_client(upstream), recorder, gm)
+            runtime.judge.start()
+            runtime.shadow.judge = runtime.judge
         try:
             await runtime.holder.refresh()
         except Exception as exc:  # start anyway; /readyz says not ready until a snapshot loads
@@ -231,6 +261,8 @@ def create_app(
             keys_required=settings.client_keys == "required",
             max_body=settings.max_body_bytes,
             concurrency=ConcurrencyLimit(settings.client_max_concurrency),
+            categories=categories,
+            judge=runtime.judge,
         )
         # Everything built so far lives as long as the process: move it out of the cyclic
         # GC's reach so full collections stay short on the request path.
@@ -242,14 +274,16 @@ def create_app(
             refresher.cancel()
             await asyncio.gather(refresher, return_exceptions=True)
             await runtime.shadow.close()
+            if runtime.judge is not None:
+                await runtime.judge.close()
+                await runtime.judge.client.http.close()
+                await runtime.judge.client.session.close()
             await runtime.pool.close()
             await sink.close()
             dispose = getattr(source, "dispose", None)
             if dispose is not None:
                 dispose()
-            admin_engine = runtime.extra.pop("admin_engine", None)
-            if admin_engine is not None:
-                admin_engine.dispose()
+            control.dispose()
 
     api = FastAPI(
         title="liftgate gateway",
@@ -267,6 +301,10 @@ def create_app(
         openapi_url=None,  # served, behind the admin token, at /admin/openapi.json
     )
     api.state.runtime = runtime
+    # The control plane's configuration routes, kept at the gateway's /admin for existing
+    # clients: the same module (auth, lock, audit) the analytics service serves at its /admin.
+    control = ControlPlane(settings.admin_token, database_url=settings.database_url)
+    api.state.control = control
 
     @api.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -322,3 +360,28 @@ def errors_json(message: str) -> dict[str, Any]:
             "code": "invalid_request",
         }
     }
+
+
+def _judge_config(settings: GatewaySettings) -> JudgeConfig | None:
+    """The judge sampler's config, or None when no judge is configured (the default)."""
+    if not settings.judge_url or settings.judge_sample_rate <= 0.0:
+        return None
+    if not settings.judge_score_min < settings.judge_score_max:
+        raise ValueError("judge_score_min must be below judge_score_max")
+    problem = url_problem(settings.judge_url) or (
+        key_problem(settings.judge_api_key) if settings.judge_api_key else None
+    )
+    if problem is not None:
+        raise ValueError(f"judge: {problem}")
+    return JudgeConfig(
+        base_url=settings.judge_url,
+        model=settings.judge_model,
+        name=settings.judge_name,
+        sample_rate=settings.judge_sample_rate,
+        rubric=settings.judge_rubric or DEFAULT_RUBRIC,
+        score_min=settings.judge_score_min,
+        score_max=settings.judge_score_max,
+        concurrency=settings.judge_concurrency,
+        queue_size=settings.judge_queue_size,
+        queue_bytes=settings.judge_queue_bytes,
+    )

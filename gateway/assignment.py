@@ -47,7 +47,6 @@ from hashlib import blake2b
 from typing import Any
 
 BUCKETS = 10_000
-TARGETING_OPS = frozenset({"in", "not_in", "eq", "neq", "exists", "prefix"})
 
 
 def bucket(key: str) -> int:
@@ -97,28 +96,6 @@ def covered(salt: str, unit: str, coverage: float) -> bool:
     if coverage >= 1.0:
         return True
     return bucket(f"coverage:{salt}:{unit}") < round(BUCKETS * coverage)
-
-
-def validate_rules(rules: Any) -> str | None:
-    """None when ``rules`` is a valid targeting list, else the reason."""
-    if not isinstance(rules, list):
-        return "targeting must be a list of rules"
-    for i, rule in enumerate(rules):
-        if not isinstance(rule, dict):
-            return f"targeting[{i}] must be an object"
-        attr, op = rule.get("attribute"), rule.get("op")
-        if not isinstance(attr, str) or not (
-            attr in ("model", "unit") or attr.startswith(("header:", "tag:", "metadata:"))
-        ):
-            return (
-                f"targeting[{i}].attribute must be header:<name>, tag:<name>, metadata:<key>, model or unit"
-            )
-        if op not in TARGETING_OPS:
-            return f"targeting[{i}].op must be one of {sorted(TARGETING_OPS)}"
-        values = rule.get("values", [])
-        if op != "exists" and (not isinstance(values, list) or not all(isinstance(v, str) for v in values)):
-            return f"targeting[{i}].values must be a list of strings"
-    return None
 
 
 def matches(rules: Sequence[Mapping[str, Any]], attributes: Mapping[str, str]) -> bool:

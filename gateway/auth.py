@@ -3,17 +3,17 @@
 * ``/v1/*``: a client API key (``Authorization: Bearer <key>``) whose SHA-256 is among the
   snapshot's active keys, when ``LIFTGATE_CLIENT_KEYS=required``. With no key configured,
   or every key revoked, nobody passes: the setting, not the number of keys, decides.
-* ``/admin/*``: the admin token, compared in constant time; 401 without a bearer token,
-  403 with a wrong one.
+* ``/admin/*``: the admin token (``control.auth.admin_denial``, the control plane's one
+  check), before the body is read.
 """
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import MutableMapping
 from typing import Any
 
-from gateway.routing import api_key_of, key_hash
+from contracts.config_rules import key_hash
+from gateway.routing import api_key_of
 
 
 def header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes | None:
@@ -27,15 +27,6 @@ def client_key_digest(authorization: bytes | None) -> str | None:
     """SHA-256 of the bearer key, or None when there is none."""
     key = api_key_of(authorization)
     return key_hash(key) if key is not None else None
-
-
-def admin_denial(authorization: bytes | None, token: str) -> tuple[int, str] | None:
-    """(status, reason) when the admin token is missing or wrong, else None."""
-    if not authorization or authorization[:7].lower() != b"bearer " or not authorization[7:].strip():
-        return 401, "missing bearer admin token"
-    if not hmac.compare_digest(authorization[7:].strip(), token.encode()):
-        return 403, "invalid admin token"
-    return None
 
 
 def peer(scope: MutableMapping[str, Any]) -> str:

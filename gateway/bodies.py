@@ -17,6 +17,13 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 CLOSE = (b"connection", b"close")
+#: A request refused before its body is read keeps its connection when its declared body is
+#: at most this big: the server discards the body as it arrives. Closing a connection with
+#: unread data makes the kernel reset it, and a reset destroys an answer the client has not
+#: read yet — clients such as Python's http.client write the headers and the body
+#: separately, so the body often lands just before the close. A larger or chunked body is
+#: refused with ``connection: close`` and never read.
+DRAIN_BYTES = 64 * 1024
 
 
 class BodyTooLarge(Exception):
@@ -33,6 +40,16 @@ def content_length(headers: list[tuple[bytes, bytes]]) -> int:
         if name == b"content-length":
             return int(value) if value.isdigit() else -1
     return -1
+
+
+def refusal_headers(length: int, chunked: bool) -> list[tuple[bytes, bytes]]:
+    """The headers that end a refusal sent before the body is read: keep the connection for a
+    small declared body (``length``: -1 when none is declared), close it otherwise."""
+    return [CLOSE] if chunked or length > DRAIN_BYTES else []
+
+
+def is_chunked(headers: list[tuple[bytes, bytes]]) -> bool:
+    return any(name == b"transfer-encoding" for name, _ in headers)
 
 
 async def read_body(receive: Receive, limit: int) -> bytes:

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from contracts.events import FEEDBACK_TOPIC, INTERACTIONS_TOPIC, Event, InteractionEvent
+from contracts.events import (
+    FEEDBACK_TOPIC,
+    INTERACTIONS_TOPIC,
+    JUDGEMENTS_TOPIC,
+    Event,
+    InteractionEvent,
+    JudgeEvent,
+)
 from eventbus import Bus, open_bus
 from gateway.delivery import DeliverySettings
 
@@ -15,9 +22,12 @@ class Topics:
 
     interactions: str = INTERACTIONS_TOPIC
     feedback: str = FEEDBACK_TOPIC
+    judgements: str = JUDGEMENTS_TOPIC
 
     def of(self, event: Event) -> str:
-        return self.interactions if isinstance(event, InteractionEvent) else self.feedback
+        if isinstance(event, InteractionEvent):
+            return self.interactions
+        return self.judgements if isinstance(event, JudgeEvent) else self.feedback
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +102,8 @@ def ensure_topics(
     timeout_s: float = 30.0,
     bus: Bus | None = None,
 ) -> None:
-    """Create the interaction and feedback topics if they do not exist (idempotent)."""
+    """Create the interaction, feedback and judgement topics if they do not exist (idempotent)."""
     bus = bus if bus is not None else open_bus("auto")
-    bus.ensure_topics(bootstrap, (topics.interactions, topics.feedback), partitions, timeout_s)
+    bus.ensure_topics(
+        bootstrap, (topics.interactions, topics.feedback, topics.judgements), partitions, timeout_s
+    )

@@ -29,17 +29,20 @@ from typing import Any
 
 import orjson
 
+from contracts.config_rules import key_hash
 from contracts.events import ROLLOUT_STAGE_TAG
 from contracts.ids import request_id
 from gateway import errors
 from gateway.auth import peer
-from gateway.bodies import CLOSE, BodyTooLarge, ClientGone, Receive, Scope, Send, read_body
+from gateway.bodies import CLOSE, BodyTooLarge, ClientGone, Receive, Scope, Send, read_body, refusal_headers
+from gateway.category import CategoryRules
 from gateway.http_client import StreamResponse
 from gateway.inputs import MAX_DEPTH, completion_problem, header_problem, too_deep
+from gateway.judge import TEXT_MAX, JudgeSampler, job_for
 from gateway.limits import ConcurrencyLimit
 from gateway.recorder import CallInfo, Recorder, prompt_text
 from gateway.relay import CallResult, SseFilter, call_json, classify, open_stream, summarize_json
-from gateway.routing import Decision, RequestFacts, api_key_of, decide, key_hash, parse_tags
+from gateway.routing import Decision, RequestFacts, api_key_of, decide, parse_tags
 from gateway.shadow import ShadowJob, ShadowMirror
 from gateway.snapshot import RouteConfig, VariantConfig
 from gateway.upstreams import UpstreamPool
@@ -93,6 +96,8 @@ class CompletionProxy:
         keys_required: bool = True,
         max_body: int = MAX_BODY,
         concurrency: ConcurrencyLimit | None = None,
+        categories: CategoryRules | None = None,
+        judge: JudgeSampler | None = None,
     ) -> None:
         self.snapshot = snapshot
         self.pool = pool
@@ -104,22 +109,27 @@ class CompletionProxy:
         self.max_body = max_body
         self.concurrency = concurrency if concurrency is not None else ConcurrencyLimit(0)
         self._too_large = errors.too_large(max_body)
+        self.categories = categories
+        self.judge = judge
         self._key_cache: dict[bytes, str] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send, endpoint: str) -> None:
         """Headers first — key, declared size, liftgate headers, per-client limit — and only
-        then the body: a request refused on its headers is answered without reading it (and
-        its connection closed, so the unread body is never parsed)."""
+        then the body: a request refused on its headers is answered without reading it (its
+        connection closed when the body is large or chunked, see ``bodies.refusal_headers``)."""
         t0 = perf_counter()
         unit_header = tags_raw = conversation = None
         authorization: bytes | None = None
         length = -1
+        chunked = False
         headers: list[tuple[bytes, bytes]] = scope["headers"]
         for name, value in headers:
             if name == b"authorization":
                 authorization = value
             elif name == b"content-length":
                 length = int(value) if value.isdigit() else -1
+            elif name == b"transfer-encoding":
+                chunked = True
             elif name.startswith(b"x-liftgate-"):
                 if name == b"x-liftgate-unit":
                     unit_header = value.decode("utf-8", "replace")
@@ -132,7 +142,7 @@ class CompletionProxy:
         refused = self.metrics.refused
         if self.keys_required and (digest is None or digest not in snap.api_key_hashes):
             refused["unauthorized"].inc()
-            await send_json(send, *_UNAUTHORIZED, [CLOSE])
+            await send_json(send, *_UNAUTHORIZED, refusal_headers(length, chunked))
             return
         if length > self.max_body:
             refused["body_too_large"].inc()
@@ -142,12 +152,12 @@ class CompletionProxy:
             problem = header_problem(unit_header, tags_raw, conversation)
             if problem is not None:
                 refused["invalid_request"].inc()
-                await send_json(send, *errors.bad_request(*problem), [CLOSE])
+                await send_json(send, *errors.bad_request(*problem), refusal_headers(length, chunked))
                 return
         client = digest if self.keys_required and digest else peer(scope)
         if not self.concurrency.acquire(client):
             refused["rate_limited"].inc()
-            await send_json(send, *_TOO_MANY, [_RETRY_1S, CLOSE])
+            await send_json(send, *_TOO_MANY, [_RETRY_1S, *refusal_headers(length, chunked)])
             return
         try:
             try:
@@ -225,6 +235,14 @@ class CompletionProxy:
                 )
         rid = request_id()
         tags = facts.tags
+        category = judge_question = None
+        if d.attributed and endpoint != "embeddings":
+            # Before treatment: from what the user sent, never from the variant.
+            if self.categories is not None:
+                category = self.categories.categorize(req, endpoint, tags)
+            judge = self.judge
+            if judge is not None and judge.rate > 0.0 and self.rng() < judge.rate:
+                judge_question = prompt_text(req, endpoint)[:TEXT_MAX]
         if d.attributed and exp.mode == "rollout" and exp.rollout_stage is not None:
             tags = {**tags, ROLLOUT_STAGE_TAG: str(exp.rollout_stage)}
         info = CallInfo(
@@ -240,6 +258,8 @@ class CompletionProxy:
             tags=tags,
             conversation_id=conversation,
             content_logging=exp.content_logging if d.attributed else "none",
+            category=category,
+            judge_question=judge_question,
         )
         prompt = prompt_text(req, endpoint) if info.content_logging != "none" else None
         if stream:
@@ -318,6 +338,10 @@ class CompletionProxy:
             fallback_from=fallback_from,
             prompt=prompt,
         )
+        if info.judge_question is not None and self.judge is not None:
+            job = job_for(info, d.variant.name, res, "primary")
+            if job is not None:
+                self.judge.submit(job)
 
     async def _json(
         self,
@@ -345,7 +369,7 @@ class CompletionProxy:
             status, body = error_for(res, variant.upstream)
         await send_json(send, status, body, self._headers(info, d.variant))
         if res.error_type is None:
-            summarize_json(res, info.endpoint, info.content_logging != "none")
+            summarize_json(res, info.endpoint, info.keep_text)
         self._record_served(info, d, variant, res, status, latency, fallback_from, prompt)
 
     async def _call_json(self, variant: VariantConfig, endpoint: str, payload: bytes) -> CallResult:
@@ -396,7 +420,7 @@ class CompletionProxy:
             self._record_served(info, d, variant, res, status, perf_counter() - t0, fallback_from, prompt)
             return
         await send({"type": "http.response.start", "status": 200, "headers": [_SSE, _NO_CACHE, *headers]})
-        flt = SseFilter(res, info.endpoint == "chat", keep_usage, info.content_logging != "none", t0)
+        flt = SseFilter(res, info.endpoint == "chat", keep_usage, info.keep_text, t0)
         # Resolves when the client goes away: then stop relaying and drop the upstream
         # connection, so vLLM aborts the generation instead of finishing it for nobody.
         gone = asyncio.ensure_future(receive())
@@ -448,5 +472,7 @@ class CompletionProxy:
                 tags=info.tags,
                 conversation_id=info.conversation_id,
                 content_logging=info.content_logging,
+                category=info.category,
+                judge_question=info.judge_question,
             )
             shadow.submit(ShadowJob(shadow_info, info.request_id, variant, orjson.dumps(req), prompt))

@@ -8,14 +8,14 @@ the redaction hook, by default e-mail addresses and digit runs replaced).
 from __future__ import annotations
 
 import logging
-import re
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from hashlib import sha256
 from typing import Any
 
-from contracts.events import InteractionEvent
+from contracts.content import redact_content
+from contracts.events import InteractionEvent, JudgeEvent
 from contracts.ids import uuid7
 from gateway.relay import CallResult
 from gateway.sink import EventSink
@@ -23,12 +23,8 @@ from gateway.telemetry import GatewayMetrics
 
 log = logging.getLogger(__name__)
 
-_EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
-_NUMBER = re.compile(r"\d{3,}")
-
-
-def default_redact(text: str) -> str:
-    return _NUMBER.sub("<num>", _EMAIL.sub("<email>", text))
+#: The default redaction hook (shared with curation, which re-applies it to dataset items).
+default_redact = redact_content
 
 
 def prompt_text(request: dict[str, Any], endpoint: str) -> str:
@@ -61,6 +57,14 @@ class CallInfo:
     tags: dict[str, str]
     conversation_id: str | None
     content_logging: str
+    category: str | None = None
+    # Set when the judge sampler picked this request: the user's text for the judge (the
+    # response text is then kept in memory until the judge job is queued, never logged).
+    judge_question: str | None = None
+
+    @property
+    def keep_text(self) -> bool:
+        return self.content_logging != "none" or self.judge_question is not None
 
 
 class Recorder:
@@ -146,6 +150,7 @@ class Recorder:
             tags=info.tags,
             prompt=self._content(prompt, policy) if policy != "none" else None,
             response=self._content("".join(res.texts or ()), policy) if policy != "none" else None,
+            category=info.category,
             event_id=uuid7(),
         )
         self.emit(event)
@@ -167,5 +172,7 @@ class Recorder:
             return
         if isinstance(event, InteractionEvent):
             self.metrics.interaction_events.inc()
+        elif isinstance(event, JudgeEvent):
+            self.metrics.judge_events.inc()
         else:
             self.metrics.feedback_events.inc()

@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from hashlib import sha256
 from typing import Any
 
+from contracts.config_rules import key_hash
 from gateway.assignment import choose, covered, matches
 from gateway.snapshot import RouteConfig, VariantConfig
 
@@ -49,11 +49,6 @@ def api_key_of(authorization: bytes | None) -> str | None:
         return None
     key = authorization[7:].strip()
     return key.decode("latin-1") if key else None
-
-
-def key_hash(key: str) -> str:
-    """SHA-256 hex of a client API key: what ``api_keys.key_hash`` stores."""
-    return sha256(key.encode()).hexdigest()
 
 
 def unit_for(unit_key: str, facts: RequestFacts) -> tuple[str, str]:

@@ -63,6 +63,22 @@ class GatewaySettings(BaseSettings):
     client_max_concurrency: int = Field(default=64, ge=0, le=1_000_000)
     feedback_rate: float = Field(default=100.0, ge=0, le=1_000_000)
     feedback_burst: int = Field(default=200, ge=1, le=10_000_000)
+    # Task categories (gateway.category): a YAML/JSON rules file; unset = the built-in rules.
+    category_rules: str | None = None
+    # Online judge (gateway.judge): an OpenAI-compatible endpoint scoring a share of
+    # responses off the hot path. Off unless judge_url is set and judge_sample_rate > 0.
+    judge_url: str | None = None
+    judge_model: str = "judge"
+    judge_api_key: str | None = None
+    judge_name: str = Field(default="judge", min_length=1, max_length=128)
+    judge_sample_rate: float = Field(default=0.0, ge=0.0, le=1.0)
+    judge_rubric: str | None = None
+    judge_score_min: float = 1.0
+    judge_score_max: float = 10.0
+    judge_concurrency: int = Field(default=4, ge=1, le=1000)
+    judge_queue_size: int = Field(default=1000, ge=1, le=1_000_000)
+    judge_queue_bytes: int = Field(default=16 * MiB, ge=64 * KiB, le=4 * 1024 * MiB)
+    judge_timeout_s: float = Field(default=30.0, gt=0, le=600)
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
     workers: int = Field(default=1, ge=1, le=64)

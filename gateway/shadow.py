@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
 
+from gateway.judge import JudgeSampler, job_for
 from gateway.recorder import CallInfo, Recorder
 from gateway.relay import CallResult, SseFilter, call_json, classify, open_stream, summarize_json
 from gateway.snapshot import VariantConfig
@@ -36,7 +37,8 @@ class ShadowJob:
 
 
 def _size(job: ShadowJob) -> int:
-    return len(job.payload) + (len(job.prompt) if job.prompt else 0)
+    question = job.info.judge_question
+    return len(job.payload) + (len(job.prompt) if job.prompt else 0) + (len(question) if question else 0)
 
 
 class ShadowMirror:
@@ -58,6 +60,8 @@ class ShadowMirror:
         self.held_bytes = 0  # bodies and prompts queued or in flight
         self._workers: list[asyncio.Task[None]] = []
         self._children: dict[tuple[str, str, str, str], Any] = {}
+        # Set by the app when a judge is configured: both sides of a judged pair are scored.
+        self.judge: JudgeSampler | None = None
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -113,7 +117,7 @@ class ShadowMirror:
         info, variant = job.info, job.variant
         res = CallResult()
         t0 = perf_counter()
-        keep_text = info.content_logging != "none"
+        keep_text = info.keep_text
         client = self.pool.clients.get(variant.upstream)
         if client is None:
             res.error_type = "connect"
@@ -149,3 +153,5 @@ class ShadowMirror:
             pair_id=job.pair_id,
             prompt=job.prompt,
         )
+        if self.judge is not None and (judged := job_for(info, variant.name, res, "shadow", job.pair_id)):
+            self.judge.submit(judged)

@@ -111,6 +111,12 @@ class GatewayMetrics:
         self.shadow = Counter(
             "liftgate_gateway_shadow", "Shadow calls by outcome", [*variant, "outcome"], registry=r
         )
+        self.judge = Counter(
+            "liftgate_gateway_judge",
+            "Judge sampler jobs by outcome (queued, dropped, scored, failed)",
+            [*variant, "outcome"],
+            registry=r,
+        )
         self.events = Counter(
             "liftgate_gateway_events_emitted", "Events handed to the sink", ["type"], registry=r
         )
@@ -154,6 +160,7 @@ class GatewayMetrics:
         self._children: dict[tuple[str, str, str, str], VariantChildren] = {}
         self.interaction_events = self.events.labels("interaction")
         self.feedback_events = self.events.labels("feedback")
+        self.judge_events = self.events.labels("judge")
 
     def children(self, route: str, experiment: str, variant: str, role: str) -> VariantChildren:
         key = (route, experiment, variant, role)

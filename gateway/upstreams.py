@@ -6,11 +6,11 @@ import asyncio
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 import aiohttp
 from yarl import URL
 
+from contracts.config_rules import key_problem, url_problem
 from gateway.http_client import HttpPool
 from gateway.snapshot import UpstreamConfig
 
@@ -32,37 +32,6 @@ class UpstreamClient:
 def _base(url: str) -> str:
     url = url.rstrip("/")
     return url if url.endswith("/v1") else url + "/v1"
-
-
-def url_problem(base_url: str) -> str | None:
-    """Why ``base_url`` cannot be an upstream's address, or None."""
-    if not base_url.isascii() or not base_url.isprintable() or " " in base_url:
-        return "base_url must be printable ASCII without spaces (use punycode for international names)"
-    try:
-        parts = urlsplit(base_url)
-        port = parts.port  # raises ValueError when out of range or not a number
-    except ValueError:
-        return "base_url has an invalid port"
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        return "base_url must be an http:// or https:// URL with a host"
-    if port == 0:
-        return "base_url has an invalid port"
-    if parts.username is not None or parts.password is not None:
-        return "base_url must not carry credentials (set api_key instead)"
-    if parts.query or parts.fragment:
-        return "base_url must not have a query or fragment"
-    return None
-
-
-def key_problem(api_key: str) -> str | None:
-    """Why ``api_key`` cannot be sent as ``Authorization: Bearer <key>``, or None. Never quotes it."""
-    try:
-        api_key.encode("latin-1")
-    except UnicodeEncodeError:
-        return "api_key has characters that cannot be sent in an HTTP header (not Latin-1)"
-    if any(c < " " or c == "\x7f" for c in api_key) or api_key != api_key.strip() or not api_key:
-        return "api_key must be non-empty, without control characters or surrounding whitespace"
-    return None
 
 
 def make_client(cfg: UpstreamConfig) -> UpstreamClient:

@@ -1,7 +1,10 @@
-"""A small synchronous client for the gateway's admin API (``/admin/...``).
+"""A small synchronous client for the control plane's admin API (``/admin/...``).
 
-Used by ``liftgate up`` (seeding the demo) and ``liftgate experiments``. Standard library
-only: the CLI makes a handful of calls, so a blocking client keeps it simple.
+Every command that changes something talks to one admin base URL: the analytics service
+(``--admin-url``, else ``LIFTGATE_ADMIN_URL``, else what ``liftgate up`` recorded in its
+state directory, else ``http://127.0.0.1:8090``). Used by ``liftgate up`` (seeding the
+demo), ``liftgate experiments`` and ``liftgate rollout``. Standard library only: the CLI
+makes a handful of calls, so a blocking client keeps it simple.
 """
 
 from __future__ import annotations
@@ -16,6 +19,31 @@ from typing import Any
 
 TOKEN_FILE = "admin_token"
 READ_TOKEN_FILE = "read_token"
+RUN_FILE = "up.json"  # written by `liftgate up`: its URLs (liftgate.stack)
+DEFAULT_ADMIN_URL = "http://127.0.0.1:8090"
+
+
+def _state(state_dir: Path | None) -> Path:
+    return state_dir or Path(os.environ.get("LIFTGATE_STATE_DIR", Path.cwd() / ".liftgate"))
+
+
+def resolve_admin_url(explicit: str | None, state_dir: Path | None = None) -> str:
+    """The admin base URL: --admin-url, else LIFTGATE_ADMIN_URL, else the running ``liftgate
+    up``'s (its run file), else the default analytics address."""
+    if explicit:
+        return explicit
+    env = os.environ.get("LIFTGATE_ADMIN_URL")
+    if env:
+        return env
+    try:
+        recorded = json.loads((_state(state_dir) / RUN_FILE).read_text())
+    except (OSError, ValueError):
+        recorded = None
+    if isinstance(recorded, dict):
+        url = recorded.get("admin") or recorded.get("analytics")
+        if isinstance(url, str) and url:
+            return url
+    return DEFAULT_ADMIN_URL
 
 
 class AdminError(RuntimeError):
@@ -33,8 +61,7 @@ def resolve_token(explicit: str | None, state_dir: Path | None = None) -> str:
     env = os.environ.get("LIFTGATE_ADMIN_TOKEN")
     if env:
         return env
-    state = state_dir or Path(os.environ.get("LIFTGATE_STATE_DIR", Path.cwd() / ".liftgate"))
-    path = state / TOKEN_FILE
+    path = _state(state_dir) / TOKEN_FILE
     try:
         token = path.read_text().strip()
     except OSError:
@@ -56,7 +83,7 @@ def resolve_read_token(explicit: str | None, state_dir: Path | None = None) -> s
     for var in ("LIFTGATE_READ_TOKEN", "LIFTGATE_ADMIN_TOKEN"):
         if os.environ.get(var):
             return os.environ[var]
-    state = state_dir or Path(os.environ.get("LIFTGATE_STATE_DIR", Path.cwd() / ".liftgate"))
+    state = _state(state_dir)
     for name in (READ_TOKEN_FILE, TOKEN_FILE):
         try:
             token = (state / name).read_text().strip()

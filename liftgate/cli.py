@@ -36,6 +36,9 @@ app.add_typer(cli_rollout.app, name="rollout")
 from liftgate import cli_eval  # noqa: E402
 
 app.add_typer(cli_eval.app, name="eval")
+from liftgate import cli_datasets  # noqa: E402
+
+app.add_typer(cli_datasets.app, name="datasets")
 
 
 def main() -> None:

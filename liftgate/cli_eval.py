@@ -134,7 +134,8 @@ def run(
     suite: Annotated[
         str,
         typer.Argument(
-            help="A built-in suite (math, code, instruction_following, json, demo) or a JSONL file."
+            help="A built-in suite (math, code, instruction_following, json, demo), a JSONL file, or a "
+            "production dataset as production:NAME[@VERSION] (replayed and judged pairwise)."
         ),
     ],
     experiment: Annotated[
@@ -168,6 +169,7 @@ def run(
     judge_key: JudgeKey = None,
 ) -> None:
     """Run a suite against every variant of an experiment (cached, resumable) and store per-item results."""
+    from curation import replay
     from evals import store
     from evals.datasets import DatasetError, load_dataset
     from evals.datasets.loaders import Dataset
@@ -175,13 +177,17 @@ def run(
     from evals.runner import RunnerSettings
     from liftgate import db
 
+    production = replay.is_production(suite)
+    if production and not judge_url:
+        raise _bad("a production dataset is judged pairwise: give --judge-url (or LIFTGATE_JUDGE_URL)")
+    engine = db.make_engine(_database_url(database_url))
     try:
-        data = load_dataset(suite, fmt)
+        data = _production(engine, suite) if production else load_dataset(suite, fmt)
     except DatasetError as exc:
+        engine.dispose()
         raise _bad(str(exc)) from None
     if name:
         data = Dataset(name, data.source, data.items)
-    engine = db.make_engine(_database_url(database_url))
     try:
         with engine.connect() as conn:
             exp = store.experiment(conn, experiment)
@@ -196,6 +202,9 @@ def run(
             scoring=_context(weak, judge_url, judge_model, judge_key), sandbox_workers=os.cpu_count() or 2,
         )  # fmt: skip
         summaries = _run_with_progress(engine, data, exp, settings, progress and not as_json)
+        replays = (
+            _replays(engine, data, exp, summaries, judge_url, judge_model, judge_key) if production else []
+        )
     except KeyboardInterrupt:
         err.print("interrupted: results so far are stored; run the same command again to resume")
         raise typer.Exit(130) from None
@@ -215,8 +224,72 @@ def run(
             how = "reused a completed run" if s.reused else f"{s.called} calls, {s.cached} from cache"
             console.print(f"{s.variant}: run {s.run_id} {s.status}, {s.passed}/{s.outputs} passed ({rate}), "
                           f"{s.errors} failed calls; {how}; {s.seconds:.1f} s")  # fmt: skip
-    if any(s.status != "completed" or s.errors for s in summaries):
+    for r in replays:
+        _render_replay(r, as_json)
+    if any(s.status != "completed" or s.errors for s in summaries) or any(r.failed for r in replays):
         raise typer.Exit(1)
+
+
+def _production(engine: Any, ref: str) -> Any:
+    from curation import replay
+    from curation.spec import CurationError
+    from evals.datasets import DatasetError
+
+    try:
+        with engine.connect() as conn:
+            return replay.load(conn, ref)
+    except CurationError as exc:
+        raise DatasetError(str(exc)) from None
+
+
+def _replays(engine: Any, data: Any, exp: Any, summaries: list[Any], url: str | None, model: str | None,
+             key: str | None) -> list[Any]:  # fmt: skip
+    """Each candidate against the control, judged pairwise on the runs just made."""
+    from curation import replay
+    from evals.scorers import Endpoint
+
+    runs = {s.variant: s.run_id for s in summaries}
+    control = exp.control.variant
+    judge = Endpoint(url or "", model or "judge", key)
+    return [
+        asyncio.run(
+            replay.pairwise(engine, data, (control, runs[control]), (t.variant, runs[t.variant]), judge)
+        )
+        for t in exp.candidates
+        if t.variant in runs
+    ]
+
+
+def _render_replay(r: Any, as_json: bool) -> None:
+    if as_json:
+        _emit({"replay": r.to_json()})
+        return
+
+    def pct(x: float | None) -> str:
+        return "—" if x is None or math.isnan(x) else f"{x:.1%}"
+
+    table = Table(
+        header_style="bold", title=f"{r.candidate} vs {r.baseline}: pairwise, judged in both orders"
+    )
+    for col in ("category", "items", "win/tie/loss", "win rate [95% CI]", "p (Holm)", "LC win rate [95% CI]",
+                "LC p (Holm)", "Δ length"):  # fmt: skip
+        table.add_column(col)
+    rows = [(c.category, c.result, c.p_holm, c.lc_p_holm) for c in r.categories]
+    rows.append(("all", r.overall, r.overall.p_value, r.overall.lc_p_value))
+    for name, w, p, lcp in rows:
+        lc = (
+            f"{pct(w.lc_rate)} [{pct(w.lc_low)}, {pct(w.lc_high)}]"
+            if w.lc_rate is not None
+            else (w.error or "—")
+        )
+        table.add_row(name, str(w.n), f"{w.wins}/{w.ties}/{w.losses}", f"{pct(w.rate)} [{pct(w.ci_low)}, {pct(w.ci_high)}]",
+                      "—" if p is None else f"{p:.3g}", lc, "—" if lcp is None else f"{lcp:.3g}",
+                      f"{w.mean_length_diff:+.0f} chars")  # fmt: skip
+    console.print(table)
+    if r.failed:
+        console.print(
+            f"[red]{r.failed} item(s) without both outputs were left out (rerun to retry them)[/red]"
+        )
 
 
 def _run_with_progress(engine: Any, data: Any, exp: Any, settings: Any, show: bool) -> list[Any]:

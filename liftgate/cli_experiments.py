@@ -1,4 +1,5 @@
-"""``liftgate experiments``: create from YAML, list, show, start, pause, stop (gateway admin API)."""
+"""``liftgate experiments``: create from YAML, list, show, start, pause, stop (the control plane's
+admin API at the one admin base URL; see ``liftgate.admin_client``)."""
 
 from __future__ import annotations
 
@@ -7,18 +8,26 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-import yaml
 from rich.console import Console
 from rich.table import Table
 
-from liftgate.admin_client import AdminClient, AdminError, resolve_token
+from liftgate.admin_client import AdminClient, AdminError, resolve_admin_url, resolve_token
+from liftgate.cli_rollout import check_remote, render_check
+from liftgate.experiment_file import load_experiment_file
 
-app = typer.Typer(help="Manage experiments through the gateway's admin API.", no_args_is_help=True)
+app = typer.Typer(help="Manage experiments through the control plane's admin API.", no_args_is_help=True)
 console = Console()
 err = Console(stderr=True)
 
 GatewayOpt = Annotated[
-    str, typer.Option("--gateway", envvar="LIFTGATE_GATEWAY_URL", help="Gateway base URL.")
+    str | None,
+    typer.Option(
+        "--admin-url",
+        "--gateway",
+        envvar="LIFTGATE_ADMIN_URL",
+        help="Admin base URL: the analytics service (default: what `liftgate up` recorded, else "
+        "http://127.0.0.1:8090). A gateway URL also works: its /admin serves the same routes.",
+    ),
 ]
 TokenOpt = Annotated[
     str | None,
@@ -32,7 +41,7 @@ StateOpt = Annotated[
     Path,
     typer.Option("--state-dir", envvar="LIFTGATE_STATE_DIR", help="Where `liftgate up` keeps its state."),
 ]
-DEFAULT_GATEWAY = "http://127.0.0.1:8080"
+DEFAULT_GATEWAY: str | None = None  # resolved by admin_client.resolve_admin_url
 AnalyticsOpt = Annotated[
     str,
     typer.Option(
@@ -41,9 +50,9 @@ AnalyticsOpt = Annotated[
 ]
 
 
-def _client(gateway: str, token: str | None, state_dir: Path) -> AdminClient:
+def _client(admin_url: str | None, token: str | None, state_dir: Path) -> AdminClient:
     try:
-        return AdminClient(gateway, resolve_token(token, state_dir))
+        return AdminClient(resolve_admin_url(admin_url, state_dir), resolve_token(token, state_dir))
     except AdminError as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
@@ -52,37 +61,6 @@ def _client(gateway: str, token: str | None, state_dir: Path) -> AdminClient:
 def _fail(exc: AdminError) -> typer.Exit:
     err.print(f"[red]error:[/red] {exc}")
     return typer.Exit(1)
-
-
-def load_experiment_file(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(upstreams, experiments) from a YAML file: one experiment, or ``{upstreams: [...], experiments: [...]}``."""
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ValueError(f"cannot read {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{path} is not valid YAML: {exc}") from None
-    if not isinstance(doc, dict):
-        raise ValueError(f"{path}: expected a mapping (an experiment, or 'experiments:' and 'upstreams:')")
-    if "experiments" in doc or "upstreams" in doc:
-        upstreams, experiments = doc.get("upstreams") or [], doc.get("experiments") or []
-    else:
-        upstreams, experiments = [], [doc]
-    if not isinstance(upstreams, list) or not isinstance(experiments, list):
-        raise ValueError(f"{path}: 'upstreams' and 'experiments' must be lists")
-    for i, exp in enumerate(experiments):
-        where = f"{path}: experiment #{i + 1}"
-        if not isinstance(exp, dict):
-            raise ValueError(f"{where} must be a mapping")
-        missing = [k for k in ("name", "route", "variants") if not exp.get(k)]
-        if missing:
-            raise ValueError(f"{where} ({exp.get('name', '?')}) is missing {', '.join(missing)}")
-        if not isinstance(exp["variants"], list) or not all(isinstance(v, dict) for v in exp["variants"]):
-            raise ValueError(f"{where}: 'variants' must be a list of mappings")
-    for i, up in enumerate(upstreams):
-        if not isinstance(up, dict) or not up.get("name") or not up.get("base_url"):
-            raise ValueError(f"{path}: upstream #{i + 1} needs 'name' and 'base_url'")
-    return upstreams, experiments
 
 
 @app.command()
@@ -136,8 +114,6 @@ def create(
 
 
 def _check_rollouts(experiments: list[dict[str, Any]], analytics: str) -> None:
-    from liftgate.cli_rollout import check_remote, render_check
-
     refused = []
     for exp in experiments:
         if exp.get("mode") != "rollout":
@@ -206,7 +182,7 @@ def show(
         raise _fail(exc) from None
 
 
-def _action(action: str, experiment: str, gateway: str, token: str | None, state_dir: Path) -> None:
+def _action(action: str, experiment: str, gateway: str | None, token: str | None, state_dir: Path) -> None:
     client = _client(gateway, token, state_dir)
     try:
         result = client.action(experiment, action)

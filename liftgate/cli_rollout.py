@@ -1,5 +1,6 @@
 """``liftgate rollout status|advance|pause|resume|rollback EXPERIMENT`` and ``liftgate rollout
-check FILE`` (analytics service API).
+check FILE`` (the analytics service: its API for reads, its ``/admin`` — the one admin base
+URL — for the actions).
 
 Mutating commands need the admin token (``--token``, ``LIFTGATE_ADMIN_TOKEN`` or the
 file ``liftgate up`` wrote) and are recorded as rollout decisions with the actor
@@ -23,8 +24,14 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from liftgate.admin_client import AdminClient, AdminError, resolve_read_token, resolve_token
-from liftgate.cli_experiments import load_experiment_file
+from liftgate.admin_client import (
+    AdminClient,
+    AdminError,
+    resolve_admin_url,
+    resolve_read_token,
+    resolve_token,
+)
+from liftgate.experiment_file import load_experiment_file
 
 app = typer.Typer(help="Staged rollouts: status and manual control.", no_args_is_help=True)
 console = Console()
@@ -33,6 +40,16 @@ err = Console(stderr=True)
 DEFAULT_ANALYTICS = "http://127.0.0.1:8090"
 AnalyticsOpt = Annotated[
     str, typer.Option("--analytics", envvar="LIFTGATE_ANALYTICS_URL", help="Analytics service base URL.")
+]
+AdminOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--analytics",
+        "--admin-url",
+        envvar=["LIFTGATE_ADMIN_URL", "LIFTGATE_ANALYTICS_URL"],
+        help="The analytics service, the admin base URL (default: what `liftgate up` recorded, else "
+        "http://127.0.0.1:8090).",
+    ),
 ]
 TokenOpt = Annotated[str | None, typer.Option("--token", envvar="LIFTGATE_ADMIN_TOKEN", help="Admin token.")]
 StateOpt = Annotated[
@@ -50,11 +67,11 @@ class _Client(AdminClient):
         self.actor = actor
 
     def rollout(self, experiment: str, action: str | None = None) -> dict[str, Any]:
-        path = f"/api/experiments/{urllib.parse.quote(experiment, safe='')}/rollout"
+        quoted = urllib.parse.quote(experiment, safe="")
         if action is None:
-            result: dict[str, Any] = self.request("GET", path)
+            result: dict[str, Any] = self.request("GET", f"/api/experiments/{quoted}/rollout")
             return result
-        return self._post(path + f"/{action}")
+        return self._post(f"/admin/experiments/{quoted}/rollout/{action}")
 
     def _post(self, path: str) -> dict[str, Any]:
 
@@ -109,11 +126,11 @@ def render(state: dict[str, Any]) -> None:
     console.print(table)
 
 
-def _run(analytics: str, token: str | None, state_dir: Path, actor: str | None, experiment: str,
+def _run(analytics: str | None, token: str | None, state_dir: Path, actor: str | None, experiment: str,
          action: str | None, as_json: bool) -> None:  # fmt: skip
     try:
         tok = resolve_token(token, state_dir) if action is not None else resolve_read_token(token, state_dir)
-        client = _Client(analytics, tok, actor or getpass.getuser())
+        client = _Client(resolve_admin_url(analytics, state_dir), tok, actor or getpass.getuser())
         state = client.rollout(experiment, action)
     except AdminError as exc:
         err.print(f"[red]error:[/] {exc}")
@@ -125,14 +142,14 @@ def _run(analytics: str, token: str | None, state_dir: Path, actor: str | None, 
 
 
 @app.command()
-def status(experiment: Experiment, analytics: AnalyticsOpt = DEFAULT_ANALYTICS, token: TokenOpt = None,
+def status(experiment: Experiment, analytics: AdminOpt = None, token: TokenOpt = None,
            state_dir: StateOpt = Path(".liftgate"), as_json: JsonOpt = False) -> None:  # fmt: skip
     """Current stage, weights and the decision timeline."""
     _run(analytics, token, state_dir, None, experiment, None, as_json)
 
 
 def _action(name: str, doc: str) -> None:
-    def command(experiment: Experiment, analytics: AnalyticsOpt = DEFAULT_ANALYTICS, token: TokenOpt = None,
+    def command(experiment: Experiment, analytics: AdminOpt = None, token: TokenOpt = None,
                 state_dir: StateOpt = Path(".liftgate"), actor: ActorOpt = None, as_json: JsonOpt = False) -> None:  # fmt: skip
         _run(analytics, token, state_dir, actor, experiment, name, as_json)
 

@@ -1,7 +1,8 @@
-"""The experiments ``liftgate up`` creates, through the gateway's admin API (idempotent).
+"""The experiments ``liftgate up`` creates, through the control plane's admin API (idempotent).
 
 * ``demo`` on route ``assistant``: baseline vs candidate, 50/50 — the simulator's known
-  differences (verbosity, latency, quality) should show up as significant lifts;
+  differences (verbosity, latency, quality) should show up as significant lifts; content
+  logging ``full`` (simulated text), so its calls can be curated into datasets;
 * ``demo-aa`` on route ``assistant-aa``: the baseline against an identical copy of itself
   (same upstream, same model) — an A/A test, which should show no significant difference.
 """
@@ -38,6 +39,9 @@ def demo_experiments(control: Upstream, candidate: Upstream) -> list[dict[str, A
             "route": DEMO_ROUTE,
             "mode": "ab",
             "description": "liftgate up demo: baseline vs candidate (20% more verbose, slower, better liked)",
+            # Simulated prompts only: the demo keeps their text, so its thumbs-down answers can
+            # become a dataset (`liftgate datasets create ... --from-experiment demo`).
+            "content_logging": "full",
             "variants": [
                 {"name": "baseline", "upstream": control.name, "model": control.model, "weight": 50, "is_control": True},
                 {"name": "candidate", "upstream": candidate.name, "model": candidate.model, "weight": 50},
@@ -114,14 +118,12 @@ def served_model(base_url: str, default: str, timeout_s: float = 5.0) -> str:
     return str(models[0]) if models and models[0] else default
 
 
-def wait_for_routes(
-    gateway_url: str, client: AdminClient, routes: list[str], timeout_s: float = 15.0
-) -> bool:
+def wait_for_routes(gateway: AdminClient, routes: list[str], timeout_s: float = 15.0) -> bool:
     """Poll the gateway's ``/v1/models`` until it serves every route (config refresh < 1 s)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
-            data = client.request("GET", "/v1/models")
+            data = gateway.request("GET", "/v1/models")
         except AdminError:
             data = None
         names = {m.get("id") for m in (data or {}).get("data", [])} if isinstance(data, dict) else set()

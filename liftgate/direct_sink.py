@@ -118,7 +118,7 @@ class DirectSink:
         try:
             if self._pg is None or self._pg.closed or self._pg.broken:
                 self._pg = psycopg.connect(self._url, connect_timeout=5)
-            res = ingest_raw(self._pg, enc.interactions, enc.feedback, enc.dead)
+            res = ingest_raw(self._pg, enc.interactions, enc.feedback, enc.dead, enc.judgements)
         except psycopg.Error as exc:
             self._ok = False
             self._retries += 1

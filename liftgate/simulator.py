@@ -16,15 +16,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import hashlib
 import itertools
 import json
 import logging
 import os
+import re
 import secrets
 import signal
 import struct
 import sys
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -41,6 +44,10 @@ __all__ = ["SimulatorModel", "build_app", "load_models", "main", "run", "serve"]
 log = logging.getLogger(__name__)
 
 BEHAVIOURS: web.AppKey[dict[str, ModelBehaviour]] = web.AppKey("behaviours", dict)
+#: Quality of recent answers by their text, for simulated judges (bounded, oldest dropped).
+ANSWERS: web.AppKey[OrderedDict[bytes, float]] = web.AppKey("answers", OrderedDict)
+_ANSWERS_MAX = 200_000
+_JUDGED = re.compile(r"Answer:\n(.*)\Z", re.S)
 _ids = itertools.count(1)
 _ID_PREFIX = secrets.token_hex(4)
 
@@ -50,8 +57,32 @@ def error_response(status: int, message: str, err_type: str, code: str | None = 
     return web.Response(status=status, body=orjson.dumps(body), content_type="application/json")
 
 
-def _headers(behaviour: ModelBehaviour) -> dict[str, str]:
-    return {"X-Sim-Quality": f"{behaviour.model.quality:g}", "X-Sim-Model": behaviour.model.name}
+def _headers(behaviour: ModelBehaviour, quality: float) -> dict[str, str]:
+    return {"X-Sim-Quality": f"{quality:g}", "X-Sim-Model": behaviour.model.name}
+
+
+def _digest(text: str) -> bytes:
+    return hashlib.blake2b(text.strip().encode(), digest_size=12).digest()
+
+
+def _remember(request: web.Request, text: str, quality: float) -> None:
+    answers = request.app[ANSWERS]
+    answers[_digest(text)] = quality
+    if len(answers) > _ANSWERS_MAX:
+        answers.popitem(last=False)
+
+
+def _judged_answer(body: dict[str, Any]) -> str:
+    """The answer a judge is asked to score: after "Answer:" in the last user message."""
+    for message in reversed(body.get("messages") or ()):
+        if (
+            isinstance(message, dict)
+            and message.get("role") == "user"
+            and isinstance(message.get("content"), str)
+        ):
+            m = _JUDGED.search(message["content"])
+            return m.group(1) if m else message["content"]
+    return ""
 
 
 async def _request_json(request: web.Request) -> dict[str, Any] | web.Response:
@@ -106,9 +137,18 @@ async def _completion(request: web.Request, chat: bool) -> web.StreamResponse:
         await asyncio.sleep(model.hang_s)
         return error_response(504, "simulated hang ended", "TimeoutError")
     prompt = _prompt_text(body, chat)
-    tokens, finish = behaviour.completion(prompt.encode(), _max_tokens(body))
-    if (answer := behaviour.eval_answer(prompt, body.get("seed"))) is not None:
-        tokens, finish = answer, "stop"
+    quality = behaviour.quality_for(prompt)
+    if model.judge:
+        answer_text = _judged_answer(body) if chat else prompt
+        known = request.app[ANSWERS].get(_digest(answer_text))
+        tokens, finish = [f"{behaviour.judge_score(answer_text, known):g}"], "stop"
+    else:
+        tokens, finish = behaviour.completion(prompt.encode(), _max_tokens(body))
+        if (answer := behaviour.eval_answer(prompt, body.get("seed"))) is not None:
+            tokens, finish = answer, "stop"
+        else:
+            tokens = behaviour.stuffed(tokens)
+        _remember(request, "".join(tokens), quality)
     draw = behaviour.draw()
     usage = {
         "prompt_tokens": count_prompt_tokens(prompt),
@@ -120,7 +160,7 @@ async def _completion(request: web.Request, chat: bool) -> web.StreamResponse:
         options = body.get("stream_options")
         include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
         return await stream_completion(
-            request, behaviour, draw, rid, chat, tokens, finish, usage if include_usage else None
+            request, behaviour, draw, rid, chat, tokens, finish, usage if include_usage else None, quality
         )
     if draw.error:
         await asyncio.sleep(draw.ttft_s)
@@ -145,10 +185,10 @@ async def _completion(request: web.Request, chat: bool) -> web.StreamResponse:
         "model": model.name,
         "choices": [choice],
         "usage": usage,
-        "sim_quality": model.quality,
+        "sim_quality": quality,
     }
     return web.Response(
-        body=orjson.dumps(payload), content_type="application/json", headers=_headers(behaviour)
+        body=orjson.dumps(payload), content_type="application/json", headers=_headers(behaviour, quality)
     )
 
 
@@ -203,7 +243,9 @@ async def embeddings(request: web.Request) -> web.StreamResponse:
         "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens, "completion_tokens": 0},
     }
     return web.Response(
-        body=orjson.dumps(payload), content_type="application/json", headers=_headers(behaviour)
+        body=orjson.dumps(payload),
+        content_type="application/json",
+        headers=_headers(behaviour, behaviour.model.quality),
     )
 
 
@@ -238,6 +280,7 @@ def build_app(models: Sequence[SimulatorModel]) -> web.Application:
         raise ValueError(f"duplicate model names: {names}")
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app[BEHAVIOURS] = {m.name: ModelBehaviour(m) for m in models}
+    app[ANSWERS] = OrderedDict()
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/v1/embeddings", embeddings)

@@ -113,6 +113,15 @@ class SimulatorModel:
     the built-in eval suites) makes the model answer those suites' prompts: correctly with
     that probability (the item's reference), else with one of its known-wrong outputs —
     a pure function of (seed, name, prompt, request seed), like the text.
+
+    RL-risk scenarios: ``category_quality`` ("math:0.8/code:0.3") overrides ``quality`` for
+    prompts of those task categories (the gateway's built-in rules tell them apart);
+    ``stuff_phrase`` starts every answer with that phrase. ``judge`` makes the model a judge:
+    it answers a rubric prompt with a score in 1..10 — ``1 + 9·q`` for an answer this simulator
+    produced with quality q (5.5 for one it does not know), plus ``judge_length_gain`` per
+    doubling of the answer's words beyond 120, plus ``judge_phrase_bonus`` when the answer
+    contains ``judge_phrase``, plus N(0, ``judge_noise``²) — a judge that tracks what users
+    react to, with the biases an RL policy can exploit.
     """
 
     name: str
@@ -132,6 +141,13 @@ class SimulatorModel:
     embedding_dim: int = 64
     max_model_len: int = 8192
     skills: str = ""
+    category_quality: str = ""
+    stuff_phrase: str = ""
+    judge: bool = False
+    judge_phrase: str = ""
+    judge_phrase_bonus: float = 0.0
+    judge_length_gain: float = 0.0
+    judge_noise: float = 1.0
 
     def __post_init__(self) -> None:
         if not self.name or "," in self.name or "=" in self.name:
@@ -145,6 +161,11 @@ class SimulatorModel:
         if self.chunk_tokens < 1 or self.embedding_dim < 1:
             raise ValueError("chunk_tokens and embedding_dim must be >= 1")
         parse_skills(self.skills)
+        for value in parse_skills(self.category_quality).values():
+            if not 0.0 <= value <= 1.0:
+                raise ValueError("category_quality values must be within [0, 1]")
+        if "," in self.stuff_phrase or "," in self.judge_phrase:
+            raise ValueError("phrases cannot contain ',' (the --model separator)")
 
     @classmethod
     def from_mapping(cls, data: dict[str, Any]) -> SimulatorModel:
@@ -236,6 +257,41 @@ class ModelBehaviour:
         self._salt = f"{model.seed}:{model.name}:".encode()
         self._skills = parse_skills(model.skills)
         self._answers: dict[str, Any] | None = None
+        self._category_quality = parse_skills(model.category_quality)
+        self._rules: Any = None
+        self._judge_rng = random.Random(f"judge:{model.seed}:{model.name}")
+
+    def quality_for(self, prompt: str) -> float:
+        """The model's quality on this prompt: per task category when configured."""
+        if not self._category_quality:
+            return self.model.quality
+        if self._rules is None:
+            from gateway.category import default_rules  # the composition root may import gateway
+
+            self._rules = default_rules()
+        category = self._rules.categorize({"prompt": prompt}, "completions", {})
+        return self._category_quality.get(category, self.model.quality)
+
+    def stuffed(self, tokens: list[str]) -> list[str]:
+        """The answer with ``stuff_phrase`` in front (unchanged without one)."""
+        if not self.model.stuff_phrase:
+            return tokens
+        words = self.model.stuff_phrase.split()
+        head = [words[0], *(" " + w for w in words[1:])]
+        if not tokens:
+            return head
+        return [*head, " " + tokens[0].lstrip(), *tokens[1:]]
+
+    def judge_score(self, answer: str, known_quality: float | None) -> float:
+        """A simulated judge's score of ``answer`` (see :class:`SimulatorModel`)."""
+        m = self.model
+        score = 1.0 + 9.0 * known_quality if known_quality is not None else 5.5
+        words = max(1, len(answer.split()))
+        score += m.judge_length_gain * math.log2(words / 120.0)
+        if m.judge_phrase and m.judge_phrase.lower() in answer.lower():
+            score += m.judge_phrase_bonus
+        score += self._judge_rng.gauss(0.0, m.judge_noise) if m.judge_noise > 0 else 0.0
+        return round(min(10.0, max(1.0, score)), 2)
 
     def draw(self) -> Draw:
         m, rng = self.model, self._rng

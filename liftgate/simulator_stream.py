@@ -60,6 +60,7 @@ async def stream_completion(
     tokens: list[str],
     finish: str,
     usage: dict[str, int] | None,
+    quality: float | None = None,
 ) -> web.StreamResponse:
     """Stream ``tokens`` as SSE; fail mid-stream or up front when ``draw.error`` says so."""
     model = behaviour.model
@@ -71,7 +72,7 @@ async def stream_completion(
         headers={
             "Content-Type": "text/event-stream",
             "Cache-Control": "no-cache",
-            "X-Sim-Quality": f"{model.quality:g}",
+            "X-Sim-Quality": f"{model.quality if quality is None else quality:g}",
             "X-Sim-Model": model.name,
         }
     )
@@ -81,7 +82,7 @@ async def stream_completion(
         "object": "chat.completion.chunk" if chat else "text_completion",
         "created": int(time.time()),
         "model": model.name,
-        "sim_quality": model.quality,
+        "sim_quality": model.quality if quality is None else quality,
     }
     size = model.chunk_tokens
     pieces = ["".join(tokens[i : i + size]) for i in range(0, len(tokens), size)]

@@ -25,8 +25,10 @@ import psutil
 from contracts import redaction
 from eventbus import ClientChoice
 from liftgate import db
+from liftgate.admin_client import RUN_FILE
 from liftgate.embedded_pg import EmbeddedPostgres
 from liftgate.procs import Child, Supervisor
+from liftgate.scenarios import JUDGE_SAMPLE_RATE, scenario
 from liftgate.simulator_model import SimulatorModel
 
 log = logging.getLogger(__name__)
@@ -34,7 +36,6 @@ log = logging.getLogger(__name__)
 DATABASE_NAME = "liftgate"
 TOKEN_FILE = "admin_token"
 READ_TOKEN_FILE = "read_token"
-RUN_FILE = "up.json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +72,9 @@ class StackOptions:
     reset: bool = False
     ready_timeout_s: float = 90.0
     log_level: str = "info"
+    #: An RL-risk scenario (liftgate.scenarios): its baseline, candidate and judge in one
+    #: simulator process on baseline_port, and the gateway's judge sampler pointed at it.
+    scenario: str | None = None
 
 
 @dataclass
@@ -99,6 +103,11 @@ class RunningStack:
         o = self.options
         if o.upstreams:
             return {u.name: u.base_url for u in o.upstreams}
+        if o.scenario:  # one process serves both variants (and the judge)
+            return {
+                "baseline": f"http://{o.host}:{o.baseline_port}/v1",
+                "candidate": f"http://{o.host}:{o.baseline_port}/v1",
+            }
         return {
             "baseline": f"http://{o.host}:{o.baseline_port}/v1",
             "candidate": f"http://{o.host}:{o.candidate_port}/v1",
@@ -109,6 +118,7 @@ class RunningStack:
             "pid": os.getpid(),
             "gateway": self.gateway_url,
             "analytics": self.analytics_url,
+            "admin": self.analytics_url,  # the control plane's admin base URL (the CLI's)
             "children": {c.name: c.pid for c in self.supervisor.children},
             "postgres": {"port": self.pg.port, "started_here": self.started_pg} if self.pg else None,
         }
@@ -238,7 +248,9 @@ def _check_ports(opts: StackOptions) -> None:
     """Refuse early when a port is taken: a stale server answering /healthz would fool us."""
     wanted = {"--gateway-port": opts.gateway_port, "--analytics-port": opts.analytics_port}
     if opts.simulator and not opts.upstreams:
-        wanted.update({"--baseline-port": opts.baseline_port, "--candidate-port": opts.candidate_port})
+        wanted["--baseline-port"] = opts.baseline_port
+        if not opts.scenario:
+            wanted["--candidate-port"] = opts.candidate_port
     for option, port in wanted.items():
         with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
             s.settimeout(0.5)
@@ -287,11 +299,12 @@ def _start_database(stack: RunningStack) -> None:
 def ensure_topics(
     bootstrap: str, partitions: int = 6, timeout_s: float = 30.0, client: ClientChoice = "auto"
 ) -> None:
-    """Create the two event topics when missing (the broker does not auto-create them)."""
-    from contracts.events import FEEDBACK_TOPIC, INTERACTIONS_TOPIC
+    """Create the event topics when missing (the broker does not auto-create them)."""
+    from contracts.events import FEEDBACK_TOPIC, INTERACTIONS_TOPIC, JUDGEMENTS_TOPIC
     from eventbus import open_bus
 
-    open_bus(client).ensure_topics(bootstrap, (INTERACTIONS_TOPIC, FEEDBACK_TOPIC), partitions, timeout_s)
+    topics = (INTERACTIONS_TOPIC, FEEDBACK_TOPIC, JUDGEMENTS_TOPIC)
+    open_bus(client).ensure_topics(bootstrap, topics, partitions, timeout_s)
 
 
 def _py(*args: str) -> list[str]:
@@ -313,7 +326,25 @@ def _start_services(stack: RunningStack) -> None:
         common["LIFTGATE_KAFKA_CLIENT"] = opts.kafka_client
         ensure_topics(opts.kafka_bootstrap, client=opts.kafka_client)
 
-    if opts.simulator and not opts.upstreams:
+    judge_env: dict[str, str] = {}
+    if opts.simulator and not opts.upstreams and opts.scenario:
+        sc = scenario(opts.scenario)
+        stack.simulator_models = sc.models
+        specs = [arg for model in sc.models for arg in ("--model", model.to_spec())]
+        argv = _py("liftgate.simulator", "--host", opts.host, "--port", str(opts.baseline_port), *specs)
+        sup.start(
+            Child(
+                "simulator", argv, _child_env({}), logs / "simulator.log",
+                health_url=f"http://{opts.host}:{opts.baseline_port}/health",
+            ),
+            ready_timeout=opts.ready_timeout_s,
+        )  # fmt: skip
+        judge_env = {
+            "LIFTGATE_JUDGE_URL": f"http://{opts.host}:{opts.baseline_port}/v1",
+            "LIFTGATE_JUDGE_MODEL": sc.judge.name,
+            "LIFTGATE_JUDGE_SAMPLE_RATE": str(JUDGE_SAMPLE_RATE),
+        }
+    elif opts.simulator and not opts.upstreams:
         models = demo_models()
         stack.simulator_models = models
         for model, port in zip(models, (opts.baseline_port, opts.candidate_port), strict=True):
@@ -337,6 +368,7 @@ def _start_services(stack: RunningStack) -> None:
         # The embedded stack is a local sandbox (127.0.0.1 by default, the simulated users send
         # no key): client keys are off unless the caller's environment asks for them.
         "LIFTGATE_CLIENT_KEYS": os.environ.get("LIFTGATE_CLIENT_KEYS", "off"),
+        **judge_env,
     }
     sup.start(
         Child(

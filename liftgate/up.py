@@ -100,13 +100,20 @@ def up(
         float, typer.Option(min=1, help="Seconds each service may take to become ready.")
     ] = 90.0,
     log_level: Annotated[str, typer.Option(help="Log level of the services.")] = "info",
+    scenario: Annotated[
+        str | None,
+        typer.Option(
+            help="RL-risk scenario for the simulator: reward-hacking, forgetting, honest or biased-judge "
+            "(baseline, candidate and a simulated judge; the gateway judges 25% of responses).",
+        ),
+    ] = None,
 ) -> None:
     """Start liftgate on the embedded default: PostgreSQL, simulator, gateway, analytics (Ctrl-C stops all)."""
     # Imported here so that `liftgate --help` and the other commands start fast.
     from contracts import redaction
     from liftgate import demo
     from liftgate.admin_client import AdminClient, AdminError
-    from liftgate.cli_experiments import load_experiment_file
+    from liftgate.experiment_file import load_experiment_file
     from liftgate.procs import StartupError
     from liftgate.stack import (
         StackOptions,
@@ -129,11 +136,22 @@ def up(
     if no_simulator and not specs and not config:
         console.print("[red]error:[/red] --no-simulator needs --upstream NAME=URL or --config FILE")
         raise typer.Exit(2)
+    if scenario is not None:
+        from liftgate.scenarios import SCENARIOS
+
+        if scenario not in SCENARIOS:
+            console.print(f"[red]error:[/red] unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
+            raise typer.Exit(2)
+        if no_simulator or specs or config:
+            console.print(
+                "[red]error:[/red] --scenario runs the simulator: not with --no-simulator, --upstream or --config"
+            )
+            raise typer.Exit(2)
     opts = StackOptions(
         state_dir=state_dir.resolve(), host=host, gateway_port=gateway_port, analytics_port=analytics_port,
         baseline_port=baseline_port, candidate_port=candidate_port, pg_port=pg_port, database_url=database_url,
         kafka_bootstrap=kafka or None, simulator=not no_simulator and not specs and not config,
-        upstreams=specs, reset=reset, ready_timeout_s=ready_timeout, log_level=log_level,
+        upstreams=specs, reset=reset, ready_timeout_s=ready_timeout, log_level=log_level, scenario=scenario,
     )  # fmt: skip
     # SIGTERM (service managers) and SIGHUP (closed terminal) stop the stack like Ctrl-C.
     # SIGINT too, explicitly: a process started in the background by a non-interactive shell
@@ -147,7 +165,7 @@ def up(
     try:
         console.print(f"starting liftgate (state in {opts.state_dir}) ...")
         stack = start_stack(opts)
-        client = AdminClient(stack.gateway_url, stack.admin_token)
+        client = AdminClient(stack.analytics_url, stack.admin_token)  # the control plane
         if config:
             demo.ensure_upstreams(client, cfg_upstreams)
             routes = demo.ensure_experiments(client, cfg_experiments)
@@ -156,9 +174,9 @@ def up(
             routes = demo.seed(
                 client, [demo.Upstream(n, url, demo.served_model(url, n)) for n, url in urls.items()]
             )
-        if not demo.wait_for_routes(stack.gateway_url, client, routes):
+        if not demo.wait_for_routes(AdminClient(stack.gateway_url, stack.admin_token), routes):
             console.print(f"[yellow]warning:[/yellow] the gateway does not serve all of {routes} yet")
-        if opts.simulator:
+        if opts.simulator and not opts.scenario:  # the offline gate knows the demo models only
             start_offline_gate(stack)
         if traffic:
             start_traffic(stack, users=users, rate=rate, routes=routes, duration_s=traffic_duration)
@@ -204,6 +222,8 @@ def _watch(stack: RunningStack) -> int:
 
 
 def _banner(stack: RunningStack, routes: list[str], traffic: bool, sign_in: str) -> None:
+    from liftgate.scenarios import SCENARIOS
+
     o = stack.options
     gw, an = stack.gateway_url, stack.analytics_url
     lines = [
@@ -222,7 +242,11 @@ def _banner(stack: RunningStack, routes: list[str], traffic: bool, sign_in: str)
         f"  logs                  {o.state_dir / 'logs'}",
         "",
         "  try:  liftgate report demo",
-        "        liftgate eval show demo      (offline gate: built-in suites, baseline vs candidate)",
+        (
+            f"  scenario:  {o.scenario} — {SCENARIOS[o.scenario].summary} (a simulated judge scores 25% of responses)"
+            if o.scenario
+            else "        liftgate eval show demo      (offline gate: built-in suites, baseline vs candidate)"
+        ),
         f"        curl {gw}/v1/chat/completions -H 'X-Liftgate-Unit: me' -H 'Content-Type: application/json' \\",
         f"             -d '{{\"model\": \"{routes[0] if routes else 'assistant'}\", \"messages\": [{{\"role\": \"user\", \"content\": \"hi\"}}]}}'",
         "  simulated users: " + ("running" if traffic else "off (add --traffic)"),

@@ -7,6 +7,7 @@ import os
 from alembic import context
 from sqlalchemy import engine_from_config, pool
 
+import curation.tables  # noqa: F401  (registers the curation tables on the shared metadata)
 from contracts.tables import metadata
 
 config = context.config

@@ -25,7 +25,11 @@ from sqlalchemy.orm import Session
 from eventbus import Bus, ClientChoice, open_bus
 from liftgate import db as dbmod
 from liftgate.embedded_pg import EmbeddedPostgres, default_state_dir
-from tests import known_secrets
+from tests.secret_scan import (  # noqa: F401  (the secret scan's hooks and fixture, by their names)
+    _secret_scan_log_root,
+    pytest_runtest_logreport,
+    pytest_sessionfinish,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 TEST_DB_PREFIX = "lg_test_"
@@ -160,39 +164,49 @@ def unique_name(request: pytest.FixtureRequest) -> str:
     return f"{base}-{secrets.token_hex(4)}"
 
 
-# --- secrets in logs (opt-in for a whole run: LIFTGATE_TEST_SECRET_SCAN=1) --------------------
+# What `make check` leaves out. A test is marked ``services`` when it reaches PostgreSQL, Kafka
+# or a started process through a fixture (directly or through another fixture), or lives in a
+# folder whose tests start servers themselves; the rest is pure logic and runs in seconds.
+SERVICE_FIXTURES = frozenset(
+    {
+        "pg_admin_url",
+        "database_url",
+        "module_database_url",
+        "engine",
+        "db",
+        "kafka_bootstrap",
+        "simulator",
+        "simulator_url",
+        "analytics_url",
+        "browser",
+        "stack",
+    }
+)
+SERVICE_FOLDERS = ("scenarios", "dashboards", "gateway", "liftgate", "scripts")
+# Modules whose tests start processes without a fixture (sandboxed scorers, the CLI, a fresh
+# interpreter per module).
+SERVICE_MODULES = frozenset(
+    {
+        "evals/test_builtin_suites.py",
+        "evals/test_cli_score.py",
+        "evals/test_demo_gate.py",
+        "evals/test_gate_end_to_end.py",
+        "evals/test_runner.py",
+        "evals/test_sandbox_attacks.py",
+        "evals/test_sandbox_confine.py",
+        "contracts/test_redaction.py",
+        "test_logs_hold_no_secrets.py",
+    }
+)
 
-SECRET_SCAN = os.environ.get("LIFTGATE_TEST_SECRET_SCAN") == "1"
-_secret_leaks: list[str] = []
-_basetemp: list[Path] = []
 
-
-@pytest.fixture(scope="session", autouse=True)
-def _secret_scan_of_temp_files(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """Where the services started by tests write their log files (scanned at the end)."""
-    if SECRET_SCAN:
-        _basetemp.append(tmp_path_factory.getbasetemp())
-
-
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Every test's captured stdout, stderr and log records, checked for registered secrets."""
-    if not SECRET_SCAN:
-        return
-    for title, content in report.sections:
-        found = known_secrets.leaks(content)
-        line = f"{report.nodeid} [{title}]: {', '.join(sorted(found))}"
-        if found and line not in _secret_leaks:  # a later phase's report repeats earlier sections
-            _secret_leaks.append(line)
-
-
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    if not SECRET_SCAN:
-        return
-    for basetemp in _basetemp:
-        for path, found in known_secrets.leaks_in_files(basetemp).items():
-            _secret_leaks.append(f"{path}: {', '.join(found)}")
-    if _secret_leaks:
-        session.config.get_terminal_writer().line(
-            "secrets found in logs:\n  " + "\n  ".join(_secret_leaks), red=True
-        )
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tests_root = Path(__file__).resolve().parent
+    for item in items:
+        where = Path(str(item.path)).resolve().relative_to(tests_root)
+        if (
+            where.parts[0] in SERVICE_FOLDERS
+            or where.as_posix() in SERVICE_MODULES
+            or SERVICE_FIXTURES & set(getattr(item, "fixturenames", ()))
+        ):
+            item.add_marker(pytest.mark.services)

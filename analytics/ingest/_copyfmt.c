@@ -268,20 +268,20 @@ enum {
     A_EVENT_ID, A_TS, A_REQUEST_ID, A_ROUTE, A_EXPERIMENT_ID, A_VARIANT, A_UNIT_ID, A_UNIT_SOURCE, A_ROLE,
     A_PAIR_ID, A_MODE, A_ENDPOINT, A_MODEL, A_UPSTREAM, A_STATUS, A_HTTP_STATUS, A_ERROR_TYPE, A_LATENCY_MS,
     A_TTFT_MS, A_PROMPT_TOKENS, A_COMPLETION_TOKENS, A_RESPONSE_CHARS, A_FINISH_REASON, A_STREAM, A_FALLBACK,
-    A_FALLBACK_FROM, A_CONVERSATION_ID, A_TAGS, A_PROMPT, A_RESPONSE, N_ATTRS
+    A_FALLBACK_FROM, A_CONVERSATION_ID, A_TAGS, A_PROMPT, A_RESPONSE, A_CATEGORY, N_ATTRS
 };
 static const char *attr_names[N_ATTRS] = {
     "event_id", "ts", "request_id", "route", "experiment_id", "variant", "unit_id", "unit_source", "role",
     "pair_id", "mode", "endpoint", "model", "upstream", "status", "http_status", "error_type", "latency_ms",
     "ttft_ms", "prompt_tokens", "completion_tokens", "response_chars", "finish_reason", "stream", "fallback",
-    "fallback_from", "conversation_id", "tags", "prompt", "response"};
+    "fallback_from", "conversation_id", "tags", "prompt", "response", "category"};
 static PyObject *attr_str[N_ATTRS];
 
 typedef enum { K_STR, K_INT, K_FLOAT, K_BOOL, K_TS, K_TAGS } Kind;
 static const Kind kinds[N_ATTRS] = {
     K_STR, K_TS, K_STR, K_STR, K_INT, K_STR, K_STR, K_STR, K_STR, K_STR, K_STR, K_STR, K_STR, K_STR, K_STR,
     K_INT, K_STR, K_FLOAT, K_FLOAT, K_INT, K_INT, K_INT, K_STR, K_BOOL, K_BOOL, K_STR, K_STR, K_TAGS, K_STR,
-    K_STR};
+    K_STR, K_STR};
 
 static int render_event(Buf *rows, Buf *fold, Buf *seg, PyObject *e, int flag) {
     PyObject *v[N_ATTRS];

@@ -39,7 +39,15 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from analytics.ingest.dead_letters import DeadLetterRow
 from analytics.ingest.write import IngestResult, Raw, attribute_pending, ingest_raw
 from contracts import redaction
-from contracts.events import FEEDBACK_TOPIC, INTERACTIONS_TOPIC, DecodeError, InteractionEvent, decode
+from contracts.events import (
+    FEEDBACK_TOPIC,
+    INTERACTIONS_TOPIC,
+    JUDGEMENTS_TOPIC,
+    DecodeError,
+    InteractionEvent,
+    JudgeEvent,
+    decode,
+)
 from eventbus import Bus, BusError, ClientChoice, ConsumerOptions, Message, TopicPartition, open_bus
 
 log = logging.getLogger(__name__)
@@ -56,11 +64,12 @@ class ConsumerSettings(BaseSettings):
     consumer_group: str = "liftgate-analytics"
     interactions_topic: str = INTERACTIONS_TOPIC
     feedback_topic: str = FEEDBACK_TOPIC
+    judgements_topic: str = JUDGEMENTS_TOPIC
     # Records per poll = per transaction when lagging (a quiet stream gives small batches
     # every poll). The rollup upserts of a batch collapse a unit's repeated events and the
-    # fixed cost per transaction is spread: 50,000 measured ~15% faster than 20,000 here
-    # (bench/ingest, session 5; peak RSS ~600 MiB per process instead of ~230). A poll
-    # returns at most what the fetches hold: see consumer_max_partition_fetch_bytes.
+    # fixed cost per transaction is spread: 50,000 ingests faster than 20,000 at about 2.5x
+    # the peak memory per process (bench/ingest/README.md). A poll returns at most what the
+    # fetches hold: see consumer_max_partition_fetch_bytes.
     consumer_max_records: int = Field(default=50_000, ge=1, le=200_000)
     consumer_poll_ms: int = Field(default=200, ge=1, le=60_000)
     consumer_max_backoff_s: float = Field(default=10.0, gt=0, le=300)
@@ -103,10 +112,10 @@ class ConsumerSettings(BaseSettings):
     consumer_stop_grace_s: float = Field(default=15.0, gt=0)
     # The cyclic GC's first-generation threshold while consuming (CPython's default: 700
     # allocations). A batch allocates ~10 container objects per event, hardly any in cycles,
-    # so the default runs hundreds of young collections per batch that free ~nothing: measured
-    # 20,000 → consumer CPU per event 23.8 → 20.1 and 21.8 → 19.5 µs (bench/ingest). Batches
-    # of 50,000 keep more alive, whose promotions trigger full collections: 1,000,000 →
-    # 27.7 → 16.5 µs per event (1M-event runs, session 5). 0 keeps the interpreter's setting.
+    # so the default runs hundreds of young collections per batch that free ~nothing, and
+    # batches of 50,000 keep enough alive that promotions trigger full collections; a high
+    # threshold cuts the consumer's CPU per event (bench/ingest/README.md). 0 keeps the
+    # interpreter's setting.
     # Process-wide; a lower threshold set elsewhere is raised.
     consumer_gc_gen0: int = Field(default=1_000_000, ge=0)
 
@@ -202,6 +211,7 @@ class Batch:
     interactions: list[Raw] = field(default_factory=list)
     feedback: list[Raw] = field(default_factory=list)
     dead: list[DeadLetterRow] = field(default_factory=list)
+    judgements: list[Raw] = field(default_factory=list)
     offsets: dict[TopicPartition, int] = field(default_factory=dict)  # next offset to commit
     per_topic: dict[str, int] = field(default_factory=dict)
 
@@ -221,6 +231,8 @@ def decode_batch(records: list[Message]) -> Batch:
         else:
             if isinstance(ev, InteractionEvent):
                 b.interactions.append(Raw(payload, topic, partition, offset, key, ev))
+            elif isinstance(ev, JudgeEvent):
+                b.judgements.append(Raw(payload, topic, partition, offset, key, ev))
             else:
                 b.feedback.append(Raw(payload, topic, partition, offset, key))
         # A partition's records arrive in offset order: the last one seen is the highest.
@@ -249,12 +261,14 @@ class Consumer:
         self.pg: psycopg.Connection[Any] | None = None
         # Counters exist from the start (at 0), so rate() and alerts see both topics at once;
         # the lag gauge appears only once partitions are assigned (an unknown lag is not 0).
-        for topic in (settings.interactions_topic, settings.feedback_topic):
+        for topic in (settings.interactions_topic, settings.feedback_topic, settings.judgements_topic):
             self.metrics.consumed.labels(topic)
             self.metrics.dead_lettered.labels(topic)
         bus = bus if bus is not None else open_bus(settings.kafka_client)
         self.kafka = bus.consumer(consumer_options(settings, member))
-        self.kafka.subscribe([settings.interactions_topic, settings.feedback_topic])
+        self.kafka.subscribe(
+            [settings.interactions_topic, settings.feedback_topic, settings.judgements_topic]
+        )
         # Records a keep-alive poll returned while partitions were paused (none expected):
         # kept, in order, for the next batch rather than skipped.
         self._held: list[Message] = []
@@ -297,7 +311,9 @@ class Consumer:
         while True:
             try:
                 with self.metrics.batch_seconds.time():
-                    res = ingest_raw(self._connection(), batch.interactions, batch.feedback, batch.dead)
+                    res = ingest_raw(
+                        self._connection(), batch.interactions, batch.feedback, batch.dead, batch.judgements
+                    )
                 self._failing.clear()
                 self._maybe_sweep()
                 return res
@@ -405,7 +421,7 @@ class Consumer:
             return
         if now - self._unassigned_since < self._rejoin_after:
             return
-        topics = [self.s.interactions_topic, self.s.feedback_topic]
+        topics = [self.s.interactions_topic, self.s.feedback_topic, self.s.judgements_topic]
         timeout_s = self.s.consumer_kafka_timeout_ms / 1000
         try:
             if not any(self.kafka.partition_count(t, timeout_s) for t in topics):
@@ -449,10 +465,11 @@ class Consumer:
         Offsets are committed in batch order, each only after its transaction committed.
         """
         log.info(
-            "consumer %s reading %s, %s",
+            "consumer %s reading %s, %s, %s",
             self.s.consumer_group,
             self.s.interactions_topic,
             self.s.feedback_topic,
+            self.s.judgements_topic,
         )
         writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest-writer")
         inflight: tuple[Batch, Future[IngestResult | None]] | None = None

@@ -8,7 +8,7 @@ multi-insert path and writes every row twice. Instead:
    uncommitted insert) raises ``UniqueViolation`` from the primary key: the caller rolls
    back to its savepoint and redoes the batch on the ``ON CONFLICT`` path, so every
    event is still stored and counted exactly once. Redeliveries are rare, so no
-   existence probe is paid on every batch (measured: 10–50 ms per 5,000 events);
+   existence probe is paid on every batch (it costs more than the COPY it guards);
 3. the counted rows, narrowed to the columns the rollups read, are COPYed into the
    session temp table ``lg_fold`` (no WAL, no index); one statement aggregates the rollup
    and histogram deltas from it in SQL (Python formats no sums, the consumer's GIL being
@@ -32,6 +32,8 @@ import orjson
 import psycopg
 from psycopg import pq
 
+from analytics.ingest import samples
+from analytics.ingest.rollups import bucket_sql
 from contracts.events import InteractionEvent
 from contracts.tables import INTERACTION_MEASURES
 
@@ -39,10 +41,6 @@ try:  # the batch's COPY text rendered in C; built by `pip install` (setup.py)
     from analytics.ingest import _copyfmt
 except ImportError:  # no C compiler at install time: the same rows rendered in Python
     _copyfmt = None  # type: ignore[assignment]
-
-#: Whether ``insert_interactions`` renders with ``analytics.ingest._copyfmt`` when it is built
-#: (tests switch it off to compare both renderers).
-USE_C_RENDERER = True
 
 # COLLATE "C": the batch's keys are sorted and grouped byte-wise (the database's default
 # collation may be a libc locale, whose strcoll comparisons cost more than the sort).
@@ -62,7 +60,7 @@ INTERACTION_COLUMNS: Final = (
     "event_id, ts, request_id, route, experiment_id, variant, unit_id, unit_source, role, pair_id, mode,"
     " endpoint, model, upstream, status, http_status, error_type, latency_ms, ttft_ms, prompt_tokens,"
     " completion_tokens, response_chars, finish_reason, stream, fallback, fallback_from, conversation_id,"
-    " tags, prompt, response"
+    " tags, prompt, response, category"
 )
 _COPY_INTERACTIONS: Final = f"COPY interactions ({INTERACTION_COLUMNS}) FROM STDIN".encode()
 _M: Final = ", ".join(INTERACTION_MEASURES)
@@ -116,13 +114,13 @@ ON CONFLICT (experiment_id, segment, variant, unit_id) DO UPDATE SET {_TS_SET}, 
 """.encode()
 # Last statement of the batch: every consumer updates the same histogram rows, so their
 # locks are taken as late as possible (held until the commit that follows).
-HISTOGRAMS: Final = b"""
+HISTOGRAMS: Final = f"""
 WITH v AS (
     SELECT experiment_id, variant, segments, 'latency' AS metric,
-        floor(ln(greatest(latency_ms, 0.01)) * 20)::int AS bucket
+        {bucket_sql("latency_ms")} AS bucket
     FROM lg_fold
     UNION ALL
-    SELECT experiment_id, variant, segments, 'ttft', floor(ln(greatest(ttft_ms, 0.01)) * 20)::int
+    SELECT experiment_id, variant, segments, 'ttft', {bucket_sql("ttft_ms")}
     FROM lg_fold WHERE ttft_ms IS NOT NULL
 ), g AS (
     -- Count before expanding segments: far fewer rows to split.
@@ -139,7 +137,7 @@ INSERT INTO latency_histograms AS h (experiment_id, metric, segment, variant, bu
 SELECT experiment_id, metric, segment, variant, bucket, n FROM dh
 ORDER BY experiment_id, metric, segment, variant, bucket
 ON CONFLICT (experiment_id, metric, segment, variant, bucket) DO UPDATE SET count = h.count + EXCLUDED.count
-"""
+""".encode()
 
 # Which (experiment, conversation) pairs of the batch have a primary turn stored already:
 # one index probe per pair that stops at the first such row (LIMIT 1 inside LATERAL: not
@@ -249,6 +247,7 @@ def interaction_row(e: InteractionEvent, ts: Any) -> tuple[Any, ...]:
         orjson.dumps(e.tags).decode(),
         e.prompt,
         e.response,
+        e.category,
     )
 
 
@@ -351,10 +350,10 @@ def render_c(
     """The COPY text of ``interactions`` and ``lg_fold`` rows of the batch, rendered in C.
 
     The same bytes as the Python loop of ``insert_interactions`` writes through psycopg
-    (~0.5 against ~5 µs per event here); None when the extension is not built or switched
-    off, or when a value is outside its common case (the Python loop then decides).
+    (about a tenth of its CPU, bench/ingest/README.md); None when the extension is not built,
+    or when a value is outside its common case (the Python loop then decides).
     """
-    if _copyfmt is None or not USE_C_RENDERER:
+    if _copyfmt is None:
         return None
     flags = bytes(
         [
@@ -368,8 +367,13 @@ def render_c(
         return None
 
 
-def insert_interactions(pg: psycopg.Connection[Any], events: Sequence[InteractionEvent]) -> Inserted:
+def insert_interactions(
+    pg: psycopg.Connection[Any], events: Sequence[InteractionEvent], *, c_renderer: bool = True
+) -> Inserted:
     """COPY the batch's interactions and fold them into the rollups (caller's transaction).
+
+    ``c_renderer``: render the COPY text with ``analytics.ingest._copyfmt`` when it is built
+    (False: the Python loop, which writes the same bytes; tests and benchmarks compare both).
 
     Duplicates within the batch are dropped here; one already stored makes the COPY fail
     with ``psycopg.errors.UniqueViolation`` (a redelivery, or a concurrent transaction
@@ -393,7 +397,7 @@ def insert_interactions(pg: psycopg.Connection[Any], events: Sequence[Interactio
     counted = [e for e in new if _counted(e)]
     counted_ids = {id(e) for e in counted}
     firsts = _first_turns(pg, counted)
-    rendered = render_c(new, counted_ids, firsts)
+    rendered = render_c(new, counted_ids, firsts) if c_renderer else None
     fold_rows: list[tuple[Any, ...]] = []
     fold_text = b""
     with pg.cursor() as cur:
@@ -412,5 +416,6 @@ def insert_interactions(pg: psycopg.Connection[Any], events: Sequence[Interactio
                 for row in fold_rows:
                     copy.write_row(row)
             cur.execute(FOLD)
+            samples.fold(pg, samples.FROM_FOLD)
             cur.execute(HISTOGRAMS)
     return Inserted(len(new), [e.request_id for e in counted])

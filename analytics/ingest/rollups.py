@@ -29,6 +29,8 @@ from typing import Any, Final
 
 import psycopg
 
+from analytics.ingest import samples
+from analytics.stats.quantile import BUCKETS_PER_E, MIN_BUCKETED
 from contracts.events import FEEDBACK_KINDS
 from contracts.tables import ROLLUP_MEASURES
 
@@ -45,7 +47,8 @@ CREATE TEMP TABLE IF NOT EXISTS lg_stage_i (
     unit_id text, unit_source text, role text, pair_id text, mode text, endpoint text, model text,
     upstream text, status text, http_status int, error_type text, latency_ms float8, ttft_ms float8,
     prompt_tokens int, completion_tokens int, response_chars int, finish_reason text, stream bool,
-    fallback bool, fallback_from text, conversation_id text, tags jsonb, prompt text, response text
+    fallback bool, fallback_from text, conversation_id text, tags jsonb, prompt text, response text,
+    category text
 ) ON COMMIT DELETE ROWS;
 CREATE TEMP TABLE IF NOT EXISTS lg_stage_f (doc json) ON COMMIT DELETE ROWS;
 CREATE TEMP TABLE IF NOT EXISTS lg_new_i (
@@ -110,14 +113,21 @@ g AS (
 SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM g)
 """
 
-# Request-level latency/TTFT histograms: bucket = floor(20·ln(ms)), see analytics.report.aggregate.
-HISTOGRAM_SQL: Final = """
+
+def bucket_sql(column: str) -> str:
+    """The histogram bucket of ``column`` in SQL: ``analytics.stats.quantile.bucket_of``'s rule
+    (tests/analytics/ingest/test_histogram_buckets.py checks that both agree)."""
+    return f"floor(ln(greatest({column}, {MIN_BUCKETED})) * {BUCKETS_PER_E})::int"
+
+
+# Request-level latency/TTFT histograms.
+HISTOGRAM_SQL: Final = f"""
 WITH v AS (
     SELECT experiment_id, variant, tags, 'latency' AS metric,
-        floor(ln(greatest(latency_ms, 0.01)) * 20)::int AS bucket
+        {bucket_sql("latency_ms")} AS bucket
     FROM lg_new_i WHERE role = 'primary' AND experiment_id IS NOT NULL AND variant IS NOT NULL
     UNION ALL
-    SELECT experiment_id, variant, tags, 'ttft', floor(ln(greatest(ttft_ms, 0.01)) * 20)::int
+    SELECT experiment_id, variant, tags, 'ttft', {bucket_sql("ttft_ms")}
     FROM lg_new_i
     WHERE role = 'primary' AND experiment_id IS NOT NULL AND variant IS NOT NULL AND ttft_ms IS NOT NULL
 ), g AS (
@@ -195,6 +205,7 @@ def apply(pg: psycopg.Connection[Any], *, feedback: bool) -> None:
     if feedback:
         pg.execute(ONCE_SQL.encode())
     pg.execute(ROLLUP_SQL.encode())
+    samples.fold(pg, samples.FROM_NEW_INTERACTIONS)
     pg.execute(HISTOGRAM_SQL.encode())
     if feedback:
         pg.execute(COUNTERS_SQL.encode())

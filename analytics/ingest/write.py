@@ -29,7 +29,7 @@ import contextlib
 import logging
 import re
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Final
 
@@ -42,7 +42,7 @@ from sqlalchemy.orm import Session
 from analytics.ingest import copy_text, rollups
 from analytics.ingest.dead_letters import DeadLetterRow, write_dead_letters
 from contracts import redaction
-from contracts.events import DecodeError, Event, InteractionEvent, decode, topic_for
+from contracts.events import DecodeError, Event, InteractionEvent, JudgeEvent, decode, topic_for
 
 log = logging.getLogger(__name__)
 
@@ -90,11 +90,12 @@ WITH src AS (
     INSERT INTO interactions (event_id, ts, request_id, route, experiment_id, variant, unit_id, unit_source,
         role, pair_id, mode, endpoint, model, upstream, status, http_status, error_type, latency_ms, ttft_ms,
         prompt_tokens, completion_tokens, response_chars, finish_reason, stream, fallback, fallback_from,
-        conversation_id, tags, prompt, response)
+        conversation_id, tags, prompt, response, category)
     SELECT event_id, to_timestamp(ts), request_id, route, experiment_id, variant, unit_id, unit_source,
         role, pair_id, mode, endpoint, model, upstream, status, http_status, error_type, latency_ms, ttft_ms,
         prompt_tokens, completion_tokens, coalesce(response_chars, 0), finish_reason, coalesce(stream, false),
-        coalesce(fallback, false), fallback_from, conversation_id, coalesce(tags, '{}'), prompt, response
+        coalesce(fallback, false), fallback_from, conversation_id, coalesce(tags, '{}'), prompt, response,
+        category
     FROM src
     ON CONFLICT (event_id) DO NOTHING
     RETURNING event_id, request_id, ts, experiment_id, variant, unit_id, role, status, fallback, latency_ms,
@@ -348,7 +349,7 @@ def _halves(part: _Part) -> tuple[_Part, _Part]:
 
 
 # What PostgreSQL reads as a uuid (the contract checks an event id's length only: a
-# pattern costs ~0.8 µs per event on the consumer's hot loop).
+# pattern would be paid per event on the consumer's hot loop).
 _UUID: Final = re.compile(r"[0-9a-fA-F]{8}(?:-?[0-9a-fA-F]{4}){3}-?[0-9a-fA-F]{12}")
 
 
@@ -423,21 +424,51 @@ def _isolating(
     return total, refused
 
 
+_JUDGEMENT_INSERT: Final = b"""
+INSERT INTO judgements (event_id, ts, request_id, unit_id, judge, role, status, latency_ms, experiment_id,
+    variant, pair_id, category, score, error_type)
+VALUES (%s, to_timestamp(%s), %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (event_id) DO NOTHING
+"""
+
+
+def write_judgements(pg: psycopg.Connection[Any], judgements: Sequence[Raw]) -> int:
+    """Store judge scores, once per (request, judge): their event id is derived from both."""
+    rows = []
+    for raw in judgements:
+        e = raw.event if raw.event is not None else decode(raw.payload)
+        assert isinstance(e, JudgeEvent)
+        rows.append(
+            (
+                e.event_id, e.ts, e.request_id, e.unit_id, e.judge, e.role, e.status, e.latency_ms,
+                e.experiment_id, e.variant, e.pair_id, e.category, e.score, e.error_type,
+            )
+        )  # fmt: skip
+    if not rows:
+        return 0
+    with pg.cursor() as cur:
+        cur.executemany(_JUDGEMENT_INSERT, rows)
+        return max(0, cur.rowcount)
+
+
 def ingest_raw(
     pg: psycopg.Connection[Any],
     interactions: Sequence[Raw],
     feedback: Sequence[Raw],
     dead_letters: Sequence[DeadLetterRow] = (),
+    judgements: Sequence[Raw] = (),
 ) -> IngestResult:
     """Ingest validated encoded events (and store dead letters) in one transaction.
 
     Commits when ``pg`` had no transaction open; inside a caller's transaction it uses a
     savepoint and leaves the commit to the caller. Events the database refuses are
-    isolated (``_isolating``) and stored as dead letters with the others.
+    isolated (``_isolating``) and stored as dead letters with the others. Judge scores
+    (already validated by ``decode`` against the table's bounds) go in the same transaction.
     """
     nested = pg.info.transaction_status != pq.TransactionStatus.IDLE
     with pg.transaction():
         res, refused = _isolating(pg, interactions, feedback, nested)
+        write_judgements(pg, judgements)
         dead = [*dead_letters, *refused]
         write_dead_letters(pg, dead)
     return replace(res, dead_lettered=len(dead), refused=tuple(d.topic for d in refused))
@@ -505,6 +536,7 @@ class Encoded:
     interactions: list[Raw]
     feedback: list[Raw]
     dead: list[DeadLetterRow]  # events ``decode`` refuses, with the reason
+    judgements: list[Raw] = field(default_factory=list)  # judge scores (their own table)
 
 
 def encode_for_ingest(events: Sequence[Event]) -> Encoded:
@@ -513,7 +545,7 @@ def encode_for_ingest(events: Sequence[Event]) -> Encoded:
     An event the contract refuses (a NUL, a value out of range) becomes a dead letter here,
     as it would on the Kafka path, instead of making the database refuse the batch.
     """
-    out = Encoded([], [], [])
+    out = Encoded([], [], [], [])
     for ev in events:
         try:
             payload = orjson.dumps(ev)
@@ -527,7 +559,10 @@ def encode_for_ingest(events: Sequence[Event]) -> Encoded:
             out.dead.append(DeadLetterRow(topic_for(ev), None, None, ev.key, payload, exc.reason))
             continue
         raw = Raw(payload, topic_for(ev), event=ev)
-        (out.interactions if isinstance(ev, InteractionEvent) else out.feedback).append(raw)
+        if isinstance(ev, JudgeEvent):
+            out.judgements.append(raw)
+        else:
+            (out.interactions if isinstance(ev, InteractionEvent) else out.feedback).append(raw)
     return out
 
 
@@ -537,4 +572,4 @@ def ingest(
     """Ingest events idempotently (same batch twice = same rows and rollups)."""
     enc = encode_for_ingest(events)
     with psycopg_connection(conn) as pg:
-        return ingest_raw(pg, enc.interactions, enc.feedback, enc.dead)
+        return ingest_raw(pg, enc.interactions, enc.feedback, enc.dead, enc.judgements)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -32,6 +31,11 @@ from sqlalchemy.orm import Session
 
 from analytics.db import AnyConn, fetch_all
 from analytics.report.catalogue import Metric, expression_sql
+
+# The histograms' one bucket rule (re-exported: the report reads its buckets with it).
+from analytics.stats.quantile import BUCKETS_PER_E as BUCKETS_PER_E
+from analytics.stats.quantile import bucket_bounds as bucket_bounds
+from analytics.stats.quantile import bucket_of as bucket_of
 from analytics.stats.sufficient import SampleStats
 
 log = logging.getLogger(__name__)
@@ -40,17 +44,6 @@ T = TypeVar("T")
 # What a metric's expression can make the database refuse: data errors (numeric overflow,
 # class 22) and, for a definition stored by an older version, SQL it cannot run (class 42).
 _METRIC_ERRORS = (psycopg.DataError, psycopg.ProgrammingError)
-
-#: Histogram resolution: bucket b holds values in [exp(b/20), exp((b+1)/20)) ms (≈5% wide).
-BUCKETS_PER_E = 20.0
-
-
-def bucket_of(ms: float) -> int:
-    return math.floor(math.log(max(ms, 0.01)) * BUCKETS_PER_E)
-
-
-def bucket_bounds(bucket: int) -> tuple[float, float]:
-    return math.exp(bucket / BUCKETS_PER_E), math.exp((bucket + 1) / BUCKETS_PER_E)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,10 +11,10 @@ recent window.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from sqlalchemy import Connection, text
 
@@ -34,6 +34,7 @@ from analytics.report.schema import (
     ErrorInfo,
     MetricInfo,
     Report,
+    RolloutSection,
     SegmentBreakdown,
     SrmCheck,
     VariantResult,
@@ -41,16 +42,67 @@ from analytics.report.schema import (
 )
 from analytics.report.segments import segment_stats
 from analytics.report.snapshots import load_timeseries, with_current_point
-from analytics.rollout.margins import Margin
 from analytics.stats.correction import benjamini_hochberg, holm
 from analytics.stats.sequential import DEFAULT_PLANNED_UNITS
 from analytics.stats.sufficient import SampleStats
 
-if TYPE_CHECKING:
-    from analytics.rollout.view import RolloutState
-
 #: Statuses after which the current look is an experiment's last (fixed-horizon tests valid).
 FINAL_STATUSES = frozenset({"stopped", "completed", "rolled_back"})
+
+
+class PlanMargin(Protocol):
+    """A rollout plan's guardrail margin, as the report states it."""
+
+    @property
+    def relative(self) -> float | None: ...
+    @property
+    def kind(self) -> str: ...
+    def spec_text(self) -> str: ...
+
+
+class PlanFacts(Protocol):
+    """What the report reads of a rollout plan: its sample sizes and its stages (percent)."""
+
+    @property
+    def planned_units(self) -> int: ...
+    @property
+    def min_test_units(self) -> int: ...
+    @property
+    def stages(self) -> Sequence[float]: ...
+
+
+class RolloutPart(Protocol):
+    """A rollout's share of its report, computed by the rollout controller's code.
+
+    The rollout package reads this package's aggregates and catalogue, so this package does
+    not import it back: the part arrives through :attr:`ReportOptions.rollout`
+    (``analytics.rollout.view.report_part``).
+    """
+
+    @property
+    def plan(self) -> PlanFacts | None: ...
+    @property
+    def guards(self) -> Sequence[tuple[Metric, PlanMargin]]: ...
+    def judge(
+        self,
+        conn: Connection,
+        rows: Sequence[VariantResult],
+        stats: Mapping[str, Mapping[str, SampleStats]],
+        srm: SrmCheck,
+        metrics: Sequence[Metric],
+        now: datetime,
+        grace_s: float,
+    ) -> tuple[list[VariantResult], list[Verdict], RolloutSection]:
+        """The table with the controller's guardrail cells, the verdicts, the section."""
+        ...
+
+
+#: ``(conn, experiment_id) -> RolloutPart | None`` (None: not a rollout).
+RolloutPartLoader = Callable[[Connection, int], RolloutPart | None]
+
+
+class RolloutViewMissing(RuntimeError):
+    """A rollout experiment's report was asked for without ``ReportOptions.rollout``."""
 
 
 class _Settings(Protocol):
@@ -77,10 +129,13 @@ class ReportOptions:
     planned_units: int = DEFAULT_PLANNED_UNITS
     min_units: int = MIN_TEST_UNITS  # per arm, for any test (a rollout's min_test_units)
     srm_grace_s: float = STAGE_GRACE_S  # the rollout controller's SRM grace after a stage change
+    # Required for rollout experiments (their verdicts are the controller's): see RolloutPart.
+    rollout: RolloutPartLoader | None = None
 
     @classmethod
-    def from_settings(cls, s: _Settings) -> ReportOptions:
+    def from_settings(cls, s: _Settings, rollout: RolloutPartLoader | None = None) -> ReportOptions:
         return cls(
+            rollout=rollout,
             alpha=s.alpha,
             max_segments=s.max_segments,
             max_timeseries_points=s.max_timeseries_points,
@@ -359,7 +414,7 @@ def _segment_tables(conn: Connection, exp: _Experiment, metrics: Sequence[Metric
     return out
 
 
-def _with_plan_guardrails(metrics: list[Metric], guards: Sequence[tuple[Metric, Margin]]) -> list[Metric]:
+def _with_plan_guardrails(metrics: list[Metric], guards: Sequence[tuple[Metric, PlanMargin]]) -> list[Metric]:
     """A rollout's metrics: the plan's guardrails (the controller's definitions and margins)
     replace the catalogue's flags for those metrics, and are added when not listed. A
     ``Metric`` carries one relative margin; absolute ones are shown through
@@ -372,7 +427,7 @@ def _with_plan_guardrails(metrics: list[Metric], guards: Sequence[tuple[Metric, 
     ]
 
 
-def _plan_metric_info(info: MetricInfo, guards: Sequence[tuple[Metric, Margin]]) -> MetricInfo:
+def _plan_metric_info(info: MetricInfo, guards: Sequence[tuple[Metric, PlanMargin]]) -> MetricInfo:
     """A plan guardrail's margin as the plan states it; ``margin`` (relative) only when it is one."""
     margin = next((g for m, g in guards if m.name == info.name), None)
     if margin is None:
@@ -381,11 +436,11 @@ def _plan_metric_info(info: MetricInfo, guards: Sequence[tuple[Metric, Margin]])
     return info.model_copy(update={"margin": relative, "margin_text": margin.spec_text()})
 
 
-def _compare_options(opts: ReportOptions, exp: _Experiment, state: RolloutState | None) -> CompareOptions:
+def _compare_options(opts: ReportOptions, exp: _Experiment, plan: PlanFacts | None) -> CompareOptions:
     base = replace(opts.compare, final_look=exp.status in FINAL_STATUSES)
-    if state is None or state.plan is None:
+    if plan is None:
         return base
-    return replace(base, planned_units=state.plan.planned_units, min_units=state.plan.min_test_units)
+    return replace(base, planned_units=plan.planned_units, min_units=plan.min_test_units)
 
 
 def build_report(
@@ -397,18 +452,19 @@ def build_report(
     generated = now or datetime.now(UTC)
     exp = _load_experiment(conn, experiment_id)
     metrics, errors = resolve_metrics(conn, exp.metrics)
-    state: RolloutState | None = None
-    guards: list[tuple[Metric, Margin]] = []
-    problem: str | None = None
+    part: RolloutPart | None = None
+    guards: Sequence[tuple[Metric, PlanMargin]] = []
     if exp.mode == "rollout":
-        # Imported here: the rollout controller imports this module (resolve_metrics).
-        from analytics.rollout import view
-
-        state = view.load_state(conn, exp.id)
-        if state is not None:
-            guards, problem = view.plan_guardrails(conn, state)
+        if opts.rollout is None:
+            raise RolloutViewMissing(
+                f"experiment {exp.id} is a rollout: its report needs ReportOptions.rollout"
+            )
+        part = opts.rollout(conn, exp.id)
+        if part is not None:
+            guards = part.guards
             metrics = _with_plan_guardrails(metrics, guards)
-    compare = _compare_options(opts, exp, state)
+    plan = part.plan if part is not None else None
+    compare = _compare_options(opts, exp, plan)
     head: dict[str, Any] = {
         "experiment_id": exp.id, "name": exp.name, "route": exp.route, "mode": exp.mode, "status": exp.status,
         "stage": exp.stage, "started_at": exp.started_at, "generated_at": generated, "alpha": opts.alpha,
@@ -427,16 +483,14 @@ def build_report(
     metrics = [m for m in metrics if m.name not in failed]
     rows = _table(conn, exp, metrics, "", compare, stats, counts, previous)
     rows = apply_corrections(rows, opts.alpha)
-    allocation, srm = _allocation(conn, exp, counts, state, opts.srm_grace_s)
+    allocation, srm = _allocation(conn, exp, counts, plan, opts.srm_grace_s)
     units = sum(counts.values())
     if units == 0:
         errors.append(error("no_data", "no units have been recorded for this experiment yet"))
     update: dict[str, Any] = {}
-    if state is not None:
-        from analytics.rollout import view
-
-        rows, verdict_list, update["rollout"] = view.judge(
-            conn, state, rows, stats, srm, metrics, guards, problem, generated, opts.srm_grace_s
+    if part is not None:
+        rows, verdict_list, update["rollout"] = part.judge(
+            conn, rows, stats, srm, metrics, generated, opts.srm_grace_s
         )
     else:
         verdict_list = verdicts(exp, rows, metrics, srm, counts, compare.min_units)
@@ -457,13 +511,12 @@ def build_report(
 
 
 def _allocation(
-    conn: Connection, exp: _Experiment, counts: Mapping[str, int], state: RolloutState | None, grace_s: float
+    conn: Connection, exp: _Experiment, counts: Mapping[str, int], plan: PlanFacts | None, grace_s: float
 ) -> tuple[list[AllocationRow], SrmCheck]:
     if exp.mode != "rollout":
         return srm_all_units(exp.variants, counts, exp.mode)
     control = exp.control
     candidates = [n for n, _, c in exp.variants if not c]
-    plan = state.plan if state is not None else None
     weights: dict[int, dict[str, float]] = {}
     if plan is not None and control is not None and len(candidates) == 1:
         weights = stage_weights(control, candidates[0], plan.stages)
@@ -476,4 +529,13 @@ def _allocation(
     )
 
 
-__all__ = ["ExperimentNotFound", "ReportOptions", "build_report"]
+__all__ = [
+    "ExperimentNotFound",
+    "PlanFacts",
+    "PlanMargin",
+    "ReportOptions",
+    "RolloutPart",
+    "RolloutPartLoader",
+    "RolloutViewMissing",
+    "build_report",
+]

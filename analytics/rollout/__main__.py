@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from pydantic import ValidationError
 from sqlalchemy import create_engine
 
-from analytics.rollout.service import RolloutSettings, make_controller
+from analytics.rollout.settings import RolloutSettings, make_controller
 from contracts import redaction
 
 

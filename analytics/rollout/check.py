@@ -156,10 +156,16 @@ def guardrails_of(plan: RolloutPlan, catalogue: Mapping[str, Metric]) -> list[tu
         if metric is None:
             problems.append(f"metric {spec.metric!r} is not defined")
             continue
-        if metric.kind == "quantile":
+        if metric.kind == "quantile" and spec.method != "mann_whitney":
             problems.append(
                 f"guardrail {metric.name} is a quantile metric: no always-valid per-unit test exists for it; "
-                "use e.g. latency_mean instead"
+                "use method: mann_whitney (a rank test on request-level samples) or e.g. latency_mean"
+            )
+            continue
+        if spec.method == "mann_whitney" and metric.kind != "quantile":
+            problems.append(
+                f"guardrail {metric.name}: method mann_whitney compares request-level samples of a quantile "
+                "metric (latency_p95, ttft_p95, ...)"
             )
             continue
         margin = resolve_margin(spec, metric)
@@ -183,6 +189,12 @@ def guardrails_of(plan: RolloutPlan, catalogue: Mapping[str, Metric]) -> list[tu
     if problems:
         raise PlanError("; ".join(problems))
     return out
+
+
+def _test_name(margin: Margin) -> str:
+    if margin.method == "mann_whitney":
+        return "mann_whitney"
+    return "rate_score" if margin.rate and margin.absolute is not None else "mean"
 
 
 def check_plan(
@@ -235,7 +247,7 @@ def check_plan(
         warnings += _traffic_warnings(plan, rows, traffic)
     described = [
         {"metric": m.name, "margin": margin.kind, "relative_margin": margin.relative,
-         "absolute_margin": margin.absolute, "test": "rate_score" if margin.rate and margin.absolute is not None else "mean"}
+         "absolute_margin": margin.absolute, "test": _test_name(margin)}
         for m, margin in guards
     ]  # fmt: skip
     promotion = plan.promotion_stage()
@@ -316,6 +328,9 @@ def _mde_row(
         "units_control": n_c, "units_candidate": n_t, "baseline": mean,
         "baseline_source": None if base is None else base.source, "harm_scale": scale, "margin": eff,
     }  # fmt: skip
+    if margin.method == "mann_whitney":
+        note = "rank test on per-batch quantiles (20 batches of whole units): no closed-form MDE"
+        return MdeRow(**row, mde=None, detectable=None, note=note)
     if base is None or eff is None:
         why = (
             "no baseline (set baselines in the plan or send traffic first)"

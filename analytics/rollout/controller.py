@@ -21,13 +21,20 @@ from datetime import UTC, datetime
 import psycopg
 from sqlalchemy import Connection, Engine
 
+from analytics.ingest.samples import read_samples
 from analytics.report.aggregate import unit_counts, variant_stats
 from analytics.report.assembly import resolve_metrics
 from analytics.report.catalogue import Metric
 from analytics.rollout import store
 from analytics.rollout.check import check_plan, guardrails_of, plan_metric_names
 from analytics.rollout.decisions import Decision, Look, decide
-from analytics.rollout.evidence import check_guardrail, check_success, guardrail_alpha, look_srm
+from analytics.rollout.evidence import (
+    check_guardrail,
+    check_rank_guardrail,
+    check_success,
+    guardrail_alpha,
+    look_srm,
+)
 from analytics.rollout.margins import Margin
 from analytics.rollout.plan import PlanError, RolloutPlan, Stage, parse_plan
 from analytics.rollout.telemetry import RolloutMetrics
@@ -80,7 +87,7 @@ def measure(
     control, candidate = row.control, row.candidate
     assert control is not None and candidate is not None and row.stage_started_at is not None
     guards, success = resolve_guardrails(conn, plan)
-    metrics = [m for m, _ in guards] + success
+    metrics = [m for m, margin in guards if margin.method != "mann_whitney"] + success
     # The driver connection (same transaction): aggregate's SQL passes positional lists.
     pg = conn.connection.driver_connection
     assert isinstance(pg, psycopg.Connection)
@@ -93,8 +100,24 @@ def measure(
     # Promoting: every guardrail must be shown non-inferior (an intersection-union test),
     # so each one at noninferiority_alpha keeps P(false promotion) ≤ noninferiority_alpha.
     alpha = guardrail_alpha(plan.alpha, guards, plan.evaluated_stages() if by_stage else 1)
+    in_stage = store.stage_split(conn, row.id, f"{ROLLOUT_STAGE_TAG}={row.stage}")
+    elapsed_s = (now - row.stage_started_at).total_seconds()
+    # Rank guardrails are fixed-horizon tests: judged once the stage's minimums are met.
+    due = elapsed_s >= stage.min_duration_s and in_stage.get(candidate.name, 0) >= stage.min_units
     checks = tuple(
-        check_guardrail(
+        check_rank_guardrail(
+            m,
+            margin,
+            *(
+                read_samples(pg, row.id, m.histogram or "latency", segment).get(v.name)
+                for v in (control, candidate)
+            ),
+            alpha=alpha,
+            alpha_noninferiority=plan.noninferiority_alpha,
+            due=due,
+        )
+        if margin.method == "mann_whitney"
+        else check_guardrail(
             m,
             margin,
             stats.get(m.name, {}).get(control.name),
@@ -121,13 +144,12 @@ def measure(
     # with this stage's weights however late the gateway applied them, and their split must
     # match the weights. (Counting units active since the stage began instead raised a false
     # SRM when a loaded gateway applied new weights more than a grace period late.)
-    in_stage = store.stage_split(conn, row.id, f"{ROLLOUT_STAGE_TAG}={row.stage}")
     srm_since = store.shifted(row.stage_started_at, srm_grace_s)
     srm_counts = in_stage if now >= srm_since else {}
     weights = {control.name: 100.0 - stage.percent, candidate.name: stage.percent}
     return Look(
         stage=stage,
-        elapsed_s=(now - row.stage_started_at).total_seconds(),
+        elapsed_s=elapsed_s,
         candidate_units_in_stage=in_stage.get(candidate.name, 0),
         n_control=counts.get(control.name, 0),
         n_candidate=counts.get(candidate.name, 0),

@@ -11,6 +11,12 @@ always-valid (valid at every look simultaneously, by Ville's inequality), with t
 - **non-inferior** (may be promoted) at ``alpha_noninferiority``: the always-valid upper
   bound of the harm is below the margin.
 
+A quantile guardrail with ``method: mann_whitney`` is a rank test on request-level samples
+(:func:`check_rank_guardrail`): the per-batch quantiles of whole units (20 batches by a hash
+of the unit) of the candidate against the control's, one-sided on the log scale with a
+relative margin (Mann–Whitney, Hodges–Lehmann bounds). It is fixed-horizon, so the
+controller judges it once the stage's minimums are met, not at every look.
+
 A guardrail is *tested* only when both variants have ``min_test_units`` units and the test
 ran; otherwise its outcome is ``no_data``, ``insufficient_data`` or ``error`` and ``lacking``
 says what is missing — never a pass.
@@ -22,6 +28,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+import numpy as np
+from numpy.typing import NDArray
+
 from analytics.report.catalogue import Metric
 from analytics.rollout.margins import Margin
 from analytics.stats import (
@@ -30,7 +39,9 @@ from analytics.stats import (
     MetricKind,
     SampleStats,
     SequentialGuardrail,
+    batch_quantiles,
     estimate,
+    mann_whitney_guardrail,
     sequential_lift,
     sequential_noninferiority,
     sequential_rate_noninferiority,
@@ -218,6 +229,72 @@ def check_guardrail(
     return GuardrailCheck(
         **base, **extra, outcome=outcome, harm=res.harm, lower=res.harm_lower, upper=res.harm_upper,
         p_value=res.p_value_harm, message=res.message,
+    )  # fmt: skip
+
+
+#: A batch's quantile needs this many sampled requests; the test needs this many batches per arm.
+MIN_BATCH_REQUESTS = 20
+MIN_BATCHES = 10
+
+Samples = tuple[NDArray[np.float64], NDArray[np.int64]]  # values, unit batches
+
+
+def check_rank_guardrail(
+    metric: Metric,
+    margin: Margin,
+    control: Samples | None,
+    candidate: Samples | None,
+    *,
+    alpha: float,
+    alpha_noninferiority: float | None = None,
+    due: bool = True,
+) -> GuardrailCheck:
+    """A quantile guardrail by Mann–Whitney on per-batch quantiles (see the module doc).
+
+    ``due``: the stage's minimums are met. The test is fixed-horizon, so before that the
+    guardrail is reported untested (``insufficient_data``) rather than tested at every look.
+    """
+    direction = _direction(metric)
+    a_ni = alpha if alpha_noninferiority is None else alpha_noninferiority
+    q = float(metric.q or 0.5)
+    empty: Samples = (np.zeros(0), np.zeros(0, dtype=np.int64))
+    (xc, bc), (xt, bt) = control or empty, candidate or empty
+    qc = batch_quantiles(xc, bc, q, MIN_BATCH_REQUESTS) if len(xc) else np.zeros(0)
+    qt = batch_quantiles(xt, bt, q, MIN_BATCH_REQUESTS) if len(xt) else np.zeros(0)
+    assert margin.relative is not None
+    base: dict[str, Any] = {
+        "metric": metric.name, "alpha": alpha, "direction": direction.value, "n_control": len(xc),
+        "n_candidate": len(xt), "harm_scale": "relative", "test": "mann_whitney",
+        "relative_margin": margin.relative, "margin": margin.relative,
+        "control_mean": float(np.quantile(xc, q)) if len(xc) else None,
+        "candidate_mean": float(np.quantile(xt, q)) if len(xt) else None,
+        "margin_text": f"{margin.relative:.0%} of the control's p{q * 100:g} (rank test)",
+        "alpha_noninferiority": a_ni, "min_test_units": MIN_BATCHES,
+    }  # fmt: skip
+    if not len(xc) or not len(xt):
+        empty_arms = " and ".join(arm for arm, n in (("control", len(xc)), ("candidate", len(xt))) if n == 0)
+        return GuardrailCheck(
+            **base, outcome="no_data", lacking=f"no {empty_arms} samples", message="no data"
+        )
+    if min(len(qc), len(qt)) < MIN_BATCHES:
+        lacking = ", ".join(
+            f"{len(b)}/{MIN_BATCHES} {arm} batches of {MIN_BATCH_REQUESTS}+ requests"
+            for arm, b in (("control", qc), ("candidate", qt))
+            if len(b) < MIN_BATCHES
+        )
+        return GuardrailCheck(**base, outcome="insufficient_data", lacking=lacking, message="too few batches")
+    if not due:
+        text = "a rank test (fixed horizon): judged once the stage's minimums are met"
+        return GuardrailCheck(**base, outcome="insufficient_data", lacking=text, message=text)
+    harm = mann_whitney_guardrail(qc, qt, margin.relative, direction, alpha)
+    ni = mann_whitney_guardrail(qc, qt, margin.relative, direction, a_ni, with_bounds=True)
+    if harm.error is not None:
+        text = harm.message or str(harm.error)
+        return GuardrailCheck(**base, outcome="error", lacking=text, message=text)
+    outcome: Outcome = "harm" if harm.reject_harm else "noninferior" if ni.noninferior else "inconclusive"
+    return GuardrailCheck(
+        **base, outcome=outcome, harm=harm.harm, lower=harm.harm_lower, upper=ni.harm_upper,
+        p_value=harm.p_value_harm,
     )  # fmt: skip
 
 

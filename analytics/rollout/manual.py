@@ -34,17 +34,13 @@ from analytics.rollout.decisions import Decision
 from analytics.rollout.plan import PlanError, parse_plan
 from analytics.rollout.telemetry import RolloutMetrics
 from contracts import offline_gate
+from control.errors import ControlError
 
 ACTIONS = ("advance", "pause", "resume", "rollback")
 
 
-class RolloutActionError(Exception):
+class RolloutActionError(ControlError):
     """An action that cannot be done; ``status`` is the HTTP status to answer with."""
-
-    def __init__(self, status: int, detail: str) -> None:
-        super().__init__(detail)
-        self.status = status
-        self.detail = detail
 
 
 def _row(conn: Connection, id_or_name: str, *, for_update: bool) -> store.RolloutRow:

@@ -8,6 +8,9 @@
   the control's mean, tested on the Fieller contrast (:mod:`analytics.stats.harm`).
   Undefined at a control mean of 0: the guardrail then reports an error and the controller
   holds.
+- **Rank** (``method: mann_whitney``): a relative margin on the per-batch quantiles of
+  request-level samples (quantile metrics such as latency_p95), tested with Mann–Whitney
+  and Hodges–Lehmann on the log scale (:mod:`analytics.stats.rank`).
 - **Both**: the tolerated harm is max(margin × |control mean|, absolute_margin). Harm is
   shown only when it exceeds both (an intersection-union test: each at the full level);
   non-inferiority when either is shown (each at half the level, a union bound).
@@ -43,6 +46,7 @@ class Margin:
     relative: float | None
     absolute: float | None
     rate: bool  # tested as a rate of 0/1 events (score test on the difference)
+    method: str = "auto"  # "mann_whitney": rank test on request-level samples
 
     @property
     def kind(self) -> str:
@@ -89,6 +93,11 @@ def is_rate(spec: GuardrailSpec, metric: Metric) -> bool:
 def resolve_margin(spec: GuardrailSpec, metric: Metric) -> Margin:
     """The plan's margin, else the defaults: absolute one point for rates; for means the
     catalogue's guardrail margin, else 10% relative."""
+    if spec.method == "mann_whitney":
+        relative = spec.margin
+        if relative is None:
+            relative = metric.margin if metric.guardrail and metric.margin > 0 else DEFAULT_MARGIN
+        return Margin(relative, None, False, "mann_whitney")
     rate = is_rate(spec, metric)
     if spec.margin is None and spec.absolute_margin is None:
         if rate:

@@ -1,7 +1,7 @@
 """The rollout plan: what ``experiments.rollout_plan`` (JSONB) holds, validated with reasons.
 
 The shape and the structural rules are the shared schema of :mod:`contracts.rollout_plan`
-(the gateway's admin API refuses a plan that breaks them when it is stored); this module
+(the admin API, ``control``, refuses a plan that breaks them when it is stored); this module
 adds the behaviour the controller needs: stages with their minimums and effective percent,
 the stage where promotion is decided, and the default guardrails. The controller parses
 the plan at every look and holds with the reasons when it is invalid

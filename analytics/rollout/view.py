@@ -440,3 +440,37 @@ def judge(
         notes = differences(verdict, basis, table, plan_metrics, section.window)
         out.append(verdict.model_copy(update={"differences": notes}))
     return table, out, section
+
+
+@dataclass(frozen=True, slots=True)
+class ReportPart:
+    """A rollout's share of its report (``analytics.report.assembly.RolloutPart``)."""
+
+    state: RolloutState
+    guards: list[tuple[Metric, Margin]]
+    problem: str | None  # why the plan's guardrails cannot be judged, if they cannot
+
+    @property
+    def plan(self) -> RolloutPlan | None:
+        return self.state.plan
+
+    def judge(
+        self,
+        conn: Connection,
+        rows: Sequence[VariantResult],
+        stats: Mapping[str, Mapping[str, SampleStats]],
+        srm: SrmCheck,
+        metrics: Sequence[Metric],
+        now: datetime,
+        grace_s: float,
+    ) -> tuple[list[VariantResult], list[Verdict], RolloutSection]:
+        return judge(conn, self.state, rows, stats, srm, metrics, self.guards, self.problem, now, grace_s)
+
+
+def report_part(conn: Connection, experiment_id: int) -> ReportPart | None:
+    """The loader the report takes as ``ReportOptions.rollout`` (None: not a rollout)."""
+    state = load_state(conn, experiment_id)
+    if state is None:
+        return None
+    guards, problem = plan_guardrails(conn, state)
+    return ReportPart(state, guards, problem)

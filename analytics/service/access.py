@@ -32,6 +32,8 @@ from urllib.parse import quote
 from fastapi import Depends, HTTPException, Request
 from starlette.datastructures import Headers
 
+from control.auth import ACTOR_HEADER, actor
+
 Role = Literal["admin", "read"]
 SESSION_COOKIE: Final = "lg_session"
 LOGIN_PATH: Final = "/dashboard/login"
@@ -172,14 +174,15 @@ def require_read(request: Request) -> Principal:
 def require_admin(request: Request) -> str:
     """Dependency of mutating routes: the admin token as a bearer header (never a cookie).
 
-    Returns the actor name for the audit log."""
+    Returns the actor for the audit log, named as the control plane names it
+    (``admin`` or ``admin:<X-Liftgate-Actor>``)."""
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise HTTPException(401, "admin token required", headers={"WWW-Authenticate": "Bearer"})
     if get_access(request).role_of(token.strip()) != "admin":
         raise HTTPException(403, "invalid admin token")
-    return "admin"
+    return actor(request.headers.get(ACTOR_HEADER))
 
 
 def require_read_page(request: Request) -> Principal:

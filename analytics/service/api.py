@@ -5,6 +5,8 @@ header, or the dashboard's session; anyone with ``LIFTGATE_READ_ACCESS=open``); 
 calls and ``?fresh=true`` need ``Authorization: Bearer <LIFTGATE_ADMIN_TOKEN>`` (401 without
 a bearer token, 403 with a wrong one) and changes are written to ``audit_log``.
 ``/healthz`` and ``/metrics`` (Prometheus) stay open. Errors are ``{"detail": reason}``.
+Changes to configuration (experiments, metric definitions, rollouts) are the control
+plane's: ``control.api``, mounted by ``analytics.service.app`` at ``/admin``.
 """
 
 from __future__ import annotations
@@ -16,25 +18,17 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Final
 
 import orjson
-from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
+from fastapi import APIRouter, HTTPException, Query, Response
 from sqlalchemy import Connection, text
 
-from analytics.audit import write_audit
-from analytics.report.catalogue import BUILTINS, MetricError, parse_spec, spec_dict
+from analytics.report.catalogue import BUILTINS, spec_dict
 from analytics.report.schema import ExperimentSummary, Report, Verdict, headline
 from analytics.report.snapshots import latest_snapshot, load_timeseries, save_snapshot, with_current_point
 from analytics.service.access import Admin, Reader
-from analytics.service.app import ServiceContext
+from analytics.service.context import Ctx, ServiceContext
+from control import audit
 
 router = APIRouter()
-
-
-def get_ctx(request: Request) -> ServiceContext:
-    ctx: ServiceContext = request.app.state.ctx
-    return ctx
-
-
-Ctx = Annotated[ServiceContext, Depends(get_ctx)]
 
 
 __all__ = ["Admin", "Ctx", "Reader", "resolve_experiment", "router"]
@@ -152,7 +146,7 @@ def post_snapshot(ctx: Ctx, actor: Admin, id_or_name: str) -> Response:
         eid = resolve_experiment(conn, id_or_name)
         report = _compute(ctx, conn, eid, "api")
         snapshot_id = save_snapshot(conn, report, source="api")
-        write_audit(
+        audit.write(
             conn, actor=actor, action="snapshot", entity="experiment", entity_id=str(eid),
             before=None, after={"snapshot_id": snapshot_id, "generated_at": report.generated_at.isoformat()},
         )  # fmt: skip
@@ -165,25 +159,6 @@ def post_snapshot(ctx: Ctx, actor: Admin, id_or_name: str) -> Response:
 # --- metric definitions ------------------------------------------------------------------
 
 
-def _metric_row(conn: Connection, name: str) -> dict[str, Any] | None:
-    row = conn.execute(text("SELECT definition FROM metric_definitions WHERE name = :n"), {"n": name}).first()
-    if row is None:
-        return None
-    value = row[0]
-    return value if isinstance(value, dict) else dict(orjson.loads(value))
-
-
-def _validated(body: Any, name: str | None = None) -> dict[str, Any]:
-    if not isinstance(body, dict):
-        raise HTTPException(422, "a metric definition must be a JSON object")
-    if name is not None and body.setdefault("name", name) != name:
-        raise HTTPException(422, f"name in the body ({body['name']!r}) differs from the URL ({name!r})")
-    try:
-        return spec_dict(parse_spec(body))
-    except MetricError as exc:
-        raise HTTPException(422, str(exc)) from None
-
-
 @router.get("/api/metrics")
 def list_metrics(ctx: Ctx, _: Reader) -> list[dict[str, Any]]:
     out = [spec_dict(m) | {"builtin": True} for m in BUILTINS.values()]
@@ -191,78 +166,3 @@ def list_metrics(ctx: Ctx, _: Reader) -> list[dict[str, Any]]:
         for (definition,) in conn.execute(text("SELECT definition FROM metric_definitions ORDER BY name")):
             out.append(dict(definition) | {"builtin": False})
     return out
-
-
-async def _json_body(request: Request) -> Any:
-    """The request's JSON, parsed by orjson: its nesting limit (1,024) answers 422, where the
-    standard library's parser raises RecursionError on ``[[[…`` 50,000 deep."""
-    try:
-        return orjson.loads(await request.body())
-    except orjson.JSONDecodeError as exc:
-        raise HTTPException(422, f"body: invalid JSON ({exc})") from None
-
-
-# Handlers are sync (FastAPI runs them in its thread pool) because they talk to the DB;
-# the JSON body arrives parsed.
-MetricBody = Annotated[Any, Depends(_json_body)]
-_METRIC_DOC: Final[dict[str, Any]] = {
-    "requestBody": {"required": True, "content": {"application/json": {"schema": {"type": "object"}}}}
-}
-
-
-@router.post("/api/metrics", status_code=201, openapi_extra=_METRIC_DOC)
-def create_metric(ctx: Ctx, actor: Admin, body: MetricBody) -> dict[str, Any]:
-    spec = _validated(body)
-    with ctx.engine.begin() as conn:
-        if _metric_row(conn, spec["name"]) is not None:
-            raise HTTPException(409, f"metric {spec['name']!r} already exists")
-        conn.execute(
-            text("INSERT INTO metric_definitions (name, definition) VALUES (:n, CAST(:d AS jsonb))"),
-            {"n": spec["name"], "d": orjson.dumps(spec).decode()},
-        )
-        write_audit(
-            conn,
-            actor=actor,
-            action="create",
-            entity="metric",
-            entity_id=spec["name"],
-            before=None,
-            after=spec,
-        )
-    return spec | {"builtin": False}
-
-
-@router.put("/api/metrics/{name}", openapi_extra=_METRIC_DOC)
-def update_metric(ctx: Ctx, actor: Admin, name: str, body: MetricBody) -> dict[str, Any]:
-    if name in BUILTINS:
-        raise HTTPException(422, f"{name!r} is a built-in metric and cannot be changed")
-    spec = _validated(body, name)
-    with ctx.engine.begin() as conn:
-        before = _metric_row(conn, name)
-        if before is None:
-            raise HTTPException(404, f"metric {name!r} not found")
-        conn.execute(
-            text(
-                "UPDATE metric_definitions SET definition = CAST(:d AS jsonb), updated_at = now() WHERE name = :n"
-            ),
-            {"n": name, "d": orjson.dumps(spec).decode()},
-        )
-        write_audit(
-            conn, actor=actor, action="update", entity="metric", entity_id=name, before=before, after=spec
-        )
-    return spec | {"builtin": False}
-
-
-@router.delete("/api/metrics/{name}", status_code=204)
-def delete_metric(ctx: Ctx, actor: Admin, name: str) -> Response:
-    if name in BUILTINS:
-        raise HTTPException(422, f"{name!r} is a built-in metric and cannot be deleted")
-    with ctx.engine.begin() as conn:
-        before = _metric_row(conn, name)
-        if before is None:
-            raise HTTPException(404, f"metric {name!r} not found")
-        conn.execute(text("DELETE FROM metric_definitions WHERE name = :n"), {"n": name})
-        write_audit(
-            conn, actor=actor, action="delete", entity="metric", entity_id=name, before=before, after=None
-        )
-    return Response(status_code=204)

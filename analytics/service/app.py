@@ -6,7 +6,8 @@ starts the background workers, each a thread that runs until its stop event is s
 - the snapshotter (every running experiment, every ``snapshot_interval_s``);
 - the Kafka consumer, when ``LIFTGATE_KAFKA_BOOTSTRAP`` is set (and
   ``LIFTGATE_ANALYTICS_CONSUMER`` is not false);
-- the rollout controller (``analytics.rollout.service.controller_worker``);
+- the rollout controller (:func:`controller_worker`);
+- the content retention job (``analytics.service.datasets.retention_worker``);
 - anything else listed in :func:`default_workers`: a factory
   ``(ServiceContext) -> BackgroundWorker | None``.
 
@@ -23,74 +24,35 @@ import importlib
 import importlib.util
 import logging
 import threading
-import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse, Response
-from sqlalchemy import Connection, Engine, create_engine
+from sqlalchemy import create_engine
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
-from analytics.report.assembly import ReportOptions, build_report
-from analytics.report.schema import Report
+from analytics.report.assembly import ReportOptions
 from analytics.report.snapshots import Snapshotter
+from analytics.rollout import view
+from analytics.rollout.settings import make_controller
+from analytics.service import api, datasets, login, offline_gate_api, rollout_api
 from analytics.service.access import Access, require_read, require_read_page
+from analytics.service.context import BackgroundWorker, ServiceContext, WorkerFactory
+from analytics.service.datasets import retention_worker
 from analytics.service.guard import RequestGuard
 from analytics.service.settings import AnalyticsSettings
 from analytics.service.telemetry import ServiceMetrics
+from control import api as control_api
+from control.plane import ControlPlane
 
 log = logging.getLogger(__name__)
 
 WORKER_JOIN_TIMEOUT_S = 10.0
-
-
-@dataclass(frozen=True, slots=True)
-class BackgroundWorker:
-    """A long-running job: ``run(stop)`` must return soon after ``stop`` is set."""
-
-    name: str
-    run: Callable[[threading.Event], None]
-
-
-@dataclass(slots=True)
-class ServiceContext:
-    """What the service's parts share; built in the lifespan, kept on ``app.state.ctx``."""
-
-    settings: AnalyticsSettings
-    engine: Engine
-    metrics: ServiceMetrics
-    options: ReportOptions
-    threads: dict[str, threading.Thread] = field(default_factory=dict)
-    fresh_at: dict[int, float] = field(default_factory=dict)  # experiment -> last ?fresh=true
-    fresh_lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def fresh_wait(self, experiment_id: int) -> float:
-        """0 when a fresh report of this experiment may be computed now (and it is counted),
-        else the seconds to wait (at most one per ``fresh_min_interval_s`` per experiment)."""
-        now = time.monotonic()
-        with self.fresh_lock:
-            last = self.fresh_at.get(experiment_id)
-            wait = 0.0 if last is None else last + self.settings.fresh_min_interval_s - now
-            if wait > 0:
-                return wait
-            if len(self.fresh_at) > 10_000:  # bounded: forget what no longer limits anything
-                horizon = now - self.settings.fresh_min_interval_s
-                self.fresh_at = {k: t for k, t in self.fresh_at.items() if t > horizon}
-            self.fresh_at[experiment_id] = now
-            return 0.0
-
-    def build(self, conn: Connection, experiment_id: int, now: datetime | None = None) -> Report:
-        return build_report(conn, experiment_id, now=now, options=self.options)
-
-
-WorkerFactory = Callable[[ServiceContext], BackgroundWorker | None]
 
 
 def snapshotter_worker(ctx: ServiceContext) -> BackgroundWorker | None:
@@ -123,11 +85,46 @@ def consumer_worker(ctx: ServiceContext) -> BackgroundWorker | None:
     return BackgroundWorker("consumer", lambda stop: run_consumer(settings, stop, metrics))
 
 
+def controller_worker(ctx: ServiceContext) -> BackgroundWorker | None:
+    """The rollout controller (``python -m analytics.rollout`` runs it alone)."""
+    settings = ctx.settings.rollout
+    if not settings.rollout_controller:
+        return None
+    controller = make_controller(ctx.engine, settings, ctx.metrics.registry)
+
+    def run(stop: threading.Event) -> None:
+        controller.run(stop, settings.rollout_tick_s)
+
+    return BackgroundWorker("rollout", run)
+
+
+def control_plane(ctx: ServiceContext) -> ControlPlane:
+    """The admin API's dependencies: this service's engine, the metric catalogue's validation
+    and the rollout actions (with the operator as the decision's actor)."""
+    from analytics.report.catalogue import BUILTINS, parse_spec, spec_dict
+    from analytics.rollout import manual
+    from analytics.rollout.telemetry import for_registry
+
+    rollout_metrics = for_registry(ctx.metrics.registry)
+
+    def metric_spec(body: Any) -> dict[str, Any]:
+        return spec_dict(parse_spec(body))  # MetricError is a ValueError: a 422 with its reason
+
+    def rollout_action(id_or_name: str, action: str, actor: str) -> dict[str, Any]:
+        return manual.act(ctx.engine, id_or_name, action, actor, rollout_metrics)
+
+    return ControlPlane(
+        ctx.settings.admin_token,
+        engine=ctx.engine,
+        metric_spec=metric_spec,
+        builtin_metrics=frozenset(BUILTINS),
+        rollout_action=rollout_action,
+    )
+
+
 def default_workers() -> list[WorkerFactory]:
     """Background workers of ``python -m analytics`` (add new ones here)."""
-    from analytics.rollout.service import controller_worker
-
-    return [snapshotter_worker, consumer_worker, controller_worker]
+    return [snapshotter_worker, consumer_worker, controller_worker, retention_worker]
 
 
 def _run_worker(ctx: ServiceContext, worker: BackgroundWorker, stop: threading.Event) -> None:
@@ -144,8 +141,6 @@ def _run_worker(ctx: ServiceContext, worker: BackgroundWorker, stop: threading.E
 def _mount_dashboard(app: FastAPI) -> None:
     """Mount ``analytics.web`` (the dashboard pages) under /dashboard when it exists, behind
     the sign-in page (``analytics.service.login``)."""
-    from analytics.service import login
-
     app.include_router(login.router)
     if importlib.util.find_spec("analytics.web") is None:
         return
@@ -174,8 +169,6 @@ def create_app(
     workers: Sequence[WorkerFactory] | None = None,
     metrics: ServiceMetrics | None = None,
 ) -> FastAPI:
-    from analytics.service import api, rollout_api
-
     service_metrics = metrics if metrics is not None else ServiceMetrics()
     factories = list(default_workers() if workers is None else workers)
     access = Access(settings.admin_token, settings.read_token, settings.read_access, settings.session_ttl_s)
@@ -186,8 +179,11 @@ def create_app(
         engine = create_engine(
             settings.database_url, pool_size=5, max_overflow=10, pool_pre_ping=True, hide_parameters=True
         )
-        ctx = ServiceContext(settings, engine, service_metrics, ReportOptions.from_settings(settings))
+        ctx = ServiceContext(
+            settings, engine, service_metrics, ReportOptions.from_settings(settings, rollout=view.report_part)
+        )
         app.state.ctx = ctx
+        app.state.control = control_plane(ctx)
         stop = threading.Event()
         for factory in factories:
             worker = factory(ctx)
@@ -239,6 +235,10 @@ def create_app(
 
     app.include_router(api.router)
     app.include_router(rollout_api.router, dependencies=[Depends(require_read)])
+    app.include_router(offline_gate_api.router, dependencies=[Depends(require_read)])
+    app.include_router(datasets.router())
+    app.include_router(control_api.router)
+    app.include_router(control_api.legacy_router)
     _mount_dashboard(app)
     _mount_docs(app)
     return app

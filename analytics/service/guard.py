@@ -11,8 +11,13 @@ An ASGI middleware in front of the whole analytics app, in this order:
 4. the body is counted while it streams (413 as soon as it exceeds the limit, chunked
    bodies included) and must arrive within ``body_timeout_s`` (408).
 
-Refusals close the connection (the unread body is never drained) and are JSON
-``{"detail": reason}`` like every other error of the service.
+Refusals are JSON ``{"detail": reason}`` like every other error of the service. One made
+before the body is read closes the connection when the declared body is larger than
+:data:`DRAIN_BYTES` or chunked (such an upload is never read); a smaller body is discarded
+as it arrives and the connection kept, because closing on unread bytes makes the kernel
+reset the connection, which can destroy the answer before the client reads it (clients
+such as Python's http.client write a request's headers and body separately). A refusal
+while the body streams (too large, too slow) closes the connection.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 _SAFE_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
 _CONTROL: Final = re.compile(r"[\x00-\x1f\x7f]")
 _OPEN_POSTS: Final = frozenset({LOGIN_PATH, "/dashboard/logout"})
+DRAIN_BYTES: Final = 64 * 1024
 #: POSTs that change nothing (a question with a body): a read credential suffices.
 _READ_POSTS: Final = frozenset({"/api/rollout-plans/check"})
 
@@ -53,7 +59,10 @@ class RequestGuard:
             return
         refusal = self._refusal(scope)
         if refusal is not None:
-            await _respond(send, *refusal)
+            headers = Headers(scope=scope)
+            length = headers.get("content-length", "0")
+            small = length.isascii() and length.isdigit() and int(length) <= DRAIN_BYTES
+            await _respond(send, *refusal, close="transfer-encoding" in headers or not small)
             return
         await self._guarded(scope, receive, send)
 
@@ -109,7 +118,7 @@ class RequestGuard:
         async def refuse(status: int, reason: str) -> Message:
             nonlocal refused
             if not started:
-                await _respond(send, status, reason, {})
+                await _respond(send, status, reason, {}, close=True)
             refused = True
             return {"type": "http.disconnect"}
 
@@ -133,12 +142,12 @@ class RequestGuard:
         await self.app(scope, guarded_receive, guarded_send)
 
 
-async def _respond(send: Send, status: int, reason: str, headers: dict[str, str]) -> None:
+async def _respond(send: Send, status: int, reason: str, headers: dict[str, str], *, close: bool) -> None:
     body = orjson.dumps({"detail": reason})
     raw = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),
-        (b"connection", b"close"),
+        *([(b"connection", b"close")] if close else []),
         *((k.encode(), v.encode()) for k, v in headers.items()),
     ]
     await send({"type": "http.response.start", "status": status, "headers": raw})

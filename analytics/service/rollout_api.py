@@ -6,9 +6,9 @@
   decision, reason, actor, evidence, created_at) — what the dashboard's rollout card draws.
 - ``POST /api/rollout-plans/check``: ``{"plan": {...}, "route": "..."}`` (route optional) →
   the same ``plan_check`` for a plan not yet stored; read-only, so no token needed.
-- ``POST /api/experiments/{id_or_name}/rollout/advance|pause|resume|rollback``: admin
-  bearer token; the optional ``X-Liftgate-Actor`` header names the operator in the
-  decision and the audit log (``admin:<name>``).
+- the actions (advance, pause, resume, rollback) are the control plane's:
+  ``POST /admin/experiments/{id_or_name}/rollout/<action>`` (``control.api``; the earlier
+  ``/api/experiments/{id_or_name}/rollout/<action>`` answers the same).
 
 Errors are ``{"detail": reason}``: 404 unknown experiment, 409 wrong state or not a
 rollout, 422 invalid plan.
@@ -16,25 +16,16 @@ rollout, 422 invalid plan.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Request
 from pydantic import BaseModel, ConfigDict, Field
-from starlette.concurrency import run_in_threadpool
 
 from analytics.rollout import manual
 from analytics.rollout.baseline import EvidenceCache
-from analytics.rollout.telemetry import for_registry
-from analytics.service.api import Admin, Ctx
+from analytics.service.context import Ctx
 
 router = APIRouter()
-_ACTOR = re.compile(r"[^A-Za-z0-9_.@:\-]")
-
-
-def _actor(admin: str, request: Request) -> str:
-    name = _ACTOR.sub("", request.headers.get("x-liftgate-actor", ""))[:64]
-    return f"{admin}:{name}" if name else admin
 
 
 def _evidence(request: Request) -> EvidenceCache:
@@ -59,25 +50,12 @@ class PlanCheckIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     plan: dict[str, Any] | None = None
-    route: str | None = Field(default=None, min_length=1, max_length=128)
+    # Routes carry no control characters (the gateway refuses them), and PostgreSQL cannot
+    # hold a NUL: such a route is a 422 here, not a database error.
+    route: str | None = Field(default=None, min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]+$")
 
 
 @router.post("/api/rollout-plans/check")
 def post_plan_check(ctx: Ctx, request: Request, body: PlanCheckIn) -> dict[str, Any]:
     with ctx.engine.connect() as conn:
         return manual.plan_check(conn, body.plan, body.route, evidence=_evidence(request)).public()
-
-
-@router.post("/api/experiments/{id_or_name}/rollout/{action}")
-async def post_rollout_action(ctx: Ctx, admin: Admin, request: Request, id_or_name: str, action: str) -> Any:
-    if action not in manual.ACTIONS:
-        raise HTTPException(
-            404, f"unknown rollout action {action!r}; expected one of {', '.join(manual.ACTIONS)}"
-        )
-    metrics = for_registry(ctx.metrics.registry)
-    try:
-        return await run_in_threadpool(
-            manual.act, ctx.engine, id_or_name, action, _actor(admin, request), metrics
-        )
-    except manual.RolloutActionError as exc:
-        raise HTTPException(exc.status, exc.detail) from None

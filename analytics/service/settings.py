@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from analytics.rollout.settings import RolloutSettings
 from eventbus import ClientChoice
 
 _WEAK_TOKENS = frozenset({"changeme", "change-me", "admin", "secret", "token", "password", "liftgate"})
@@ -50,6 +51,9 @@ class AnalyticsSettings(BaseSettings):
     # Periodic snapshots older than this keep only their time-series points, except the
     # newest of each hour (0: keep every report body; they are tens of kB with segments).
     snapshot_keep_full_s: float = Field(default=86_400.0, ge=0)
+    # Content retention job (curation.retention): clears stored text past its TTL and deletes
+    # expired datasets this often (0 disables it).
+    retention_interval_s: float = Field(default=3_600.0, ge=0, le=86_400)
     # A report request is served from the latest snapshot when it is younger than this.
     report_max_age_s: float = Field(default=60.0, ge=0, le=86_400)
     alpha: float = Field(default=0.05, gt=0, lt=0.5)
@@ -63,6 +67,9 @@ class AnalyticsSettings(BaseSettings):
     # same variable): a rollout report's live look measures exactly as the controller does.
     rollout_srm_grace_s: float = Field(default=2.0, ge=0, le=600)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # The rollout controller run as one of the service's workers (``LIFTGATE_ROLLOUT_*``): read
+    # from the environment with everything else when the entry point builds these settings.
+    rollout: RolloutSettings = Field(default_factory=RolloutSettings)
 
     @field_validator("read_token", mode="before")
     @classmethod

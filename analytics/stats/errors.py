@@ -53,3 +53,16 @@ NUMERIC_ERRORS = (ArithmeticError, ValueError)
 
 def numeric_message(exc: BaseException) -> str:
     return f"numeric failure on extreme input values ({type(exc).__name__}: {exc})"
+
+
+def check_finite(**named: float | None) -> str | None:
+    """A message naming the first input that is NaN or infinite, else ``None``.
+
+    Inputs are checked before any ranking or arithmetic: a NaN compares false with
+    everything, so it would silently sort anywhere and a test would answer for data it
+    never saw.
+    """
+    for name, value in named.items():
+        if value is not None and not math.isfinite(float(value)):
+            return f"{name} is not a finite number ({value!r})"
+    return None

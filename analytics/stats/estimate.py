@@ -9,6 +9,7 @@ treating requests as independent (Deng, Knoblich, Lu 2018).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -65,8 +66,12 @@ def _estimate(stats: SampleStats, kind: MetricKind | str = MetricKind.MEAN) -> V
     (var_x − 2R·cov_xy + R²·var_y)/ȳ² (delta method).
     """
     kind = MetricKind(kind)
+    if stats.n < 0:
+        return failed(stats.n, ErrorCode.INVALID_INPUT, f"impossible unit count n = {stats.n}")
     if stats.n <= 0:
         return failed(0, ErrorCode.EMPTY_VARIANT, "the variant has no units")
+    if (why := impossible_sums(stats, kind)) is not None:
+        return failed(stats.n, ErrorCode.INVALID_INPUT, why)
     if stats.n < 2:
         return failed(stats.n, ErrorCode.TOO_FEW_UNITS, "fewer than 2 units: no variance estimate")
     if kind is MetricKind.RATIO:
@@ -75,8 +80,44 @@ def _estimate(stats: SampleStats, kind: MetricKind | str = MetricKind.MEAN) -> V
         ratio = stats.sum_x / stats.sum_y
         y_bar = stats.mean_y
         unit_var = (stats.var_x - 2.0 * ratio * stats.cov_xy + ratio * ratio * stats.var_y) / (y_bar * y_bar)
+        scale = (stats.var_x + 2.0 * abs(ratio * stats.cov_xy) + ratio * ratio * stats.var_y) / (
+            y_bar * y_bar
+        )
+        if unit_var < -_ROUNDING * scale:
+            # var(x − R·y) < 0 means |cov(x, y)| > sd(x)·sd(y): no data set has these sums
+            return failed(stats.n, ErrorCode.INVALID_INPUT, "impossible sums: cov(x, y)² > var(x)·var(y)")
         return _checked(stats.n, ratio, max(0.0, unit_var))
     return _checked(stats.n, stats.mean_x, stats.var_x)
+
+
+#: Relative size of a negative variance that float cancellation in Σx² − (Σx)²/n can
+#: produce from real data; anything more negative is impossible input.
+_ROUNDING = 1e-9
+
+
+def _negative(sum_1: float, sum_2: float, n: int) -> bool:
+    raw = sum_2 - sum_1 * sum_1 / n
+    return raw < -_ROUNDING * max(abs(sum_2), sum_1 * sum_1 / n)
+
+
+def impossible_sums(stats: SampleStats, kind: MetricKind) -> str | None:
+    """Why the sums cannot come from any data set (a negative variance), or ``None``.
+
+    ``SampleStats`` clamps its variances at 0 for rounding; a sum of squares far below
+    (Σx)²/n is not rounding but corrupt input (a wrong column, an overflowed counter),
+    and is reported instead of being analysed as "zero variance".
+    """
+    checks = [("x", stats.sum_x, stats.sum_x2)]
+    if kind is MetricKind.RATIO:
+        checks.append(("y", stats.sum_y, stats.sum_y2))
+    if stats.has_covariate or stats.sum_c != 0.0:
+        checks.append(("c", stats.sum_c, stats.sum_c2))
+    for name, s1, s2 in checks:
+        if not (math.isfinite(s1) and math.isfinite(s2)):
+            return f"the sums of {name} are not finite"
+        if _negative(s1, s2, stats.n):
+            return f"impossible sums: Σ{name}² = {s2:g} < (Σ{name})²/n = {s1 * s1 / stats.n:g} (negative variance)"
+    return None
 
 
 def _checked(n: int, mean: float, unit_var: float) -> VariantEstimate:

@@ -15,7 +15,14 @@ from dataclasses import dataclass
 from scipy import stats as sps
 
 from analytics.stats.cuped import cuped_estimates
-from analytics.stats.errors import NUMERIC_ERRORS, ErrorCode, check_alpha, finite, numeric_message
+from analytics.stats.errors import (
+    NUMERIC_ERRORS,
+    ErrorCode,
+    check_alpha,
+    check_finite,
+    finite,
+    numeric_message,
+)
 from analytics.stats.estimate import MetricKind, VariantEstimate, estimate
 from analytics.stats.sufficient import SampleStats
 
@@ -60,6 +67,10 @@ def precheck(
     for name, e in (("control", control), ("treatment", treatment)):
         if e.error is not None:
             return e.error, f"{name}: {e.message}"
+        if (msg := check_finite(mean=e.mean, unit_variance=e.unit_variance)) is not None:
+            return ErrorCode.INVALID_INPUT, f"{name}: {msg}"
+        if e.unit_variance is not None and e.unit_variance < 0.0:
+            return ErrorCode.INVALID_INPUT, f"{name}: negative variance {e.unit_variance!r}"
     if (control.variance or 0.0) + (treatment.variance or 0.0) <= 0.0:
         return ErrorCode.ZERO_VARIANCE, "both variants have zero variance: no test is possible"
     return None

@@ -11,17 +11,44 @@ Proportions use σ² = p(1−p) per arm (σ_t² at p·(1+δ)); mean metrics the 
 variance for both arms; ratio metrics the delta-method linearised unit variance
 (``VariantEstimate.unit_variance`` of a ratio estimate). The MDE of a proportion is
 found by fixed-point iteration because σ_t² depends on it (Kohavi et al. 2020, ch. 17).
+
+``test="relative"`` plans for the test of the RELATIVE lift r = Δ/|μ| that the report
+runs with the delta method (GrowthBook's power calculator): with the treatment mean at
+μ(1+δ) its standard error is
+
+    SE_r² = σ_t²/(n_t·μ²) + (1+δ)²·σ_c²/(n_c·μ²)
+
+(the (1+δ)² term is the control mean's noise in the denominator), so N, power and MDE use
+SE_r in place of SE/|μ|; ``test="absolute"`` (default) plans for the test of Δ.
+
+Invalid input is refused, never clamped: a proportion's baseline outside (0, 1), a
+treatment rate p(1+δ) outside [0, 1], NaN/inf anywhere, a negative variance.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from enum import StrEnum
 
 from scipy import stats as sps
 
-from analytics.stats.errors import NUMERIC_ERRORS, ErrorCode, check_alpha, finite, numeric_message
+from analytics.stats.errors import (
+    NUMERIC_ERRORS,
+    ErrorCode,
+    check_alpha,
+    check_finite,
+    finite,
+    numeric_message,
+)
 from analytics.stats.estimate import MetricKind
+
+
+class LiftTest(StrEnum):
+    """Which lift the planned analysis tests."""
+
+    ABSOLUTE = "absolute"  # Δ = m_t − m_c
+    RELATIVE = "relative"  # r = Δ/|m_c| with its delta-method SE
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,12 +80,35 @@ class PowerResult:
     message: str | None = None
 
 
+def _treatment_rate_message(mean: float, rel: float) -> str | None:
+    pt = mean * (1.0 + rel)
+    if not 0.0 <= pt <= 1.0:
+        return f"the treatment rate {mean!r}·(1 + {rel!r}) = {pt:g} lies outside [0, 1]"
+    return None
+
+
 def _variances(kind: MetricKind, mean: float, unit_variance: float | None, rel: float) -> tuple[float, float]:
     if kind is MetricKind.PROPORTION:
-        pt = min(1.0, max(0.0, mean * (1.0 + rel)))
+        pt = mean * (1.0 + rel)  # callers checked it lies in [0, 1]
         return mean * (1.0 - mean), pt * (1.0 - pt)
     v = float(unit_variance or 0.0)
     return v, v
+
+
+def _se(
+    kind: MetricKind,
+    mean: float,
+    unit_variance: float | None,
+    rel: float,
+    n_c: float,
+    n_t: float,
+    test: LiftTest,
+) -> float:
+    """Standard error of the tested lift, on the scale of the relative effect (divided by |μ|)."""
+    vc, vt = _variances(kind, mean, unit_variance, rel)
+    if test is LiftTest.RELATIVE:
+        vc *= (1.0 + rel) ** 2
+    return math.sqrt(vc / n_c + vt / n_t) / abs(mean)
 
 
 def _check(
@@ -66,10 +116,12 @@ def _check(
 ) -> str | None:
     if (msg := check_alpha(alpha)) is not None:
         return msg
+    if (msg := check_finite(mean=mean, unit_variance=unit_variance, treatment_share=share)) is not None:
+        return msg
     if not (0.0 < share < 1.0):
         return "treatment_share must lie in (0, 1)"
     if kind is MetricKind.PROPORTION and not (0.0 < mean < 1.0):
-        return "a proportion's baseline must lie in (0, 1)"
+        return f"a proportion's baseline must lie in (0, 1), got {mean!r}"
     if kind is not MetricKind.PROPORTION and (unit_variance is None or unit_variance <= 0.0):
         return "unit_variance must be > 0 for mean and ratio metrics"
     if mean == 0.0:
@@ -85,18 +137,34 @@ def _required_sample_size(
     alpha: float = 0.05,
     power: float = 0.8,
     treatment_share: float = 0.5,
+    test: LiftTest | str = LiftTest.ABSOLUTE,
 ) -> SampleSizeResult:
     """Units needed (control + treatment) to detect ``relative_mde`` with ``power``."""
-    kind = MetricKind(kind)
+    kind, test = MetricKind(kind), LiftTest(test)
     msg = _check(mean, unit_variance, kind, alpha, treatment_share)
+    if msg is None:
+        msg = check_finite(relative_mde=relative_mde, power=power)
     if msg is None and (relative_mde == 0.0 or not (0.0 < power < 1.0)):
         msg = "relative_mde must be non-zero and power in (0, 1)"
+    if msg is None and kind is MetricKind.PROPORTION:
+        msg = _treatment_rate_message(mean, relative_mde)
     if msg is not None:
         return SampleSizeResult(None, None, None, relative_mde, alpha, power, ErrorCode.INVALID_INPUT, msg)
-    vc, vt = _variances(kind, mean, unit_variance, relative_mde)
     z = float(sps.norm.ppf(1.0 - alpha / 2.0) + sps.norm.ppf(power))
-    delta = relative_mde * abs(mean)
-    n = z * z * (vc / (1.0 - treatment_share) + vt / treatment_share) / (delta * delta)
+    # SE at N units in total is se1/sqrt(N) with se1 the SE of one unit split by the share
+    se1 = _se(kind, mean, unit_variance, relative_mde, 1.0 - treatment_share, treatment_share, test)
+    if not se1 > 0.0:
+        return SampleSizeResult(
+            None,
+            None,
+            None,
+            relative_mde,
+            alpha,
+            power,
+            ErrorCode.ZERO_VARIANCE,
+            "zero variance in both arms",
+        )
+    n = (z * se1 / relative_mde) ** 2
     if finite(n) is None:
         return SampleSizeResult(
             None, None, None, relative_mde, alpha, power, ErrorCode.INVALID_INPUT, "overflow"
@@ -114,12 +182,13 @@ def _minimum_detectable_effect(
     unit_variance: float | None = None,
     alpha: float = 0.05,
     power: float = 0.8,
+    test: LiftTest | str = LiftTest.ABSOLUTE,
 ) -> MdeResult:
     """The smallest relative lift (positive direction) detected with ``power``."""
-    kind = MetricKind(kind)
+    kind, test = MetricKind(kind), LiftTest(test)
     n = n_control + n_treatment
     share = n_treatment / n if n > 0 else 0.0
-    msg = _check(mean, unit_variance, kind, alpha, share)
+    msg = _check(mean, unit_variance, kind, alpha, share) or check_finite(power=power)
     if msg is None and (n_control < 2 or n_treatment < 2 or not (0.0 < power < 1.0)):
         msg = "need >= 2 units per variant and power in (0, 1)"
     if msg is not None:
@@ -127,9 +196,10 @@ def _minimum_detectable_effect(
         return MdeResult(None, None, alpha, power, code, msg)
     z = float(sps.norm.ppf(1.0 - alpha / 2.0) + sps.norm.ppf(power))
     rel = 0.0
-    for _ in range(50):  # σ_t² depends on the effect for proportions; converges in a few steps
-        vc, vt = _variances(kind, mean, unit_variance, rel)
-        new = z * math.sqrt(vc / n_control + vt / n_treatment) / abs(mean)
+    for _ in range(100):  # the SE depends on the effect (proportions, relative test); a few steps
+        if kind is MetricKind.PROPORTION and (why := _treatment_rate_message(mean, rel)) is not None:
+            return MdeResult(None, None, alpha, power, ErrorCode.INVALID_INPUT, f"no detectable lift: {why}")
+        new = z * _se(kind, mean, unit_variance, rel, n_control, n_treatment, test)
         if abs(new - rel) < 1e-12:
             break
         rel = new
@@ -144,20 +214,23 @@ def _power_of(
     kind: MetricKind | str = MetricKind.PROPORTION,
     unit_variance: float | None = None,
     alpha: float = 0.05,
+    test: LiftTest | str = LiftTest.ABSOLUTE,
 ) -> PowerResult:
     """Probability that the two-sided test at ``alpha`` detects ``relative_effect``."""
-    kind = MetricKind(kind)
+    kind, test = MetricKind(kind), LiftTest(test)
     n = n_control + n_treatment
     msg = _check(mean, unit_variance, kind, alpha, n_treatment / n if n > 0 else 0.0)
+    msg = msg or check_finite(relative_effect=relative_effect)
     if msg is None and (n_control < 2 or n_treatment < 2):
         msg = "need >= 2 units per variant"
+    if msg is None and kind is MetricKind.PROPORTION:
+        msg = _treatment_rate_message(mean, relative_effect)
     if msg is not None:
         return PowerResult(None, ErrorCode.INVALID_INPUT, msg)
-    vc, vt = _variances(kind, mean, unit_variance, relative_effect)
-    se = math.sqrt(vc / n_control + vt / n_treatment)
+    se = _se(kind, mean, unit_variance, relative_effect, n_control, n_treatment, test)
     if se <= 0.0:
         return PowerResult(None, ErrorCode.ZERO_VARIANCE, "zero variance")
-    d = relative_effect * abs(mean) / se
+    d = relative_effect / se
     za = float(sps.norm.ppf(1.0 - alpha / 2.0))
     return PowerResult(finite(float(sps.norm.cdf(d - za) + sps.norm.cdf(-d - za))))
 
@@ -170,10 +243,13 @@ def required_sample_size(
     alpha: float = 0.05,
     power: float = 0.8,
     treatment_share: float = 0.5,
+    test: LiftTest | str = LiftTest.ABSOLUTE,
 ) -> SampleSizeResult:
     """Units needed (control + treatment) to detect ``relative_mde`` with ``power``."""
     try:
-        return _required_sample_size(mean, relative_mde, kind, unit_variance, alpha, power, treatment_share)
+        return _required_sample_size(
+            mean, relative_mde, kind, unit_variance, alpha, power, treatment_share, test
+        )
     except NUMERIC_ERRORS as exc:
         return SampleSizeResult(
             None, None, None, relative_mde, alpha, power, ErrorCode.INVALID_INPUT, numeric_message(exc)
@@ -188,10 +264,13 @@ def minimum_detectable_effect(
     unit_variance: float | None = None,
     alpha: float = 0.05,
     power: float = 0.8,
+    test: LiftTest | str = LiftTest.ABSOLUTE,
 ) -> MdeResult:
     """The smallest relative lift (positive direction) detected with ``power``."""
     try:
-        return _minimum_detectable_effect(mean, n_control, n_treatment, kind, unit_variance, alpha, power)
+        return _minimum_detectable_effect(
+            mean, n_control, n_treatment, kind, unit_variance, alpha, power, test
+        )
     except NUMERIC_ERRORS as exc:
         return MdeResult(None, None, alpha, power, ErrorCode.INVALID_INPUT, numeric_message(exc))
 
@@ -204,9 +283,10 @@ def power_of(
     kind: MetricKind | str = MetricKind.PROPORTION,
     unit_variance: float | None = None,
     alpha: float = 0.05,
+    test: LiftTest | str = LiftTest.ABSOLUTE,
 ) -> PowerResult:
     """Probability that the two-sided test at ``alpha`` detects ``relative_effect``."""
     try:
-        return _power_of(mean, relative_effect, n_control, n_treatment, kind, unit_variance, alpha)
+        return _power_of(mean, relative_effect, n_control, n_treatment, kind, unit_variance, alpha, test)
     except NUMERIC_ERRORS as exc:
         return PowerResult(None, ErrorCode.INVALID_INPUT, numeric_message(exc))

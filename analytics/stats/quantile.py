@@ -33,11 +33,14 @@ from analytics.stats.lift import Interval
 from analytics.stats.sufficient import SampleStats
 
 BUCKETS_PER_E = 20
+#: Values below this share its bucket (a 0 ms latency has no logarithm).
+MIN_BUCKETED = 0.01
 
 
 def bucket_of(value: float, buckets_per_e: int = BUCKETS_PER_E) -> int:
-    """The histogram bucket of a positive value (same rule as the ingest SQL)."""
-    return math.floor(buckets_per_e * math.log(value))
+    """The histogram bucket of a value: the one rule, which ingest applies in SQL
+    (``analytics.ingest.rollups.bucket_sql``; the two agree on every float, boundaries too)."""
+    return math.floor(math.log(max(value, MIN_BUCKETED)) * buckets_per_e)
 
 
 def bucket_bounds(bucket: int, buckets_per_e: int = BUCKETS_PER_E) -> tuple[float, float]:

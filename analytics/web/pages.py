@@ -1,6 +1,7 @@
-"""Routes of the dashboard: one HTML shell for both pages, and its static assets.
+"""Routes of the dashboard: one HTML shell for every page, and its static assets.
 
-The shell is the same document for the experiments list and an experiment page; the
+The shell is the same document for the experiments list, an experiment page and its offline
+gate page; the
 JavaScript reads the path to decide what to draw. Static files are served by a route
 (not a ``Mount``) so that ``router`` alone is enough to add the dashboard to an app.
 """
@@ -42,6 +43,11 @@ def experiments_page_slash() -> RedirectResponse:
 @router.get("/dashboard/experiments/{ref}")
 def experiment_page(ref: Annotated[str, PathParam(min_length=1, max_length=128)]) -> HTMLResponse:
     # ref (id or name) is read by the page's script from the URL; the shell is static.
+    return _shell()
+
+
+@router.get("/dashboard/experiments/{ref}/offline-gate")
+def offline_gate_page(ref: Annotated[str, PathParam(min_length=1, max_length=128)]) -> HTMLResponse:
     return _shell()
 
 

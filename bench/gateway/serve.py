@@ -4,7 +4,8 @@ Route ``fake`` runs a running A/B experiment (control and candidate both on ``--
 50/50, ``fallback_to_control`` on); client key ``sk-bench-1234`` is required (its SHA-256 is
 in the snapshot, so the auth path is exercised). ``--shadow-sleep-ms N`` turns the
 experiment into a shadow one: it starts a second fake upstream that sleeps N ms and mirrors
-``--shadow-rate`` of the requests to it. Events go to Kafka when ``--kafka`` is given and
+``--shadow-rate`` of the requests to it. ``--judge-url URL --judge-rate R`` turns the judge
+sampler on (task categories are always assigned, with the built-in rules). Events go to Kafka when ``--kafka`` is given and
 ``gateway.kafka_sink`` exists, otherwise to a null sink (say so when reporting numbers).
 
   python -m bench.gateway.serve --port 9000 --upstream http://127.0.0.1:18000/v1 [--kafka 127.0.0.1:19092]
@@ -114,6 +115,9 @@ def main() -> None:
     ap.add_argument("--kafka", default=None, help="bootstrap servers; events to Kafka")
     ap.add_argument("--shadow-sleep-ms", type=int, default=0)
     ap.add_argument("--shadow-rate", type=float, default=1.0)
+    ap.add_argument("--judge-url", default=None, help="an OpenAI-compatible judge; off without it")
+    ap.add_argument("--judge-model", default="judge")
+    ap.add_argument("--judge-rate", type=float, default=0.0, help="share of primary responses judged")
     a = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     settings = GatewaySettings(
@@ -125,6 +129,9 @@ def main() -> None:
         client_keys="required",
         # The load generator is one client sending up to 32 requests at once from one address.
         client_max_concurrency=1024,
+        judge_url=a.judge_url,
+        judge_model=a.judge_model,
+        judge_sample_rate=a.judge_rate,
     )
     sink = make_sink(settings) if a.kafka else NullSink()
     client = getattr(getattr(sink, "bus", None), "name", "-")

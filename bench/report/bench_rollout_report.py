@@ -27,6 +27,7 @@ import psycopg
 from sqlalchemy import create_engine, text
 
 from analytics.report.assembly import ReportOptions, build_report
+from analytics.rollout import view
 from liftgate import db as dbmod
 
 DB_NAME = "liftgate_bench_rollout_report"
@@ -107,7 +108,7 @@ def prepare(admin_url: str, units: int, reuse: bool) -> str:
 
 def measure(url: str, repeats: int) -> dict[str, object]:
     engine = create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
-    opts = ReportOptions(segments=False, timeseries=False)
+    opts = ReportOptions(segments=False, timeseries=False, rollout=view.report_part)
     now = datetime(2026, 1, 1, 3, tzinfo=UTC)
     times: dict[str, list[float]] = {"ab": [], "rollout": []}
     with engine.connect() as conn:

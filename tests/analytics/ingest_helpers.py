@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 
 from analytics.ingest.rollups import ONCE_KINDS
-from contracts.events import FEEDBACK_KINDS, Event, FeedbackEvent, InteractionEvent
+from contracts.events import FEEDBACK_KINDS, Event, FeedbackEvent, InteractionEvent, JudgeEvent
 from contracts.tables import ROLLUP_MEASURES
 
 
@@ -114,6 +114,8 @@ def expected_rollups(events: Iterable[Event]) -> dict[tuple[int, str, str, str],
     seen_conv: set[str] = set()
     counted_once: set[tuple[str, str]] = set()  # yes/no kinds: once per response, value > 0
     for e in evs:
+        if isinstance(e, JudgeEvent):
+            continue  # judge scores have their own table, no rollup
         if isinstance(e, FeedbackEvent) and e.kind in ONCE_KINDS:
             if (e.kind != "task_success" and e.value <= 0) or (e.request_id, e.kind) in counted_once:
                 continue

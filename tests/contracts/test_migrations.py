@@ -9,6 +9,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import Engine, create_engine, inspect
 
+import curation.tables  # noqa: F401  (its tables share the metadata)
 from contracts.tables import metadata
 from liftgate import db as dbmod
 

@@ -14,7 +14,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import psutil
 import pytest
@@ -288,10 +288,14 @@ class GatewayProcess:
             self.proc.wait(timeout=10)
 
 
+class HasRss(Protocol):
+    def rss(self) -> int: ...
+
+
 class PeakRss:
     """Samples a process's RSS in a background thread; ``peak`` is the highest seen."""
 
-    def __init__(self, gateway: GatewayProcess, every_s: float = 0.01) -> None:
+    def __init__(self, gateway: HasRss, every_s: float = 0.01) -> None:
         self.gateway = gateway
         self.every_s = every_s
         self.peak = 0

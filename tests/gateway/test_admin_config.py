@@ -72,6 +72,35 @@ def test_admin_requires_a_bearer_token(gw: tuple[str, MemorySink]) -> None:
     assert r.status_code == 403 and r.json() == {"detail": "invalid admin token"}
 
 
+def test_the_gateway_points_metric_and_rollout_writes_to_the_control_plane(
+    gw: tuple[str, MemorySink],
+) -> None:
+    url, _ = gw
+    for method, path, body in [
+        ("POST", "/metrics", {"name": "m", "kind": "mean", "column": "latency_ms"}),
+        ("DELETE", "/metrics/m", None),
+        ("POST", "/experiments/anything/rollout/advance", None),
+    ]:
+        r = admin(url, method, path, body)
+        assert r.status_code == 404 and "analytics service's /admin" in r.json()["detail"], (path, r.text)
+
+
+def test_the_gateway_records_the_actor_header_as_the_control_plane_does(
+    gw: tuple[str, MemorySink], simulator: str, unique_name: str, engine: Engine
+) -> None:
+    url, _ = gw
+    headers = {**AUTH, "X-Liftgate-Actor": "dana"}
+    assert (
+        admin(url, "POST", "/upstreams", {"name": unique_name, "base_url": simulator}, headers).status_code
+        == 201
+    )
+    with engine.connect() as conn:
+        actor = conn.execute(
+            select(AuditLog.actor).where(AuditLog.entity == "upstream", AuditLog.entity_id == unique_name)
+        ).scalar_one()
+    assert actor == "admin:dana"
+
+
 def test_experiment_lifecycle_applies_within_one_second(
     gw: tuple[str, MemorySink], simulator: str, unique_name: str, engine: Engine
 ) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 import psutil
 import pytest
 
+from tests import known_secrets
 from tests.liftgate.frontdoor import ROOT, free_port
 
 REPORT_DEADLINE_S = 180.0  # issue 5: "within 3 minutes the report shows the simulator's differences"
@@ -38,7 +39,9 @@ class Up:
         for opt in ("pg", "gateway", "analytics", "baseline", "candidate"):
             argv += [f"--{opt}-port", str(ports[opt])]
         env = {k: v for k, v in os.environ.items() if not k.startswith("LIFTGATE_")}
-        self.log = (state.parent / f"up-{time.monotonic_ns()}.log").open("w")
+        # Its terminal, not a log: the banner shows the operator the tokens by design (the
+        # secret scan reads the services' logs, in state/logs, and not this).
+        self.log = (state.parent / f"up-{time.monotonic_ns()}.console").open("w")
         # Started with SIGINT ignored, as a background job of a non-interactive shell is: the
         # Ctrl-C below must stop the stack however the test run itself was launched.
         self.proc = subprocess.Popen(
@@ -171,6 +174,12 @@ def state_root() -> Iterator[Path]:
     root to mode 0700, which would lock the (non-root) PostgreSQL user out of its data dir."""
     path = Path(tempfile.mkdtemp(prefix="liftgate-up-test-"))
     yield path
+    # The tokens `liftgate up` generated, searched for in every log of the run (its own and
+    # its services') before the directory goes: the secret scan's part for this test.
+    for name in ("admin_token", "read_token"):
+        for token_file in path.rglob(name):
+            known_secrets.remember(token_file.read_text().strip())
+    known_secrets.scan_files(path)
     shutil.rmtree(path, ignore_errors=True)
 
 

@@ -29,7 +29,7 @@ import pytest
 
 from liftgate.simulator_model import SimulatorModel
 from liftgate.simulator_process import SimulatorProcess
-from tests.known_secrets import secret
+from tests.known_secrets import secret, service_log
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = secret("scenario-admin")
@@ -84,7 +84,9 @@ def service_env(database_url: str, **extra: str) -> dict[str, str]:
 
 
 def spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    """``args`` as a process whose output goes to a log the secret scan reads."""
+    with service_log(args[-1]) as log:
+        return subprocess.Popen(args, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:

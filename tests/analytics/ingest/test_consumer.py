@@ -36,6 +36,7 @@ def _settings(database_url: str, bootstrap: str, name: str, **kw: object) -> Con
         consumer_group=f"g-{name}",
         interactions_topic=f"i-{name}",
         feedback_topic=f"f-{name}",
+        judgements_topic=f"j-{name}",
         consumer_max_records=500,
         consumer_poll_ms=100,
         consumer_sweep_interval_s=1.0,
@@ -248,3 +249,49 @@ def test_a_consumer_started_before_its_topics_exist_starts_ingesting_once_they_d
         wait_for(lambda: _all_ingested(database_url, exp, events), 120, "every event once the topics exist")
     with connect(database_url) as conn:
         assert_rollups_equal(stored_rollups(conn, exp), expected_rollups(events))
+
+
+def test_judge_scores_from_kafka_are_stored_once_and_a_bad_one_is_dead_lettered(
+    database_url: str, kafka_bootstrap: str, unique_name: str
+) -> None:
+    from contracts.events import JudgeEvent, judge_event_id
+
+    s = _settings(database_url, kafka_bootstrap, unique_name)
+    create_topics(kafka_bootstrap, s.interactions_topic, s.feedback_topic, s.judgements_topic)
+    exp = new_experiment_id()
+    call = interaction(exp, "candidate", "u1", category="code")
+    judged = JudgeEvent(
+        request_id=call.request_id, unit_id="u1", judge="j", role="primary", status="ok", latency_ms=5.0,
+        experiment_id=exp, variant="candidate", category="code", score=8.0,
+        event_id=judge_event_id(call.request_id, "j"),
+    )  # fmt: skip
+    nan = encode(judged).replace(b'"score":8.0', b'"score":NaN')
+    produce(
+        kafka_bootstrap,
+        [
+            (s.interactions_topic, b"u1", encode(call)),
+            (s.judgements_topic, b"u1", encode(judged)),
+            (s.judgements_topic, b"u1", encode(judged)),  # redelivered
+            (s.judgements_topic, b"u1", nan),
+        ],
+    )
+    metrics = ConsumerMetrics(CollectorRegistry())
+    with running(s, metrics):
+        wait_for(
+            lambda: (
+                count_rows(database_url, "SELECT count(*) FROM judgements WHERE experiment_id = %s", exp) == 1
+                and count_rows(
+                    database_url, "SELECT count(*) FROM dead_letters WHERE topic = %s", s.judgements_topic
+                )
+                == 1
+            ),
+            60,
+            "the judgement and the dead letter",
+        )
+    with connect(database_url) as conn:
+        row = conn.execute(
+            b"SELECT j.score, i.category FROM judgements j JOIN interactions i USING (request_id)"
+            b" WHERE j.experiment_id = %s",
+            (exp,),
+        ).fetchone()
+    assert row == (8.0, "code")

@@ -17,6 +17,7 @@ from analytics.report.aggregate import variant_stats
 from analytics.report.assembly import ReportOptions, build_report
 from analytics.report.catalogue import BUILTINS
 from analytics.report.schema import Report
+from analytics.rollout import view
 from tests.analytics.report_data import T0, Units, create_experiment, insert_units, simulate_units
 
 METRICS = [
@@ -27,7 +28,7 @@ METRICS = [
     "completion_tokens_per_response",
 ]
 Arms = tuple[int, dict[str, dict[str, np.ndarray]]]
-OPTS = ReportOptions(segments=True, timeseries=False)
+OPTS = ReportOptions(segments=True, timeseries=False, rollout=view.report_part)
 
 
 def _welch(xc: np.ndarray, xt: np.ndarray) -> tuple[float, float, float]:

@@ -11,14 +11,14 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session
 
-from analytics.report.assembly import ReportOptions, build_report
-from analytics.rollout import store
+from analytics.report.assembly import ReportOptions, RolloutViewMissing, build_report
+from analytics.rollout import store, view
 from analytics.rollout.controller import Controller, measure
 from analytics.rollout.plan import parse_plan
 from analytics.rollout.telemetry import for_registry
 from tests.analytics.ramp_data import T0, Behaviour, Ramp, create_rollout, population
 
-OPTS = ReportOptions(timeseries=False)
+OPTS = ReportOptions(timeseries=False, rollout=view.report_part)
 RAMP_PLAN = {"stages": [10, 25, 50, 100], "min_duration_s": 10, "min_units": 10, "interval_s": 0,
              "planned_units": 2000}  # fmt: skip
 STAGE_S = 300.0
@@ -49,6 +49,14 @@ def test_a_normal_ramp_never_raises_the_sample_ratio_mismatch_banner(db: Session
     assert shares["candidate"][0] == 0.5
     assert shares["candidate"][1] == report.srm.stages[2].units["candidate"]
     assert report.verdicts[0].verdict != "srm"
+
+
+def test_a_rollout_report_without_the_controllers_view_is_refused_not_judged_as_an_experiment(
+    db: Session,
+) -> None:
+    eid, _ = create_rollout(db, RAMP_PLAN, metrics=["error_rate"], salt="ramp")
+    with pytest.raises(RolloutViewMissing, match="is a rollout"):
+        build_report(db.connection(), eid, now=T0, options=ReportOptions(timeseries=False))
 
 
 def test_candidate_units_lost_during_a_ramp_still_raise_the_banner(db: Session) -> None:
@@ -241,7 +249,7 @@ def test_a_rollout_with_an_invalid_plan_is_insufficient_data_with_the_reason(
 
 
 def test_the_reports_live_look_uses_the_controllers_srm_grace(monkeypatch: pytest.MonkeyPatch) -> None:
-    from analytics.rollout.service import RolloutSettings
+    from analytics.rollout.settings import RolloutSettings
     from analytics.service.settings import AnalyticsSettings
 
     monkeypatch.setenv("LIFTGATE_ROLLOUT_SRM_GRACE_S", "7.5")

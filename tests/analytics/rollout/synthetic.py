@@ -114,7 +114,8 @@ class Profile:
     """How a variant behaves per request."""
 
     error_p: float = 0.05
-    latency_ms: float = 400.0
+    latency_ms: float = 400.0  # median of the lognormal request latency
+    latency_sigma: float = 0.4  # its log-scale sd (a heavier tail at a larger value)
     tokens: float = 120.0
     thumbs_down_p: float = 0.05
 
@@ -190,7 +191,7 @@ class SyntheticTraffic:
                 InteractionEvent(
                     request_id=rid, route="r", unit_id=unit, unit_source="header", role="primary", mode="rollout",
                     endpoint="chat", model="m", upstream="u", status="error" if err else "ok",
-                    http_status=502 if err else 200, latency_ms=float(self.rng.lognormal(np.log(p.latency_ms), 0.4)),
+                    http_status=502 if err else 200, latency_ms=float(self.rng.lognormal(np.log(p.latency_ms), p.latency_sigma)),
                     experiment_id=self.experiment_id, variant=variant,
                     completion_tokens=None if err else int(self.rng.poisson(p.tokens)), ts=ts.timestamp(),
                     tags=tags,

@@ -47,6 +47,7 @@ def kafka_service(database_url: str, kafka_bootstrap: str, topics: tuple[str, st
         "LIFTGATE_CONSUMER_GROUP": f"g-{secrets.token_hex(6)}",
         "LIFTGATE_SNAPSHOT_INTERVAL_S": "0",
         "LIFTGATE_ROLLOUT_CONTROLLER": "false",
+        "LIFTGATE_RETENTION_INTERVAL_S": "0",  # only the consumer runs
         "LIFTGATE_LOG_LEVEL": "warning",
         "LIFTGATE_READ_TOKEN": READ_TOKEN,
         "LIFTGATE_FRESH_MIN_INTERVAL_S": "0",  # the test polls fresh reports

@@ -78,6 +78,10 @@ def diff(x: Any) -> str:
     return _signed(num(x)) if _finite(x) else DASH
 
 
+def pts(x: Any) -> str:
+    return _signed(_fixed(x * 100, 1)) + " pts" if _finite(x) else DASH
+
+
 FORMATS: dict[str, Callable[[Any], str]] = {
     "count": count,
     "pct": pct,
@@ -85,6 +89,7 @@ FORMATS: dict[str, Callable[[Any], str]] = {
     "p": p,
     "num": num,
     "diff": diff,
+    "pts": pts,
 }
 
 

@@ -43,4 +43,6 @@ export const api = {
   experiments: () => getJSON("/experiments"),
   report: (ref) => getJSON(`/experiments/${encodeURIComponent(ref)}/report`),
   rollout: (ref) => getJSON(`/experiments/${encodeURIComponent(ref)}/rollout`),
+  offlineGate: (ref, items, offset) =>
+    getJSON(`/experiments/${encodeURIComponent(ref)}/offline-gate?items=${items}&offset=${offset}`),
 };

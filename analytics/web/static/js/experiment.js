@@ -191,6 +191,7 @@ function head(r) {
       <span>α = ${cell(r.alpha, "p", "/alpha")}</span>
       <span>started ${when(r.started_at)}</span>
       <span class="muted" id="generated" data-generated="${esc(r.generated_at)}">report ${when(r.generated_at)}</span>
+      <a id="offline-gate-link" href="/dashboard/experiments/${encodeURIComponent(r.name)}/offline-gate">offline gate →</a>
     </div>`;
 }
 

@@ -8,6 +8,7 @@
 //   num    |x| ≥ 1000: no decimals, separators           12,346
 //          |x| ≥ 10: one decimal; |x| ≥ 1: two; else four decimals
 //   diff   like num, with an explicit "+" when > 0
+//   pts    pass-rate points: value × 100, one decimal, signed, " pts"   -28.3 pts
 // Rounding is JavaScript's toFixed (half away from zero on the exact binary value).
 // Missing values (null) are shown as an em dash.
 
@@ -60,7 +61,11 @@ export function diff(x) {
   return isNum(x) ? signed(num(x)) : DASH;
 }
 
-export const FORMATS = { count, pct, lift, p, num, diff };
+export function pts(x) {
+  return isNum(x) ? signed((x * 100).toFixed(1)) + " pts" : DASH;
+}
+
+export const FORMATS = { count, pct, lift, p, num, diff, pts };
 
 // A number cell: the shown text plus what the test needs to check it against the API
 // (the raw value and the JSON pointer of its source field).

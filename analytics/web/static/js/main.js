@@ -5,6 +5,7 @@ import { api, ApiError } from "./api.js";
 import { ExperimentPage } from "./experiment.js";
 import { clock, esc } from "./format.js";
 import { ListPage } from "./list.js";
+import { OfflineGatePage } from "./offline_gate.js";
 
 const params = new URLSearchParams(location.search);
 const PERIOD_MS = Math.max(0, Number(params.get("refresh") ?? 5)) * 1000 || 0;
@@ -13,10 +14,13 @@ const root = document.getElementById("app");
 const status = document.getElementById("refresh-status");
 const crumbs = document.getElementById("crumbs");
 
-const match = location.pathname.match(/^\/dashboard\/experiments\/([^/]+)\/?$/);
+const match = location.pathname.match(/^\/dashboard\/experiments\/([^/]+)(\/offline-gate)?\/?$/);
 const ref = match ? decodeURIComponent(match[1]) : null;
-const page = ref ? new ExperimentPage(root, ref) : new ListPage(root);
-crumbs.innerHTML = ref ? `<a href="/dashboard">experiments</a> / <span>${esc(ref)}</span>` : "<span>experiments</span>";
+const gate = Boolean(match && match[2]);
+const page = !ref ? new ListPage(root) : gate ? new OfflineGatePage(root, ref) : new ExperimentPage(root, ref);
+const home = `<a href="/dashboard">experiments</a>`;
+const expLink = `<a href="/dashboard/experiments/${encodeURIComponent(ref ?? "")}">${esc(ref)}</a>`;
+crumbs.innerHTML = !ref ? "<span>experiments</span>" : gate ? `${home} / ${expLink} / <span>offline gate</span>` : `${home} / <span>${esc(ref)}</span>`;
 
 // Exposed for the browser test and for debugging from the console.
 window.liftgate = { page, refreshes: 0, lastError: null };

@@ -1,14 +1,11 @@
-"""Running the controller: settings, the analytics service's background worker, standalone mode.
+"""The controller's settings and how it is built from them.
 
 In the analytics service the controller is one of the background workers
-(``analytics.service.app.default_workers``); ``python -m analytics.rollout`` runs it alone (any
+(``analytics.service.app.controller_worker``); ``python -m analytics.rollout`` runs it alone (any
 number of them may run: the per-experiment advisory lock keeps them from double-acting).
 """
 
 from __future__ import annotations
-
-import threading
-from typing import TYPE_CHECKING
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -16,9 +13,6 @@ from sqlalchemy import Engine
 
 from analytics.rollout.controller import Controller
 from analytics.rollout.telemetry import for_registry
-
-if TYPE_CHECKING:
-    from analytics.service.app import BackgroundWorker, ServiceContext
 
 
 class RolloutSettings(BaseSettings):
@@ -43,18 +37,3 @@ def make_controller(engine: Engine, settings: RolloutSettings, registry: object)
 
     assert isinstance(registry, CollectorRegistry)
     return Controller(engine, for_registry(registry), srm_grace_s=settings.rollout_srm_grace_s)
-
-
-def controller_worker(ctx: ServiceContext) -> BackgroundWorker | None:
-    """The analytics service's worker factory (see ``analytics.service.app.default_workers``)."""
-    from analytics.service.app import BackgroundWorker
-
-    settings = RolloutSettings(database_url=ctx.settings.database_url)
-    if not settings.rollout_controller:
-        return None
-    controller = make_controller(ctx.engine, settings, ctx.metrics.registry)
-
-    def run(stop: threading.Event) -> None:
-        controller.run(stop, settings.rollout_tick_s)
-
-    return BackgroundWorker("rollout", run)

@@ -1,31 +1,31 @@
-"""Admin API (bearer ``LIFTGATE_ADMIN_TOKEN``): upstreams, experiments, client API keys.
+"""Upstreams, experiments (with their variants) and client API keys: reads and the one writer.
 
-401 without (or with a malformed) ``Authorization: Bearer`` header, 403 with a wrong token
-(constant-time compare; checked from the headers before the body is read, see
-``gateway.app``). Invalid definitions answer 422 ``{"detail": reason}`` (``admin_models``).
-A name or id in the path that cannot exist (control characters, too long, an id beyond the
-column's range) is a 404 without a database round trip. ``GET /admin/openapi.json`` serves
-the OpenAPI document of the admin API and the public non-completion routes. Every change
-writes an ``audit_log`` row with the state before and after; upstream API keys never appear
-there or in responses (masked), client API keys are returned once and stored as SHA-256.
-The gateway picks changes up through its snapshot refresh (≤ 1 s).
+Each change is one transaction that ends with its audit row. Changes to an experiment take
+its lock first (:mod:`control.locking`) and re-read it ``FOR UPDATE``, like the rollout
+controller, so an operator's edit and a controller's decision never interleave. While a
+rollout runs (or is paused) at a stage, the stage sets the weights: a PATCH that changes
+them or the stage is refused (409) — the rollout actions change them instead.
+
+Upstream API keys never appear in answers or in the audit log (masked); client API keys are
+returned once and stored as SHA-256. The gateway picks changes up through its snapshot
+refresh (≤ 1 s).
 """
 
 from __future__ import annotations
 
 import secrets
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Any, Final
 
-from fastapi import APIRouter, Depends, HTTPException, Request
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from sqlalchemy import Engine, create_engine, func, select
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
 from contracts import offline_gate, redaction
-from contracts.tables import ApiKey, AuditLog, Experiment, Upstream, Variant
-from gateway.admin_models import (
+from contracts.config_rules import key_hash
+from contracts.tables import ApiKey, Experiment, Upstream, Variant
+from control import audit
+from control.bodies import (
     ApiKeyIn,
     ExperimentIn,
     ExperimentPatch,
@@ -33,75 +33,25 @@ from gateway.admin_models import (
     UpstreamPatch,
     VariantIn,
     check_experiment,
+    has_control,
 )
-from gateway.auth import admin_denial, header
-from gateway.inputs import has_control
-from gateway.routing import key_hash
+from control.errors import ControlError
+from control.locking import lock
 
-MAX_ID = 2**31 - 1  # ids are 32-bit integer columns
-# Declares the scheme in the OpenAPI document; the check itself is admin_denial's.
-_bearer = HTTPBearer(auto_error=False, description="LIFTGATE_ADMIN_TOKEN")
-
-
-def _runtime(request: Request) -> Any:
-    return request.app.state.runtime
-
-
-def require_admin(
-    request: Request, _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
-) -> str:
-    denial = admin_denial(
-        header(request.scope["headers"], b"authorization"), _runtime(request).settings.admin_token
-    )
-    if denial is not None:
-        status, reason = denial
-        raise HTTPException(status, reason, headers={"WWW-Authenticate": "Bearer"} if status == 401 else None)
-    actor = request.headers.get("x-liftgate-actor", "admin")[:128]
-    return "admin" if has_control(actor) else actor
-
-
-def _path_name(value: str, what: str) -> str:
-    """A name from the URL path, or 404 when no row could have it (nothing reaches the database)."""
-    if not value or len(value) > 128 or has_control(value):
-        raise HTTPException(404, f"no {what} with that name")
-    return value
-
-
-def _engine(request: Request) -> Engine:
-    rt = _runtime(request)
-    engine: Engine | None = rt.extra.get("admin_engine")
-    if engine is None:
-        engine = create_engine(
-            rt.settings.database_url, pool_size=2, max_overflow=4, pool_pre_ping=True, hide_parameters=True
-        )
-        rt.extra["admin_engine"] = engine
-    return engine
-
-
-def get_session(request: Request) -> Any:
-    with Session(_engine(request), expire_on_commit=False) as session:
-        yield session
-
-
-Actor = Annotated[str, Depends(require_admin)]
-Db = Annotated[Session, Depends(get_session)]
-admin_router = APIRouter(prefix="/admin")
-
-
-@admin_router.get("/openapi.json", include_in_schema=False)
-def openapi_document(request: Request, actor: Actor) -> dict[str, Any]:
-    """The OpenAPI document of the admin API and the public non-completion routes."""
-    document: dict[str, Any] = request.app.openapi()
-    return document
+MAX_ID: Final = 2**31 - 1  # ids are 32-bit integer columns
 
 
 def _audit(
     db: Session, actor: str, action: str, entity: str, entity_id: Any, before: Any, after: Any
 ) -> None:
-    db.add(
-        AuditLog(
-            actor=actor, action=action, entity=entity, entity_id=str(entity_id), before=before, after=after
-        )
+    audit.write(
+        db.connection(),
+        actor=actor,
+        action=action,
+        entity=entity,
+        entity_id=entity_id,
+        before=before,
+        after=after,
     )
 
 
@@ -110,10 +60,16 @@ def _commit(db: Session) -> None:
         db.commit()
     except IntegrityError as exc:
         db.rollback()
-        text = str(exc.orig)
-        if "uq_experiments_running_route" in text:
-            raise HTTPException(422, "another experiment is already running on this route") from None
-        raise HTTPException(409, "conflicts with an existing row (duplicate name?)") from None
+        if "uq_experiments_running_route" in str(exc.orig):
+            raise ControlError(422, "another experiment is already running on this route") from None
+        raise ControlError(409, "conflicts with an existing row (duplicate name?)") from None
+
+
+def path_name(value: str, what: str) -> str:
+    """A name from the URL path, or 404 when no row could have it (nothing reaches the database)."""
+    if not value or len(value) > 128 or has_control(value):
+        raise ControlError(404, f"no {what} with that name")
+    return value
 
 
 # --- upstreams ---------------------------------------------------------------------------
@@ -131,28 +87,25 @@ def upstream_out(u: Upstream) -> dict[str, Any]:
 
 
 def _upstream(db: Session, name: str) -> Upstream:
-    name = _path_name(name, "upstream")
+    name = path_name(name, "upstream")
     u = db.scalar(select(Upstream).where(Upstream.name == name))
     if u is None:
-        raise HTTPException(404, f"no upstream named {name!r}")
+        raise ControlError(404, f"no upstream named {name!r}")
     return u
 
 
-@admin_router.get("/upstreams")
-def list_upstreams(actor: Actor, db: Db) -> list[dict[str, Any]]:
+def list_upstreams(db: Session) -> list[dict[str, Any]]:
     return [upstream_out(u) for u in db.scalars(select(Upstream).order_by(Upstream.id))]
 
 
-@admin_router.get("/upstreams/{name}")
-def get_upstream(name: str, actor: Actor, db: Db) -> dict[str, Any]:
+def get_upstream(db: Session, name: str) -> dict[str, Any]:
     return upstream_out(_upstream(db, name))
 
 
-@admin_router.post("/upstreams", status_code=201)
-def create_upstream(body: UpstreamIn, actor: Actor, db: Db) -> dict[str, Any]:
+def create_upstream(db: Session, body: UpstreamIn, actor: str) -> dict[str, Any]:
     redaction.remember(body.api_key)  # masked in logs before anything can fail
     if db.scalar(select(Upstream.id).where(Upstream.name == body.name)) is not None:
-        raise HTTPException(409, f"upstream {body.name!r} already exists")
+        raise ControlError(409, f"upstream {body.name!r} already exists")
     u = Upstream(**body.model_dump())
     db.add(u)
     db.flush()
@@ -161,8 +114,7 @@ def create_upstream(body: UpstreamIn, actor: Actor, db: Db) -> dict[str, Any]:
     return upstream_out(u)
 
 
-@admin_router.patch("/upstreams/{name}")
-def update_upstream(name: str, body: UpstreamPatch, actor: Actor, db: Db) -> dict[str, Any]:
+def update_upstream(db: Session, name: str, body: UpstreamPatch, actor: str) -> dict[str, Any]:
     redaction.remember(body.api_key)  # masked in logs before anything can fail
     u = _upstream(db, name)
     before = upstream_out(u)
@@ -176,11 +128,10 @@ def update_upstream(name: str, body: UpstreamPatch, actor: Actor, db: Db) -> dic
     return upstream_out(u)
 
 
-@admin_router.delete("/upstreams/{name}", status_code=204)
-def delete_upstream(name: str, actor: Actor, db: Db) -> None:
+def delete_upstream(db: Session, name: str, actor: str) -> None:
     u = _upstream(db, name)
     if db.scalar(select(func.count()).select_from(Variant).where(Variant.upstream_id == u.id)):
-        raise HTTPException(409, f"upstream {name!r} is used by experiment variants")
+        raise ControlError(409, f"upstream {name!r} is used by experiment variants")
     _audit(db, actor, "delete", "upstream", u.name, upstream_out(u), None)
     db.delete(u)
     _commit(db)
@@ -188,7 +139,7 @@ def delete_upstream(name: str, actor: Actor, db: Db) -> None:
 
 # --- experiments -------------------------------------------------------------------------
 
-_EXP_FIELDS = [
+_EXP_FIELDS: Final = (
     "id",
     "name",
     "route",
@@ -207,7 +158,7 @@ _EXP_FIELDS = [
     "rollout_plan",
     "rollout_stage",
     "status_reason",
-]
+)
 
 
 def experiment_out(e: Experiment) -> dict[str, Any]:
@@ -228,25 +179,43 @@ def experiment_out(e: Experiment) -> dict[str, Any]:
     return out
 
 
-def _experiment(db: Session, id_or_name: str) -> Experiment:
-    q = select(Experiment).options(selectinload(Experiment.variants).selectinload(Variant.upstream))
+def _experiment_id(db: Session, id_or_name: str) -> int:
     if id_or_name.isascii() and id_or_name.isdigit():
         if len(id_or_name) > 10 or int(id_or_name) > MAX_ID:
-            raise HTTPException(404, f"no experiment {id_or_name!r}")
+            raise ControlError(404, f"no experiment {id_or_name!r}")
         cond = Experiment.id == int(id_or_name)
     else:
-        cond = Experiment.name == _path_name(id_or_name, "experiment")
-    e = db.scalar(q.where(cond))
+        cond = Experiment.name == path_name(id_or_name, "experiment")
+    eid = db.scalar(select(Experiment.id).where(cond))
+    if eid is None:
+        raise ControlError(404, f"no experiment {id_or_name!r}")
+    return int(eid)
+
+
+def _load(db: Session, eid: int, *, for_update: bool = False) -> Experiment:
+    q = select(Experiment).where(Experiment.id == eid).execution_options(populate_existing=True)
+    if for_update:
+        # The variants first (their weights are what a racing writer changes), then the row.
+        db.execute(select(Variant.id).where(Variant.experiment_id == eid).with_for_update())
+        q = q.with_for_update()
+    e = db.scalar(q.options(selectinload(Experiment.variants).selectinload(Variant.upstream)))
     if e is None:
-        raise HTTPException(404, f"no experiment {id_or_name!r}")
+        raise ControlError(404, f"no experiment {eid}")
     return e
+
+
+def _locked(db: Session, id_or_name: str) -> Experiment:
+    """The experiment, locked for a change: its advisory lock, then the rows ``FOR UPDATE``."""
+    eid = _experiment_id(db, id_or_name)
+    lock(db.connection(), eid)
+    return _load(db, eid, for_update=True)
 
 
 def _upstream_ids(db: Session) -> dict[str, int]:
     return {name: uid for uid, name in db.execute(select(Upstream.id, Upstream.name))}
 
 
-def _set_variants(db: Session, e: Experiment, variants: list[VariantIn], ids: dict[str, int]) -> None:
+def _set_variants(e: Experiment, variants: list[VariantIn], ids: dict[str, int]) -> None:
     existing = {v.name: v for v in e.variants}
     keep = []
     for spec in variants:
@@ -264,58 +233,79 @@ def _running_elsewhere(db: Session, route: str, exp_id: int | None) -> bool:
     return db.scalar(q.limit(1)) is not None
 
 
-@admin_router.get("/experiments")
-def list_experiments(actor: Actor, db: Db) -> list[dict[str, Any]]:
+def list_experiments(db: Session) -> list[dict[str, Any]]:
     q = select(Experiment).options(selectinload(Experiment.variants).selectinload(Variant.upstream))
     return [experiment_out(e) for e in db.scalars(q.order_by(Experiment.id))]
 
 
-@admin_router.get("/experiments/{id_or_name}")
-def get_experiment(id_or_name: str, actor: Actor, db: Db) -> dict[str, Any]:
-    return experiment_out(_experiment(db, id_or_name))
+def get_experiment(db: Session, id_or_name: str) -> dict[str, Any]:
+    return experiment_out(_load(db, _experiment_id(db, id_or_name)))
 
 
-@admin_router.post("/experiments", status_code=201)
-def create_experiment(body: ExperimentIn, actor: Actor, db: Db) -> dict[str, Any]:
+def create_experiment(db: Session, body: ExperimentIn, actor: str) -> dict[str, Any]:
     fields = body.model_dump(exclude={"variants"})
     ids = _upstream_ids(db)
     reason = check_experiment(fields, body.variants, set(ids))
     if reason:
-        raise HTTPException(422, reason)
+        raise ControlError(422, reason)
     if db.scalar(select(Experiment.id).where(Experiment.name == body.name)) is not None:
-        raise HTTPException(409, f"experiment {body.name!r} already exists")
+        raise ControlError(409, f"experiment {body.name!r} already exists")
     fields["salt"] = fields["salt"] or secrets.token_hex(8)
     e = Experiment(**fields, status="draft")
-    _set_variants(db, e, body.variants, ids)
+    _set_variants(e, body.variants, ids)
     db.add(e)
     db.flush()
-    e = _experiment(db, str(e.id))
+    e = _load(db, e.id)
     _audit(db, actor, "create", "experiment", e.id, None, experiment_out(e))
     _commit(db)
     return experiment_out(e)
 
 
-@admin_router.patch("/experiments/{id_or_name}")
-def update_experiment(id_or_name: str, body: ExperimentPatch, actor: Actor, db: Db) -> dict[str, Any]:
-    e = _experiment(db, id_or_name)
+def _staged(e: Experiment) -> bool:
+    """A rollout whose stages have begun: from now on its stage decides its weights."""
+    return e.mode == "rollout" and e.status in ("running", "paused") and e.stage_started_at is not None
+
+
+def _refuse_stage_edits(e: Experiment, body: ExperimentPatch, changes: dict[str, Any]) -> None:
+    if not _staged(e):
+        return
+    touched = []
+    if "rollout_stage" in changes and changes["rollout_stage"] != e.rollout_stage:
+        touched.append("rollout_stage")
+    if body.variants is not None:
+        now = {v.name: v.weight for v in e.variants}
+        if {v.name: v.weight for v in body.variants} != now:
+            touched.append("variant weights")
+    if touched:
+        raise ControlError(
+            409,
+            f"rollout {e.name!r} is {e.status} at stage {e.rollout_stage}, whose percent sets the weights: "
+            f"{' and '.join(touched)} cannot be edited; use the rollout actions (advance, pause, resume, "
+            "rollback), or stop the rollout first",
+        )
+
+
+def update_experiment(db: Session, id_or_name: str, body: ExperimentPatch, actor: str) -> dict[str, Any]:
+    e = _locked(db, id_or_name)
     before = experiment_out(e)
     changes = body.model_dump(exclude_unset=True, exclude={"variants"})
+    _refuse_stage_edits(e, body, changes)
     merged = {**before, **changes}
     ids = _upstream_ids(db)
     variants = body.variants if body.variants is not None else [VariantIn(**v) for v in before["variants"]]
     reason = check_experiment(merged, variants, set(ids))
     if reason:
-        raise HTTPException(422, reason)
+        raise ControlError(422, reason)
     if e.status == "running" and "route" in changes and _running_elsewhere(db, changes["route"], e.id):
-        raise HTTPException(422, "another experiment is already running on this route")
+        raise ControlError(422, "another experiment is already running on this route")
     for key, value in changes.items():
         setattr(e, key, value)
     if body.variants is not None:
-        _set_variants(db, e, body.variants, ids)
+        _set_variants(e, body.variants, ids)
     e.updated_at = func.now()
     db.flush()
     db.expire_all()
-    after = _experiment(db, str(e.id))
+    after = _load(db, e.id)
     if after.status == "running":
         _require_gate(db, after)
     _audit(db, actor, "update", "experiment", e.id, before, experiment_out(after))
@@ -336,23 +326,23 @@ def _require_gate(db: Session, e: Experiment) -> None:
             continue
         gate = offline_gate.check(conn, e.id, v.name, control.name, required=False)
         if not gate.passed:
-            raise HTTPException(409, f"variant {v.name!r}: {gate.reason}")
+            raise ControlError(409, f"variant {v.name!r}: {gate.reason}")
 
 
-_TRANSITIONS = {
+TRANSITIONS: Final = {
     "start": ({"draft", "paused"}, "running"),
     "pause": ({"running"}, "paused"),
     "stop": ({"draft", "running", "paused"}, "stopped"),
 }
 
 
-def _transition(id_or_name: str, action: str, actor: str, db: Session) -> dict[str, Any]:
-    e = _experiment(db, id_or_name)
-    allowed, target = _TRANSITIONS[action]
+def transition(db: Session, id_or_name: str, action: str, actor: str) -> dict[str, Any]:
+    e = _locked(db, id_or_name)
+    allowed, target = TRANSITIONS[action]
     if e.status not in allowed:
-        raise HTTPException(409, f"cannot {action} an experiment that is {e.status}")
+        raise ControlError(409, f"cannot {action} an experiment that is {e.status}")
     if target == "running" and _running_elsewhere(db, e.route, e.id):
-        raise HTTPException(422, f"another experiment is already running on route {e.route!r}")
+        raise ControlError(422, f"another experiment is already running on route {e.route!r}")
     if target == "running":
         _require_gate(db, e)
     before = experiment_out(e)
@@ -370,21 +360,6 @@ def _transition(id_or_name: str, action: str, actor: str, db: Session) -> dict[s
     return experiment_out(e)
 
 
-@admin_router.post("/experiments/{id_or_name}/start")
-def start_experiment(id_or_name: str, actor: Actor, db: Db) -> dict[str, Any]:
-    return _transition(id_or_name, "start", actor, db)
-
-
-@admin_router.post("/experiments/{id_or_name}/pause")
-def pause_experiment(id_or_name: str, actor: Actor, db: Db) -> dict[str, Any]:
-    return _transition(id_or_name, "pause", actor, db)
-
-
-@admin_router.post("/experiments/{id_or_name}/stop")
-def stop_experiment(id_or_name: str, actor: Actor, db: Db) -> dict[str, Any]:
-    return _transition(id_or_name, "stop", actor, db)
-
-
 # --- client API keys ---------------------------------------------------------------------
 
 
@@ -392,15 +367,13 @@ def key_out(k: ApiKey) -> dict[str, Any]:
     return {"name": k.name, "prefix": k.prefix, "revoked": k.revoked, "created_at": k.created_at.isoformat()}
 
 
-@admin_router.get("/api-keys")
-def list_keys(actor: Actor, db: Db) -> list[dict[str, Any]]:
+def list_keys(db: Session) -> list[dict[str, Any]]:
     return [key_out(k) for k in db.scalars(select(ApiKey).order_by(ApiKey.id))]
 
 
-@admin_router.post("/api-keys", status_code=201)
-def create_key(body: ApiKeyIn, actor: Actor, db: Db) -> dict[str, Any]:
+def create_key(db: Session, body: ApiKeyIn, actor: str) -> dict[str, Any]:
     if db.scalar(select(ApiKey.id).where(ApiKey.name == body.name)) is not None:
-        raise HTTPException(409, f"api key {body.name!r} already exists")
+        raise ControlError(409, f"api key {body.name!r} already exists")
     key = "lg-" + secrets.token_urlsafe(24)
     k = ApiKey(name=body.name, key_hash=key_hash(key), prefix=key[:8])
     db.add(k)
@@ -411,12 +384,11 @@ def create_key(body: ApiKeyIn, actor: Actor, db: Db) -> dict[str, Any]:
     return {**key_out(k), "key": key}
 
 
-@admin_router.delete("/api-keys/{name}")
-def revoke_key(name: str, actor: Actor, db: Db) -> dict[str, Any]:
-    name = _path_name(name, "api key")
+def revoke_key(db: Session, name: str, actor: str) -> dict[str, Any]:
+    name = path_name(name, "api key")
     k = db.scalar(select(ApiKey).where(ApiKey.name == name))
     if k is None:
-        raise HTTPException(404, f"no api key named {name!r}")
+        raise ControlError(404, f"no api key named {name!r}")
     before = key_out(k)
     k.revoked = True
     db.flush()

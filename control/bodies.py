@@ -16,16 +16,21 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from contracts.config_rules import key_problem, url_problem, validate_rules
 from contracts.rollout_plan import plan_problems
-from gateway.assignment import validate_rules
-from gateway.inputs import MAX_DEPTH, has_control
-from gateway.upstreams import key_problem, url_problem
 
 MODES = ("ab", "shadow", "rollout")
 UNIT_KEYS = ("auto", "header", "user", "api_key")
 CONTENT_LOGGING = ("none", "hashed", "full")
 MAX_JSON_INT = 2**63 - 1
+MAX_DEPTH = 64  # nesting of free-form JSON fields, as the gateway allows in requests
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _TEXT_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # tabs and newlines allowed
+
+
+def has_control(value: str) -> bool:
+    """True when ``value`` holds a control character (no name, key or path segment may)."""
+    return _CONTROL.search(value) is not None
 
 
 def _no_control(value: str) -> str:

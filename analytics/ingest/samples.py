@@ -1,0 +1,130 @@
+"""Request-level latency samples: the bounded bottom-k sketch behind rank-test guardrails.
+
+Histograms keep counts per bucket; a rank test (Mann–Whitney on per-batch quantiles, see
+``analytics.stats.rank``) needs the requests' values and their units' batches. Per
+(experiment, metric, segment, variant) — segment '' or a rollout stage — the sample holds the
+requests with the smallest ``sample_key``, a hash of the request's identity (unit, time,
+value: what both ingest paths see). So the sample is:
+
+- uniform over the group's requests, and the same whatever the batching or the number of
+  consumers (the k smallest keys of a union are the k smallest of the parts' k smallest);
+- idempotent: a request is folded once (only rows actually inserted reach the fold tables)
+  and its key is deterministic (``ON CONFLICT DO NOTHING`` on the key besides);
+- bounded: a request is inserted only while its key is below the group's current k-th
+  smallest, so after N requests a group holds about k·(1 + ln(N/k)) rows (the expected
+  number of running minima), without deletes that concurrent consumers would contend on.
+  Readers take the k smallest (:func:`read_samples`).
+
+``batch`` = hash(unit) mod ``BATCHES``: whole units per batch, so per-batch quantiles are
+independent across batches even though one unit's requests are correlated.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import numpy as np
+import psycopg
+from numpy.typing import NDArray
+
+from contracts.events import ROLLOUT_STAGE_TAG
+
+#: k: requests kept per variant and stage (and overall). 4,000 gives 20 batches of ~200,
+#: enough for a per-batch p95 and cheap to probe (an index scan of k keys per group and batch).
+SAMPLE_SIZE: Final = 4000
+BATCHES: Final = 20
+
+_KEY = (
+    "hashtextextended(unit_id || '|' || (extract(epoch FROM ts) * 1000000)::bigint::text"
+    " || '|' || {col}::text, 0)"
+)
+_BATCH = f"abs(hashtextextended(unit_id, 1) % {BATCHES})::int"
+
+# The cut (the group's k-th smallest key) once per group: MATERIALIZED, or the planner moves
+# the subquery into the join filter and scans k index entries per request of the batch.
+_INSERT: Final = f""", c AS MATERIALIZED (
+    SELECT g.experiment_id, g.metric, g.segment, g.variant, (
+        SELECT l.sample_key FROM latency_samples l
+        WHERE l.experiment_id = g.experiment_id AND l.metric = g.metric AND l.segment = g.segment
+            AND l.variant = g.variant
+        ORDER BY l.sample_key OFFSET {SAMPLE_SIZE - 1} LIMIT 1) AS cut
+    FROM (SELECT DISTINCT experiment_id, metric, segment, variant FROM s) g
+)
+INSERT INTO latency_samples (experiment_id, metric, segment, variant, sample_key, batch, value)
+SELECT s.experiment_id, s.metric, s.segment, s.variant, s.sample_key, s.batch, s.value
+FROM s JOIN c USING (experiment_id, metric, segment, variant)
+WHERE c.cut IS NULL OR s.sample_key < c.cut
+ORDER BY 1, 2, 3, 4, 5
+ON CONFLICT DO NOTHING
+"""
+
+
+def _values(source: str, where: str) -> str:
+    return f"""
+    SELECT experiment_id, variant, {{seg}}, 'latency' AS metric, latency_ms AS value,
+        {_KEY.format(col="latency_ms")} AS sample_key, {_BATCH} AS batch
+    FROM {source} WHERE {where} AND latency_ms IS NOT NULL
+    UNION ALL
+    SELECT experiment_id, variant, {{seg}}, 'ttft', ttft_ms, {_KEY.format(col="ttft_ms")}, {_BATCH}
+    FROM {source} WHERE {where} AND ttft_ms IS NOT NULL"""
+
+
+_STAGE = f"'{ROLLOUT_STAGE_TAG}=%'"
+
+#: From ``lg_new_i`` (the SQL ingest path): tags as jsonb.
+FROM_NEW_INTERACTIONS: Final = (
+    "WITH v AS ("
+    + _values("lg_new_i", "role = 'primary' AND experiment_id IS NOT NULL AND variant IS NOT NULL").format(
+        seg="tags"
+    )
+    + f"""
+), s AS (
+    SELECT experiment_id, metric, '' AS segment, variant, sample_key, batch, value FROM v
+    UNION ALL
+    SELECT experiment_id, metric, '{ROLLOUT_STAGE_TAG}=' || (tags ->> '{ROLLOUT_STAGE_TAG}'), variant,
+        sample_key, batch, value
+    FROM v WHERE tags ? '{ROLLOUT_STAGE_TAG}'
+)"""
+    + _INSERT
+)
+
+#: From ``lg_fold`` (the COPY fast path): segments as one text joined by \\x1f.
+FROM_FOLD: Final = (
+    "WITH v AS ("
+    + _values("lg_fold", "true").format(seg="segments")
+    + f"""
+), s AS (
+    SELECT experiment_id, metric, '' AS segment, variant, sample_key, batch, value FROM v
+    UNION ALL
+    SELECT experiment_id, metric, t.segment, variant, sample_key, batch, value
+    FROM v, string_to_table(v.segments, E'\\x1f') t(segment)
+    WHERE v.segments IS NOT NULL AND t.segment LIKE {_STAGE}
+)"""
+    + _INSERT
+)
+
+
+def fold(pg: psycopg.Connection[Any], statement: str) -> None:
+    """Add the batch's new requests to the samples (caller's transaction)."""
+    pg.execute(statement.encode())
+
+
+_READ: Final = b"""
+SELECT variant, batch, value FROM (
+    SELECT variant, batch, value, row_number() OVER (PARTITION BY variant ORDER BY sample_key) AS rn
+    FROM latency_samples WHERE experiment_id = %s AND metric = %s AND segment = %s
+) x WHERE rn <= %s
+"""
+
+
+def read_samples(
+    pg: psycopg.Connection[Any], experiment_id: int, metric: str, segment: str = "", k: int = SAMPLE_SIZE
+) -> dict[str, tuple[NDArray[np.float64], NDArray[np.int64]]]:
+    """{variant: (values, batches)}: the k requests with the smallest keys per variant."""
+    rows = pg.execute(_READ, (experiment_id, metric, segment, k)).fetchall()
+    out: dict[str, tuple[list[float], list[int]]] = {}
+    for variant, batch, value in rows:
+        vals, batches = out.setdefault(variant, ([], []))
+        vals.append(float(value))
+        batches.append(int(batch))
+    return {v: (np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.int64)) for v, (a, b) in out.items()}

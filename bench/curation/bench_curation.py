@@ -1,0 +1,175 @@
+"""Benchmark curation: a dataset from 1M stored calls, export throughput, near-duplicate cost.
+
+    .venv/bin/python bench/curation/bench_curation.py --admin-url postgresql://postgres@127.0.0.1:15432/postgres
+
+1. **load** — ``--calls`` primary calls of one experiment (content logging full; prompts of
+   ~25 words, 4 categories, 5% asked twice verbatim, 5% reworded by one word) and feedback
+   on ``--thumbs-down`` of them, written with COPY (not timed as curation);
+2. **create** — ``datasets create`` from all of them: (a) ``--where feedback=thumbs_down``,
+   (b) ``--sample 10000 --stratify category``, (c) unfiltered (every call: the worst case);
+   wall time, calls read, items kept;
+3. **export** — (a) as ``eval``; (b) as ``chat`` after a 20% holdout split (the holdout
+   check reads every holdout signature and every exported item's first), items/s and MB/s;
+4. **near-duplicates** — MinHash signatures and LSH lookups+inserts for 100,000 prompts,
+   µs per item.
+
+A scratch database (``liftgate_bench_curation``) is created, migrated and dropped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import random
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+from sqlalchemy import create_engine, insert
+
+from contracts.tables import Experiment
+from curation import minhash
+from curation.builder import create_version
+from curation.export import export
+from curation.spec import CurationSpec
+from curation.split import split
+from curation.text import normalise
+from liftgate import db as dbmod
+
+DB = "liftgate_bench_curation"
+CATEGORIES = ("code", "math", "writing", "chat")
+VOCAB = [f"{a}{b}{c}" for a in "bcdfgklmnprstvz" for b in "aeiou" for c in ("n", "r", "s", "t", "x", "l")]
+
+
+def prompts(n: int, rng: random.Random) -> list[str]:
+    out: list[str] = []
+    for i in range(n):
+        r = rng.random()
+        if out and r < 0.05:
+            out.append(out[rng.randrange(len(out))])  # asked again verbatim
+        elif out and r < 0.10:
+            words = out[rng.randrange(len(out))].split()
+            words[rng.randrange(len(words))] = rng.choice(VOCAB)  # reworded by one word
+            out.append(" ".join(words))
+        else:
+            out.append(f"Q{i}: " + " ".join(rng.choices(VOCAB, k=25)))
+    return out
+
+
+def load(url: str, calls: int, thumbs_down: float, seed: int) -> str:
+    rng = random.Random(seed)
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(
+            insert(Experiment).values(
+                name="bench", route="bench", mode="ab", salt="s", content_logging="full"
+            )
+        )
+    engine.dispose()
+    texts = prompts(calls, rng)
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://")) as conn:
+        with conn.cursor() as cur:
+            cols = ("event_id, ts, request_id, route, experiment_id, variant, unit_id, unit_source, role, mode,"
+                    " endpoint, model, upstream, status, http_status, latency_ms, response_chars, stream, fallback,"
+                    " tags, prompt, response")  # fmt: skip
+            fb_rows = []
+            with cur.copy(f"COPY interactions ({cols}) FROM STDIN") as copy:
+                for i, text_ in enumerate(texts):
+                    rid = f"r{i}"
+                    variant = "candidate" if i % 2 else "baseline"
+                    answer = f"answer {i} " + " ".join(rng.choices(VOCAB, k=40))
+                    ts = t0 + timedelta(seconds=i)
+                    copy.write_row((str(uuid.uuid4()), ts, rid, "bench", 1, variant, f"u{i % 50_000}", "header",
+                                    "primary", "ab", "chat", "m", "up", "ok", 200, 5.0, len(answer), False, False,
+                                    f'{{"category": "{CATEGORIES[i % 4]}"}}', text_, answer))  # fmt: skip
+                    if rng.random() < thumbs_down:
+                        fb_rows.append(
+                            (
+                                str(uuid.uuid4()),
+                                ts,
+                                rid,
+                                f"u{i % 50_000}",
+                                "thumbs_down",
+                                1.0,
+                                1,
+                                variant,
+                                "{}",
+                            )
+                        )
+            with cur.copy("COPY feedback (event_id, ts, request_id, unit_id, kind, value, experiment_id, variant, tags)"
+                          " FROM STDIN") as copy:  # fmt: skip
+                for row in fb_rows:
+                    copy.write_row(row)
+        conn.execute("ANALYZE interactions")
+        conn.execute("ANALYZE feedback")
+    return "bench"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--admin-url", default="postgresql://postgres@127.0.0.1:15432/postgres")
+    ap.add_argument("--calls", type=int, default=1_000_000)
+    ap.add_argument("--thumbs-down", type=float, default=0.10)
+    ap.add_argument("--skip-unfiltered", action="store_true")
+    args = ap.parse_args()
+    with psycopg.connect(args.admin_url, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{DB}" WITH (FORCE)')
+        admin.execute(f'CREATE DATABASE "{DB}"')
+    url = args.admin_url.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1) + f"/{DB}"
+    try:
+        dbmod.upgrade(url)
+        started = time.perf_counter()
+        exp = load(url, args.calls, args.thumbs_down, 1)
+        print(f"load average at start: {os.getloadavg()}")
+        print(f"load: {args.calls:,} calls in {time.perf_counter() - started:.1f} s (not curation)")
+        engine = create_engine(url)
+        runs = [("thumbs_down", CurationSpec(experiment=exp, feedback=("thumbs_down",))),
+                ("sample 10,000 stratified", CurationSpec(experiment=exp, sample=10_000, seed=1))]  # fmt: skip
+        if not args.skip_unfiltered:
+            runs.append(("unfiltered", CurationSpec(experiment=exp)))
+        for k, (label, spec) in enumerate(runs):
+            t, cpu = time.perf_counter(), time.process_time()
+            info = create_version(engine, f"bench-{k}", spec, "bench")
+            s = info.stats
+            print(f"create {label}: {time.perf_counter() - t:.2f} s (this process's CPU {time.process_time() - cpu:.2f} s);"
+                  f" matched {s['matched']:,}, kept {info.item_count:,}"
+                  f" (exact dup {s['exact_duplicates']:,}, near dup {s['near_duplicates']:,})")  # fmt: skip
+        # eval: the thumbs-down set; chat: the sample after a 20% holdout split (its items
+        # mostly have no negative feedback, so their logged answers are usable).
+        split(engine, "bench-1", 0.2, 1, "bench")
+        for name, fmt in (("bench-0", "eval"), ("bench-1", "chat")):
+            buf = io.BytesIO()
+            t = time.perf_counter()
+            res = export(engine, name, fmt, buf, "bench")
+            dt = time.perf_counter() - t
+            print(f"export {fmt} ({res.split}): {res.items:,} lines, {len(buf.getvalue()) / 1e6:.1f} MB in {dt:.2f} s"
+                  f" = {res.items / dt:,.0f} items/s, {len(buf.getvalue()) / 1e6 / dt:.1f} MB/s")  # fmt: skip
+        engine.dispose()
+        texts = [normalise(t) for t in prompts(100_000, random.Random(2))]
+        t = time.perf_counter()
+        sigs: list[minhash.Signature] = []
+        for i in range(0, len(texts), 2000):
+            sigs.extend(minhash.signatures(texts[i : i + 2000]))
+        sig_s = time.perf_counter() - t
+        index = minhash.LshIndex()
+        t = time.perf_counter()
+        dups = 0
+        for i, sig in enumerate(sigs):
+            if index.near(sig, first_only=True):
+                dups += 1
+            else:
+                index.add(str(i), sig)
+        lsh_s = time.perf_counter() - t
+        print(f"near-duplicates, 100,000 prompts (~{sum(map(len, texts)) / len(texts):.0f} chars): signatures"
+              f" {sig_s / len(texts) * 1e6:.1f} µs/item, LSH lookup+insert {lsh_s / len(texts) * 1e6:.1f} µs/item;"
+              f" {dups:,} near-duplicates found")  # fmt: skip
+    finally:
+        with psycopg.connect(args.admin_url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{DB}" WITH (FORCE)')
+
+
+if __name__ == "__main__":
+    main()

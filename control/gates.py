@@ -1,0 +1,65 @@
+"""Offline gate declarations and gate decisions: the one writer (``contracts.offline_gate``
+reads them to decide whether a candidate may get traffic).
+
+Both change what the rollout controller and the admin API allow for an experiment, so both
+take the experiment's lock (:mod:`control.locking`) and write an audit row in the same
+transaction: a controller look never sees half of a gate decision.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, func, select
+from sqlalchemy.dialects.postgresql import insert
+
+from contracts.tables import GateDecision, OfflineGateDeclaration
+from control import audit
+from control.locking import lock
+
+
+def declaration(conn: Connection, experiment_id: int) -> dict[str, Any] | None:
+    row = conn.execute(
+        select(OfflineGateDeclaration.declaration).where(
+            OfflineGateDeclaration.experiment_id == experiment_id
+        )
+    ).first()
+    return dict(row[0]) if row else None
+
+
+def set_declaration(conn: Connection, experiment_id: int, value: dict[str, Any], actor: str) -> None:
+    """Declare (or replace) the experiment's offline gate."""
+    lock(conn, experiment_id)
+    before = declaration(conn, experiment_id)
+    stmt = insert(OfflineGateDeclaration).values(
+        experiment_id=experiment_id, declaration=value, updated_by=actor[:128]
+    )
+    conn.execute(
+        stmt.on_conflict_do_update(
+            index_elements=["experiment_id"],
+            set_={
+                "declaration": stmt.excluded.declaration,
+                "updated_by": stmt.excluded.updated_by,
+                "updated_at": func.now(),
+            },
+        )
+    )
+    audit.write(
+        conn, actor=actor, action="set_offline_gate", entity="experiment", entity_id=experiment_id,
+        before=before, after=value,
+    )  # fmt: skip
+
+
+def save_decision(conn: Connection, values: dict[str, Any]) -> int:
+    """Record the gate's decision for one candidate; returns its id."""
+    experiment_id = int(values["experiment_id"])
+    lock(conn, experiment_id)
+    did = int(conn.execute(insert(GateDecision).values(**values).returning(GateDecision.id)).scalar_one())
+    summary = {
+        k: values.get(k) for k in ("variant", "baseline_variant", "upstream", "model", "passed", "verdict")
+    }
+    audit.write(
+        conn, actor=str(values.get("actor") or "offline-gate"), action="offline_gate.decision",
+        entity="experiment", entity_id=experiment_id, before=None, after={**summary, "decision_id": did},
+    )  # fmt: skip
+    return did

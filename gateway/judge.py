@@ -1,0 +1,214 @@
+"""The online judge: a sample of responses scored by a judge or reward model, off the hot path.
+
+Which calls: a share ``sample_rate`` of attributed primary calls, drawn *before* the
+upstream call (so the response text is kept only for the sampled ones), and both sides of
+a sampled call's shadow pairs. The judge is any OpenAI-compatible chat endpoint: it gets a
+rubric (system message) and the user's first message with the response, and must answer
+with a number in [score_min, score_max]; the first number in its answer is the score.
+
+Isolation, as for shadow mirrors: the request path only does ``put_nowait`` after the user's
+response is complete; a fixed pool of workers calls the judge; the queue is bounded by count
+and by the bytes of the texts queued or in flight; a job that does not fit is dropped and
+counted (``liftgate_gateway_judge_total{outcome="dropped"}``). A slow or dead judge only
+fills the queue — it never delays a user.
+
+Every job that reached a worker becomes one :class:`contracts.events.JudgeEvent` — a
+score, or ``status="error"`` with the reason (``connect``, ``timeout``, ``http_5xx``,
+``unparseable``) — whose ``event_id`` is derived from the judged request id, so a
+re-delivered judgement is stored once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import re
+from dataclasses import dataclass
+from time import perf_counter
+
+import orjson
+
+from contracts.events import JudgeEvent, judge_event_id
+from gateway.recorder import CallInfo, Recorder
+from gateway.relay import CallResult, call_json
+from gateway.telemetry import GatewayMetrics
+from gateway.upstreams import UpstreamClient
+
+log = logging.getLogger(__name__)
+
+DEFAULT_RUBRIC = (
+    "You are grading an AI assistant's answer for a user. Judge correctness first, then how "
+    "well the answer serves the user's request (relevant, complete, no padding). Reply with a "
+    "single integer score from {low} to {high} and nothing else."
+)
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+#: Characters of the question and of the answer sent to the judge (bounds its cost and the queue).
+TEXT_MAX = 8000
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeConfig:
+    base_url: str
+    model: str
+    name: str = "judge"
+    sample_rate: float = 0.0
+    rubric: str = DEFAULT_RUBRIC
+    score_min: float = 1.0
+    score_max: float = 10.0
+    concurrency: int = 4
+    queue_size: int = 1000
+    queue_bytes: int = 16 * 1024 * 1024
+
+
+@dataclass(slots=True)
+class JudgeJob:
+    request_id: str
+    unit_id: str
+    role: str  # primary | shadow
+    experiment_id: int | None
+    experiment: str
+    route: str
+    variant: str
+    pair_id: str | None
+    category: str | None
+    question: str
+    answer: str
+
+
+def job_for(
+    info: CallInfo, variant: str, res: CallResult, role: str, pair_id: str | None = None
+) -> JudgeJob | None:
+    """The judge job of a finished call the sampler picked (None: not picked, or no answer)."""
+    if info.judge_question is None or res.error_type is not None or not res.texts:
+        return None
+    return JudgeJob(
+        request_id=info.request_id,
+        unit_id=info.unit_id,
+        role=role,
+        experiment_id=info.experiment_id,
+        experiment=info.experiment or "",
+        route=info.route,
+        variant=variant,
+        pair_id=pair_id,
+        category=info.category,
+        question=info.judge_question,
+        answer="".join(res.texts)[:TEXT_MAX],
+    )
+
+
+def _size(job: JudgeJob) -> int:
+    return len(job.question) + len(job.answer)
+
+
+def parse_score(body: bytes, low: float, high: float) -> float | None:
+    """The first number of the judge's answer when it lies in [low, high], else None."""
+    try:
+        data = orjson.loads(body)
+        content = data["choices"][0]["message"]["content"]
+    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
+        return None
+    if not isinstance(content, str):
+        return None
+    m = _NUMBER.search(content)
+    if m is None:
+        return None
+    score = float(m.group())
+    return score if math.isfinite(score) and low <= score <= high else None
+
+
+class JudgeSampler:
+    def __init__(
+        self, config: JudgeConfig, client: UpstreamClient, recorder: Recorder, metrics: GatewayMetrics
+    ) -> None:
+        self.config = config
+        self.client = client
+        self.recorder = recorder
+        self.metrics = metrics
+        self.queue: asyncio.Queue[JudgeJob] = asyncio.Queue(maxsize=config.queue_size)
+        self.held_bytes = 0
+        self._workers: list[asyncio.Task[None]] = []
+        self._system = config.rubric.format(low=f"{config.score_min:g}", high=f"{config.score_max:g}")
+
+    @property
+    def rate(self) -> float:
+        return self.config.sample_rate
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._workers = [loop.create_task(self._work()) for _ in range(self.config.concurrency)]
+
+    async def close(self) -> None:
+        for task in self._workers:
+            task.cancel()
+        await asyncio.gather(*self._workers, return_exceptions=True)
+        self._workers = []
+
+    def _count(self, job: JudgeJob, outcome: str) -> None:
+        self.metrics.judge.labels(job.route, job.experiment, job.variant, outcome).inc()
+
+    def submit(self, job: JudgeJob) -> bool:
+        """Queue a judgement without waiting; False (counted as dropped) when full."""
+        size = _size(job)
+        if self.queue.full() or self.held_bytes + size > self.config.queue_bytes:
+            self._count(job, "dropped")
+            return False
+        self.queue.put_nowait(job)
+        self.held_bytes += size
+        self._count(job, "queued")
+        return True
+
+    async def _work(self) -> None:
+        while True:
+            job = await self.queue.get()
+            try:
+                await self._judge(job)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a broken judgement must not kill the worker
+                log.exception("judge call failed unexpectedly")
+            finally:
+                self.held_bytes -= _size(job)
+                self.queue.task_done()
+
+    def payload(self, job: JudgeJob) -> bytes:
+        user = f"Question:\n{job.question[:TEXT_MAX]}\n\nAnswer:\n{job.answer[:TEXT_MAX]}"
+        return orjson.dumps(
+            {
+                "model": self.config.model,
+                "messages": [{"role": "system", "content": self._system}, {"role": "user", "content": user}],
+                "temperature": 0,
+                "max_tokens": 16,
+            }
+        )
+
+    async def _judge(self, job: JudgeJob) -> None:
+        cfg = self.config
+        res = CallResult()
+        t0 = perf_counter()
+        await call_json(self.client, "chat", self.payload(job), res)
+        latency_ms = (perf_counter() - t0) * 1000.0
+        score = None
+        error = res.error_type
+        if error is None:
+            score = parse_score(res.body, cfg.score_min, cfg.score_max)
+            if score is None:
+                error = "unparseable"
+        self._count(job, "scored" if error is None else "failed")
+        self.recorder.emit(
+            JudgeEvent(
+                request_id=job.request_id,
+                unit_id=job.unit_id,
+                judge=cfg.name,
+                role=job.role,  # type: ignore[arg-type]
+                status="ok" if error is None else "error",
+                latency_ms=latency_ms,
+                experiment_id=job.experiment_id,
+                variant=job.variant,
+                pair_id=job.pair_id,
+                category=job.category,
+                score=score,
+                error_type=error,
+                event_id=judge_event_id(job.request_id, cfg.name),
+            )
+        )

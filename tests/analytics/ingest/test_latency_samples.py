@@ -1,0 +1,126 @@
+"""The bounded request-level latency sample (bottom-k sketch) both ingest paths keep."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+from typing import Any
+
+import psycopg
+
+from analytics.ingest.samples import BATCHES, SAMPLE_SIZE, read_samples
+from analytics.ingest.write import ingest
+from contracts.events import ROLLOUT_STAGE_TAG, InteractionEvent
+from tests.analytics.ingest_helpers import connect, interaction, new_experiment_id
+
+T0 = 1_780_000_000.0
+
+
+def _events(exp: int, n: int, rng: random.Random, stage: int | None = 2) -> list[InteractionEvent]:
+    tags = {ROLLOUT_STAGE_TAG: str(stage)} if stage is not None else {}
+    return [
+        interaction(
+            exp,
+            rng.choice(["control", "candidate"]),
+            f"u{rng.randrange(200)}",
+            latency_ms=rng.lognormvariate(5, 0.5),
+            ttft_ms=rng.lognormvariate(3, 0.5),
+            ts=T0 + i * 0.001,
+            tags=tags,
+        )
+        for i in range(n)
+    ]
+
+
+def _rows(conn: psycopg.Connection[tuple[Any, ...]], exp: int) -> set[tuple[Any, ...]]:
+    return set(
+        conn.execute(
+            "SELECT metric, segment, variant, sample_key, batch, value FROM latency_samples WHERE experiment_id = %s",
+            (exp,),
+        ).fetchall()
+    )
+
+
+def test_every_request_is_sampled_overall_and_in_its_stage_and_a_redelivery_changes_nothing(
+    database_url: str,
+) -> None:
+    exp, rng = new_experiment_id(), random.Random(1)
+    events = _events(exp, 300, rng)
+    with connect(database_url) as conn:
+        ingest(conn, events)
+        rows = _rows(conn, exp)
+        ingest(conn, events)  # redelivery
+        assert _rows(conn, exp) == rows
+    by = {(m, s) for m, s, *_ in rows}
+    assert by == {
+        ("latency", ""),
+        ("ttft", ""),
+        ("latency", f"{ROLLOUT_STAGE_TAG}=2"),
+        ("ttft", f"{ROLLOUT_STAGE_TAG}=2"),
+    }
+    lat = sorted(v for m, s, _, _, _, v in rows if m == "latency" and s == "")
+    assert lat == sorted(e.latency_ms for e in events)
+    assert all(0 <= b < BATCHES for *_, b, _ in rows)
+    assert len({b for *_, b, _ in rows}) > 10
+    with connect(database_url) as conn:  # a unit's requests share one batch
+        mixed = conn.execute(
+            "SELECT count(*) FROM (SELECT i.unit_id FROM interactions i JOIN latency_samples l"
+            " ON l.experiment_id = i.experiment_id AND l.metric = 'latency' AND l.segment = ''"
+            " AND l.value = i.latency_ms WHERE i.experiment_id = %s"
+            " GROUP BY i.unit_id HAVING count(DISTINCT l.batch) > 1) x",
+            (exp,),
+        ).fetchone()
+    assert mixed == (0,)
+
+
+def test_the_sql_path_and_the_copy_path_keep_the_same_sample(database_url: str) -> None:
+    rng = random.Random(2)
+    fast_exp, mixed_exp = new_experiment_id(), new_experiment_id()
+    base = _events(fast_exp, 200, rng)
+    mixed = [dataclasses.replace(e, experiment_id=mixed_exp, event_id=e.event_id[:-4] + "beef") for e in base]
+    with connect(database_url) as conn:
+        ingest(conn, base)
+        ingest(conn, mixed[:1])
+        # a batch holding an already stored event takes the ON CONFLICT (SQL) path
+        ingest(conn, mixed)
+        fast = {r for r in _rows(conn, fast_exp)}
+        slow = {r for r in _rows(conn, mixed_exp)}
+    assert fast == slow and len(fast) == 4 * 200
+
+
+def test_the_sample_stays_bounded_and_readers_get_the_k_smallest_keys(database_url: str) -> None:
+    exp, rng = new_experiment_id(), random.Random(3)
+    n = 3 * SAMPLE_SIZE
+    events = _events(exp, n, rng, stage=None)
+    with connect(database_url) as conn:
+        for i in range(0, n, 1000):
+            ingest(conn, events[i : i + 1000])
+        stored = conn.execute(
+            "SELECT variant, count(*) FROM latency_samples WHERE experiment_id = %s AND metric = 'latency'"
+            " GROUP BY variant",
+            (exp,),
+        ).fetchall()
+        keys = conn.execute(
+            "SELECT variant, hashtextextended(unit_id || '|' || (extract(epoch FROM ts) * 1000000)::bigint::text"
+            " || '|' || latency_ms::text, 0) FROM interactions WHERE experiment_id = %s",
+            (exp,),
+        ).fetchall()
+        got = read_samples(conn, exp, "latency")
+        smallest = conn.execute(
+            "SELECT variant, array_agg(sample_key ORDER BY sample_key) FROM (SELECT variant, sample_key,"
+            " row_number() OVER (PARTITION BY variant ORDER BY sample_key) rn FROM latency_samples"
+            " WHERE experiment_id = %s AND metric = 'latency') x WHERE rn <= %s GROUP BY variant",
+            (exp, SAMPLE_SIZE),
+        ).fetchall()
+    for variant, count in stored:
+        total = sum(1 for v, _ in keys if v == variant)
+        assert SAMPLE_SIZE <= count < total  # pruned as it goes, never below k
+        assert count <= 1.3 * SAMPLE_SIZE * (1 + max(0.0, math.log(total / SAMPLE_SIZE)))
+        values, batches = got[variant]
+        assert len(values) == len(batches) == SAMPLE_SIZE
+    all_keys: dict[str, list[int]] = {}
+    for v, k in keys:
+        all_keys.setdefault(v, []).append(k)
+    for variant, arr in smallest:
+        assert arr == sorted(all_keys[variant])[:SAMPLE_SIZE]  # exactly the bottom-k of every request

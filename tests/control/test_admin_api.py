@@ -1,0 +1,73 @@
+"""The one admin base URL: the analytics service's /admin, against real PostgreSQL over HTTP."""
+
+from __future__ import annotations
+
+from sqlalchemy import Engine, text
+
+from tests.control.conftest import AdminService
+from tests.known_secrets import secret
+
+
+def _audit(engine: Engine, entity: str, entity_id: str) -> list[tuple[str, str, object, object]]:
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT action, actor, before, after FROM audit_log WHERE entity = :t AND entity_id = :i ORDER BY id"
+            ),
+            {"t": entity, "i": entity_id},
+        )
+        return [(str(a), str(b), c, d) for a, b, c, d in rows]
+
+
+def test_every_admin_route_needs_the_admin_token(admin_service: AdminService) -> None:
+    for method, path in [
+        ("GET", "/admin/experiments"),
+        ("GET", "/admin/upstreams"),
+        ("POST", "/admin/api-keys"),
+        ("POST", "/admin/metrics"),
+        ("POST", "/admin/experiments/x/rollout/advance"),
+    ]:
+        assert admin_service.call(method, path, {}, token=None)[0] == 401, path
+        assert admin_service.call(method, path, {}, token="")[0] == 401, path
+        assert admin_service.call(method, path, {}, token="wrong-token-of-some-length")[0] == 403, path
+
+
+def test_configuration_changes_are_audited_with_the_named_actor_and_no_secret(
+    admin_service: AdminService, engine: Engine, unique_name: str
+) -> None:
+    key = secret("sk-upstream")
+    status, up = admin_service.call(
+        "POST", "/admin/upstreams", {"name": unique_name, "base_url": "http://127.0.0.1:9", "api_key": key},
+        actor="alice",
+    )  # fmt: skip
+    assert status == 201 and key not in str(up)
+    status, _ = admin_service.call(
+        "PATCH", f"/admin/upstreams/{unique_name}", {"api_key": secret("sk-rotated")}, actor="alice"
+    )
+    assert status == 200
+    rows = _audit(engine, "upstream", unique_name)
+    assert [(a, who) for a, who, _, _ in rows] == [("create", "admin:alice"), ("update", "admin:alice")]
+    assert "sk-" not in str(rows)
+
+
+def test_metric_definitions_are_written_through_the_control_plane_on_both_paths(
+    admin_service: AdminService, engine: Engine, unique_name: str
+) -> None:
+    name = unique_name.replace("-", "_")[:60]
+    spec = {"name": name, "kind": "ratio", "numerator": "thumbs_up", "denominator": "requests"}
+    status, body = admin_service.call("POST", "/admin/metrics", spec, actor="bob")
+    assert status == 201, body
+    assert admin_service.call("POST", "/api/metrics", spec, actor="bob")[0] == 409
+    assert admin_service.call("DELETE", f"/api/metrics/{name}", actor="carol")[0] == 204
+    assert admin_service.call("DELETE", f"/admin/metrics/{name}")[0] == 404
+    assert admin_service.call("PUT", "/admin/metrics/error_rate", spec)[0] == 422  # a built-in
+    rows = _audit(engine, "metric", name)
+    assert [(a, who) for a, who, _, _ in rows] == [("create", "admin:bob"), ("delete", "admin:carol")]
+
+
+def test_a_rollout_action_on_an_unknown_experiment_is_404_and_an_unknown_action_too(
+    admin_service: AdminService,
+) -> None:
+    assert admin_service.call("POST", "/admin/experiments/no-such-exp/rollout/advance")[0] == 404
+    status, body = admin_service.call("POST", "/admin/experiments/no-such-exp/rollout/explode")
+    assert status == 404 and "advance" in body["detail"]
