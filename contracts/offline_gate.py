@@ -21,7 +21,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from pydantic import ValidationError
 from sqlalchemy import Connection, text
+
+from contracts.rollout_plan import RolloutPlanSchema
 
 
 def candidate_fingerprint(upstream: str, base_url: str, model: str, params: Mapping[str, Any]) -> str:
@@ -98,3 +101,14 @@ def check(conn: Connection, experiment_id: int, candidate: str, control: str, *,
         f"offline gate: no decision for {candidate!r} as configured now (upstream {cand[0]!r}, model "
         f"{cand[2]!r}) against {control!r} under the current declaration: run the declared suites "
         "(`liftgate eval run SUITE --experiment EXPERIMENT`) then `liftgate eval gate EXPERIMENT`"))  # fmt: skip
+
+
+def required_by(plan: Any) -> bool:
+    """Whether a rollout plan says ``offline_gate: required``. An unreadable plan requires
+    nothing more (the controller refuses to run it anyway)."""
+    if plan is None:
+        return False
+    try:
+        return RolloutPlanSchema.model_validate(plan).offline_gate == "required"
+    except ValidationError:
+        return False

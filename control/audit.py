@@ -8,6 +8,7 @@ whatever the caller passed.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any, Final
 
@@ -41,6 +42,16 @@ def _is_masked(value: Any) -> bool:
     return isinstance(value, str) and value.startswith(MASK) and len(value) <= len(MASK) + 4
 
 
+def _json(value: Any) -> str:
+    """JSON text of a state. PostgreSQL's jsonb writes a number like ``1.6e234`` back without
+    an exponent, so a stored value can come back as an integer beyond 64 bits, which orjson
+    refuses: those states go through the standard library's encoder (arbitrary-size ints)."""
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:
+        return json.dumps(value, allow_nan=False, separators=(",", ":"))
+
+
 def write(
     conn: Connection,
     *,
@@ -61,7 +72,7 @@ def write(
             "action": action,
             "entity": entity,
             "eid": None if entity_id is None else str(entity_id),
-            "before": None if before is None else orjson.dumps(redacted(before)).decode(),
-            "after": None if after is None else orjson.dumps(redacted(after)).decode(),
+            "before": None if before is None else _json(redacted(before)),
+            "after": None if after is None else _json(redacted(after)),
         },
     )

@@ -25,12 +25,10 @@ import math
 from datetime import datetime
 from typing import Any, Final
 
-from pydantic import ValidationError
 from sqlalchemy import Connection, text
 
 from analytics.stats.paired import agreement
 from contracts import offline_gate
-from contracts.rollout_plan import RolloutPlanSchema
 
 #: Failing items per page: at most this many (a page of two 20k-character outputs each
 #: stays a few MB).
@@ -67,12 +65,7 @@ def _required(mode: str, plan: Any) -> bool:
     """What the rollout controller requires: a rollout plan may say ``offline_gate: required``;
     anything else gates only when a declaration exists. An unreadable plan requires nothing
     more (the controller refuses to run it anyway)."""
-    if mode != "rollout" or plan is None:
-        return False
-    try:
-        return RolloutPlanSchema.model_validate(plan).offline_gate == "required"
-    except ValidationError:
-        return False
+    return mode == "rollout" and offline_gate.required_by(plan)
 
 
 def _decision(conn: Connection, experiment_id: int, variant: str) -> dict[str, Any] | None:

@@ -45,7 +45,7 @@ from analytics.stats import (
     sequential_lift,
     sequential_noninferiority,
     sequential_rate_noninferiority,
-    srm_check,
+    sequential_srm,
 )
 
 Outcome = Literal["harm", "noninferior", "inconclusive", "no_data", "insufficient_data", "error"]
@@ -320,10 +320,30 @@ def check_success(
     return SuccessCheck(metric.name, nc, nt, rel.estimate, rel.lower, rel.upper, rel.p_value)
 
 
-def look_srm(counts: Mapping[str, int], weights: Mapping[str, float], threshold: float = 0.001) -> SrmLook:
-    """χ² of units active in this stage against the stage's weights (p < ``threshold`` flags)."""
+#: The look's SRM check flags when its anytime-valid p-value is at most this.
+LOOK_SRM_THRESHOLD = 0.001
+#: Dirichlet concentration of the look's check. The controller's SRM guards against broken
+#: assignment or lost events — losses of tens of percent of an arm's units — so the prior
+#: is wider than the report's default (1,000, tuned for one- or two-point drifts): half the
+#: candidate's units lost at a 20% stage is caught after about 330 units instead of 660.
+LOOK_SRM_CONCENTRATION = 100.0
+
+
+def look_srm(
+    counts: Mapping[str, int], weights: Mapping[str, float], threshold: float = LOOK_SRM_THRESHOLD
+) -> SrmLook:
+    """Units tagged with this stage against the stage's weights, anytime-valid.
+
+    The controller evaluates this at every look on growing counts, so a fixed-horizon χ²
+    repeated at each look would flag healthy stages far more often than ``threshold``
+    (peeking). The Dirichlet–multinomial Bayes factor's p-value (``sequential_srm``) stays
+    valid whatever the number of looks: a correct split is flagged in at most ``threshold``
+    of stages.
+    """
     names = list(weights)
-    res = srm_check([counts.get(n, 0) for n in names], [weights[n] for n in names], threshold)
+    res = sequential_srm(
+        [counts.get(n, 0) for n in names], [weights[n] for n in names], threshold, LOOK_SRM_CONCENTRATION
+    )
     stray = sum(v for k, v in counts.items() if k not in weights)
     if stray:
         return SrmLook(True, 0.0, dict(counts), dict(weights), f"{stray} units in unknown variants")

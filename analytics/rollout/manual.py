@@ -158,10 +158,7 @@ def _decision_for(row: store.RolloutRow, action: str, actor: str) -> Decision:
 def _gate(conn: Connection, row: store.RolloutRow) -> offline_gate.GateCheck | None:
     if row.control is None or row.candidate is None:
         return None
-    try:
-        required = parse_plan(row.plan).offline_gate == "required"
-    except PlanError:
-        required = False
+    required = offline_gate.required_by(row.plan)
     return offline_gate.check(conn, row.id, row.candidate.name, row.control.name, required=required)
 
 

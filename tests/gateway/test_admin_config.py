@@ -307,3 +307,30 @@ def test_an_ab_experiment_with_a_declared_offline_gate_starts_only_once_the_gate
     after = admin(url, "GET", "/experiments/gated-ab").json()
     assert [v["model"] for v in after["variants"]] == ["base", "cand"]
     assert admin(url, "POST", "/experiments/gated-ab/stop").status_code == 200
+
+
+def test_huge_numbers_in_an_experiments_json_fields_are_stored_and_audited_not_a_500(
+    gw: tuple[str, MemorySink], simulator: str, unique_name: str, engine: Engine
+) -> None:
+    """jsonb writes 1.6e234 back as a 235-digit integer; the audit row of the next change
+    must still be written (found by the fuzz suite: orjson refuses ints beyond 64 bits)."""
+    from sqlalchemy import text
+
+    url, _ = gw
+    _setup(url, unique_name, simulator)
+    huge = [[-1.1901420280466835e-92, None, -1.6769594528544297e234], None]
+    r = admin(url, "PATCH", f"/experiments/{unique_name}", {"metrics": huge})
+    assert r.status_code == 200, r.text
+    r = admin(url, "PATCH", f"/experiments/{unique_name}", {"description": "after"})
+    assert r.status_code == 200, r.text
+    with engine.connect() as conn:
+        after = conn.execute(
+            text(
+                "SELECT after FROM audit_log WHERE entity = 'experiment' AND after->>'name' = :n ORDER BY id DESC"
+            ),
+            {"n": unique_name},
+        ).scalar()
+    from decimal import Decimal
+
+    assert after["description"] == "after"
+    assert after["metrics"][0][2] == int(Decimal("-1.6769594528544297e234"))

@@ -84,7 +84,7 @@ def test_a_broken_split_holds_the_rollout(stack: Stack, controller: None, unique
     name = f"lossy-{unique_name}"[:60]  # the gateway loses half the candidate units' events
     route = _create(stack, name, "same", {**PLAN, "stages": [20, 50, 100], "min_duration_s": 8})
     wait_for(lambda: _state(stack, name)["stage"] == 0, 20, "the controller to start the rollout")
-    with Traffic(stack.gateway, route, units=500, duration_s=60):
+    with Traffic(stack.gateway, route, units=3000, duration_s=60):
         state = wait_for(
             lambda: (s := _state(stack, name))["decisions"][-1]["evidence"].get("code") == "srm" and s,
             40, "an SRM hold",
