@@ -111,7 +111,17 @@ class PythonProducer:
             raise BusUnavailable(str(exc)) from exc
 
     def close(self, timeout_s: float = 0.0) -> bool:
-        """False while records are still pending: kafka-python then refuses to close (try again later)."""
+        """False while records are still pending (try again later).
+
+        kafka-python's ``close(timeout)`` flushes first and raises when that flush times out,
+        before it stops its threads; it has no public way to abandon records. Every record is
+        acknowledged or expired by ``delivery_timeout_ms`` once the client can reach the
+        broker or has dropped the connection, so a later call closes it.
+        """
+        with self._lock:
+            pending = self._pending
+        if pending and timeout_s <= 0:
+            return False  # the flush inside close() would raise at once
         try:
             self._producer.close(timeout_s)
         except KafkaTimeoutError:

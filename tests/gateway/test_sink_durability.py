@@ -34,7 +34,7 @@ from typing import IO, Any
 import pytest
 
 from contracts.events import Event, InteractionEvent
-from eventbus import open_bus
+from eventbus import ClientChoice, open_bus
 from gateway.kafka_sink import KafkaSink, SinkConfig, Topics, ensure_topics
 from tests.gateway.conftest import ADMIN_TOKEN, free_port, get, http
 from tests.gateway.kafka_helpers import (
@@ -247,8 +247,11 @@ class Traffic:
             conn.close()
 
 
-def _kafka_clients() -> int:
-    """librdkafka instances alive in this process (each runs one native ``rdk:main`` thread)."""
+def _kafka_producers(client: ClientChoice) -> int:
+    """Kafka client instances alive in this process: each librdkafka one runs a native
+    ``rdk:main`` thread, each kafka-python producer a ``<client id>-network-thread``."""
+    if client == "python":
+        return sum(1 for t in threading.enumerate() if t.name.endswith("-network-thread"))
     found = 0
     for tid in os.listdir("/proc/self/task"):
         with contextlib.suppress(FileNotFoundError):  # a thread that just ended
@@ -406,12 +409,9 @@ def test_a_gateway_sigkilled_during_a_broker_outage_loses_at_most_100_ms_of_even
 
 @pytest.mark.slow
 async def test_events_reach_the_spool_within_100_ms_while_delivery_hangs_on_a_frozen_broker(
-    tmp_path: Path, record_property: Callable[[str, object], None]
+    tmp_path: Path, record_property: Callable[[str, object], None], kafka_client: ClientChoice
 ) -> None:
-    # The default client only: with kafka-python (the fallback) the producer abandoned during
-    # the freeze keeps refusing close() (a record it never completes), so its threads outlive
-    # the outage (every event still reached the spool within the bound when this ran with it).
-    bus = open_bus("confluent")
+    bus = open_bus(kafka_client)
     broker = PrivateBroker(tmp_path / "state")
     broker.up()
     try:
@@ -444,7 +444,7 @@ async def test_events_reach_the_spool_within_100_ms_while_delivery_hangs_on_a_fr
             lambda: sink.live and sink.stats()["spool_pending"] == 0, 60, "delivery after the thaw"
         )
         # The producer given up on during the freeze is closed once its requests end: no thread leak.
-        await wait_until(lambda: _kafka_clients() == 1, 30, "the abandoned producer closed")
+        await wait_until(lambda: _kafka_producers(kafka_client) == 1, 30, "the abandoned producer closed")
         await sink.close()
         check_complete_and_ordered(
             consume(broker.bootstrap, [topics.interactions], len(sent)), sent, len(sent)
