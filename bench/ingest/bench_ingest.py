@@ -321,15 +321,15 @@ def copy_rows(events: list[InteractionEvent]) -> bytes:
 
     import orjson
 
+    # Column by column from the write path's own list, so a column added there cannot leave
+    # the reference COPY a field short.
+    columns = [c.strip() for c in copy_text.INTERACTION_COLUMNS.split(",")]
     for e in events:
         ts = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(e.ts)) + f".{int(e.ts % 1 * 1e6):06d}+00"
         row = [
-            e.event_id, ts, e.request_id, e.route, e.experiment_id, e.variant, e.unit_id, e.unit_source, e.role,
-            e.pair_id, e.mode, e.endpoint, e.model, e.upstream, e.status, e.http_status, e.error_type,
-            e.latency_ms, e.ttft_ms, e.prompt_tokens, e.completion_tokens, e.response_chars, e.finish_reason,
-            e.stream, e.fallback, e.fallback_from, e.conversation_id, orjson.dumps(e.tags).decode(),
-            e.prompt, e.response,
-        ]  # fmt: skip
+            ts if c == "ts" else orjson.dumps(e.tags).decode() if c == "tags" else getattr(e, c)
+            for c in columns
+        ]
         buf.write("\t".join(f(v) for v in row) + "\n")
     return buf.getvalue().encode()
 
