@@ -55,6 +55,75 @@ class GuardrailSpec(_Strict):
         return self
 
 
+#: Planned looks of a group-sequential plan: a few interim analyses, never one per tick.
+MAX_LOOKS = 50
+
+
+class SequentialSpec(_Strict):
+    """How guardrails are tested over the looks of a stage (``docs/rollouts.md``).
+
+    ``always_valid`` (default): a confidence sequence, valid at every controller look.
+    ``group``: Lan–DeMets alpha spending over ``looks`` planned looks at information
+    fractions 1/K, 2/K, …, 1 of ``planned_units`` (units of both arms in the guardrail
+    window); decisions change only at those looks.
+    """
+
+    mode: Literal["always_valid", "group"] = "always_valid"
+    spending: Literal["obrien_fleming", "pocock"] | None = None
+    looks: int | None = Field(default=None, ge=1, le=MAX_LOOKS)
+
+    @model_validator(mode="after")
+    def _group_needs_looks(self) -> SequentialSpec:
+        if self.mode == "always_valid" and (self.spending is not None or self.looks is not None):
+            raise ValueError("spending and looks apply to mode group only")
+        if self.mode == "group" and self.looks is None:
+            raise ValueError("mode group needs looks (the number of planned looks, >= 1)")
+        return self
+
+    @property
+    def spending_function(self) -> str:
+        return self.spending or "obrien_fleming"
+
+
+#: The RL-risk alarms a plan may act on (``analytics.report.risks_schema.ALARM_NAMES``
+#: without ``category_guardrail``, which ``category_guardrails`` declares).
+RiskAlarm = Literal["forgetting", "category_mix", "verbosity", "goodhart", "stuffing"]
+#: Metrics of the capability matrix (``analytics.report.risks.MATRIX_METRICS``).
+CategoryMetric = Literal["thumbs_down_rate", "thumbs_up_rate", "satisfaction"]
+
+
+class CategoryGuardrailSpec(_Strict):
+    """No task category may be worse than ``margin`` on ``metric`` (relative to the
+    control's mean in that category, or absolute in the metric's unit)."""
+
+    metric: CategoryMetric
+    margin: float = Field(ge=0, le=10)
+    relative: bool = True
+
+
+class RlRiskRules(_Strict):
+    """What the controller does on the RL-risk detectors (``docs/rl-risks.md``)."""
+
+    category_guardrails: tuple[CategoryGuardrailSpec, ...] = Field(default=(), max_length=MAX_METRICS)
+    # A category over its margin: roll back (default) or hold.
+    on_category_breach: Literal["rollback", "hold"] = "rollback"
+    hold_on: tuple[RiskAlarm, ...] = Field(default=(), max_length=5)
+    rollback_on: tuple[RiskAlarm, ...] = Field(default=(), max_length=5)
+
+    @model_validator(mode="after")
+    def _distinct(self) -> RlRiskRules:
+        names = [g.metric for g in self.category_guardrails]
+        if len(set(names)) != len(names):
+            raise ValueError("a category guardrail metric is listed twice")
+        for field in ("hold_on", "rollback_on"):
+            values = getattr(self, field)
+            if len(set(values)) != len(values):
+                raise ValueError(f"{field} lists an alarm twice")
+        if both := sorted(set(self.hold_on) & set(self.rollback_on)):
+            raise ValueError(f"{', '.join(both)} in both hold_on and rollback_on")
+        return self
+
+
 class StageMinimums(_Strict):
     min_duration_s: float | None = Field(default=None, ge=0, le=30 * 86_400)
     min_units: int | None = Field(default=None, ge=0)
@@ -94,6 +163,9 @@ class RolloutPlanSchema(_Strict):
     # "if_declared": the candidate gets no traffic until the experiment's declared offline gate
     # passed for it as configured now; "required": the same, and a missing declaration holds.
     offline_gate: Literal["if_declared", "required"] = "if_declared"
+    sequential: SequentialSpec = Field(default_factory=SequentialSpec)
+    # Per-category guardrails and RL-risk alarms the controller acts on (None: none).
+    rl_risks: RlRiskRules | None = None
 
     @field_validator("guardrails", mode="before")
     @classmethod
@@ -129,6 +201,17 @@ class RolloutPlanSchema(_Strict):
                 f"control_holdback {self.control_holdback:g} caps the final stage at {final:g}%, "
                 f"but an earlier stage is already at or above it"
             )
+        if self.sequential.mode == "group":
+            if "planned_units" not in self.model_fields_set:
+                raise ValueError(
+                    "sequential mode group needs planned_units: the information fraction at a look is "
+                    "the units in the guardrail window over planned_units"
+                )
+            if self.guardrail_window != "stage":
+                raise ValueError(
+                    "sequential mode group needs guardrail_window stage: across stages the split changes, "
+                    "so units stop measuring the information the boundaries assume"
+                )
         if self.promotion_index() is None:
             raise ValueError(
                 "no stage keeps control traffic: promotion needs non-inferiority shown where both "

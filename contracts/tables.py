@@ -25,6 +25,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     func,
+    text,
 )
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
@@ -91,6 +92,9 @@ class Experiment(Base):
     forced: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default="{}")
     shadow_sample_rate: Mapped[float] = mapped_column(Double, server_default="1")
     fallback_to_control: Mapped[bool] = mapped_column(Boolean, server_default="false")
+    # What clients learn of their arm: {"echo_model": bool, "variant_header": on_request|always|never}
+    # (defaults when a key is absent: the route as ``model``, the header only when asked for).
+    blinding: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default="{}")
     content_logging: Mapped[str] = mapped_column(String(16), server_default="none")
     metrics: Mapped[list[Any]] = mapped_column(JSONB, server_default="[]")
     rollout_plan: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
@@ -134,6 +138,15 @@ class Interaction(Base):
         Index("ix_interactions_experiment_variant_ts", "experiment_id", "variant", "ts"),
         Index("ix_interactions_request_id", "request_id"),
         Index("ix_interactions_pair_id", "pair_id", postgresql_where="pair_id IS NOT NULL"),
+        # Examples side by side (analytics.report.examples): a variant's requests in the order of
+        # a hash of their request id (a uniform sample), read page by page with a keyset cursor.
+        Index(
+            "ix_interactions_examples",
+            "experiment_id",
+            "variant",
+            text("hashtextextended(request_id, 0)"),
+            "event_id",
+        ),
         # Ingest counts a unit's distinct conversations by probing this on each new turn.
         Index(
             "ix_interactions_conversation_id",
@@ -635,4 +648,135 @@ class GateDecision(Base):
     evidence: Mapped[list[Any]] = mapped_column(JSONB, server_default="[]")
     declaration: Mapped[dict[str, Any]] = mapped_column(JSONB)
     actor: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[datetime] = _created()
+
+
+class User(Base):
+    """A person who signs in to the dashboard or calls the API with their own token.
+
+    ``password_hash`` is a scrypt hash (``control.users``); roles are ``viewer`` (reads),
+    ``operator`` (experiment and rollout actions) and ``admin`` (also users, upstreams and
+    client keys). A disabled user keeps their row (the audit log names them) but cannot sign
+    in, and their sessions and tokens stop working at once.
+    """
+
+    __tablename__ = "users"
+    __table_args__ = (CheckConstraint("role IN ('viewer', 'operator', 'admin')", name="role"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    role: Mapped[str] = mapped_column(String(16))
+    password_hash: Mapped[str] = mapped_column(String(256))
+    disabled: Mapped[bool] = mapped_column(Boolean, server_default="false")
+    created_at: Mapped[datetime] = _created()
+
+
+class UserToken(Base):
+    """A user's API token for the CLI: only its SHA-256 hash is stored (shown once)."""
+
+    __tablename__ = "user_tokens"
+    __table_args__ = (UniqueConstraint("user_id", "label", name="uq_user_tokens_user_label"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    label: Mapped[str] = mapped_column(String(64))
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    prefix: Mapped[str] = mapped_column(String(16))
+    revoked: Mapped[bool] = mapped_column(Boolean, server_default="false")
+    created_at: Mapped[datetime] = _created()
+    last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class UserSession(Base):
+    """A signed-in browser: the cookie's SHA-256 hash, who it is, and its CSRF token.
+
+    ``user_id`` is NULL for the bootstrap credentials (the admin token, the read token, a
+    one-time sign-in link); ``basis`` then fingerprints the token it was opened with, so
+    changing that token ends those sessions.
+    """
+
+    __tablename__ = "user_sessions"
+
+    id_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(64))
+    role: Mapped[str] = mapped_column(String(16))
+    basis: Mapped[str] = mapped_column(String(64))
+    csrf: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = _created()
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+
+
+class SignInFailure(Base):
+    """Failed sign-ins per account name (or per client address for token sign-ins): the lockout."""
+
+    __tablename__ = "sign_in_failures"
+
+    subject: Mapped[str] = mapped_column(String(160), primary_key=True)
+    failures: Mapped[int] = mapped_column(Integer, server_default="0")
+    locked_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = _created()
+
+
+class UsedSignInLink(Base):
+    """Nonces of one-time sign-in links already used (kept until the link would expire)."""
+
+    __tablename__ = "used_sign_in_links"
+
+    nonce: Mapped[str] = mapped_column(String(64), primary_key=True)
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+
+
+# ---------------------------------------------------------------- notifications (control/)
+
+
+class Webhook(Base):
+    """Where notifications go: a URL, the events it wants, its payload format and secret."""
+
+    __tablename__ = "webhooks"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    # Both needed in clear: the URL to call (a Slack URL is itself a credential), the secret
+    # to sign with. Never logged or returned by the API (previews only).
+    url: Mapped[str] = mapped_column(Text)
+    secret: Mapped[str | None] = mapped_column(Text)
+    format: Mapped[str] = mapped_column(String(16), server_default="json")
+    events: Mapped[list[Any]] = mapped_column(JSONB, server_default="[]")
+    enabled: Mapped[bool] = mapped_column(Boolean, server_default="true")
+    created_at: Mapped[datetime] = _created()
+    updated_at: Mapped[datetime] = _created()
+
+
+class NotificationEvent(Base):
+    """The outbox: one row per event, written in the transaction of what it reports."""
+
+    __tablename__ = "notification_events"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(64))
+    experiment_id: Mapped[int | None] = mapped_column(Integer)
+    payload: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    created_at: Mapped[datetime] = _created()
+
+
+class WebhookDelivery(Base):
+    """One event to one webhook: its status, attempts, last error and latency (the delivery log)."""
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (
+        Index("ix_webhook_deliveries_due", "status", "next_attempt_at"),
+        Index("ix_webhook_deliveries_webhook_created", "webhook_id", "created_at"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    event_id: Mapped[int] = mapped_column(ForeignKey("notification_events.id", ondelete="CASCADE"))
+    webhook_id: Mapped[int] = mapped_column(ForeignKey("webhooks.id", ondelete="CASCADE"))
+    status: Mapped[str] = mapped_column(String(16), server_default="pending")
+    attempts: Mapped[int] = mapped_column(Integer, server_default="0")
+    next_attempt_at: Mapped[datetime] = _created()
+    last_status: Mapped[int | None] = mapped_column(Integer)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    latency_ms: Mapped[float | None] = mapped_column(Double)
+    delivered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = _created()

@@ -6,8 +6,10 @@ written here and nowhere else, and so is the audit log. Every writer — the adm
 (:mod:`control.api`), the CLI through it, the rollout controller, the offline gate — goes
 through the same three disciplines:
 
-- one credential check (:mod:`control.auth`: the admin token, compared in constant time;
-  the ``X-Liftgate-Actor`` header recorded as ``admin:<name>``);
+- one credential and role check (:mod:`control.auth`: the bootstrap admin token, the read
+  token, users' API tokens and dashboard sessions with their CSRF tokens; roles viewer <
+  operator < admin compared in :func:`control.auth.denial` only; the actor ``user:<name>``,
+  or ``admin:<name>`` from ``X-Liftgate-Actor`` for the bootstrap token);
 - one lock per experiment (:mod:`control.locking`: a transaction-scoped advisory lock,
   then the rows re-read ``FOR UPDATE`` in the same transaction);
 - one audit writer (:mod:`control.audit`: actor, action, entity, before/after, secrets

@@ -1,178 +1,44 @@
 """The admin HTTP API: one router for every change to liftgate's configuration and rollouts.
 
-Served by the analytics service at ``/admin/...`` (the one admin base URL the CLI uses);
-the gateway mounts the same router for its configuration routes (see docs/operations.md).
+Served by the analytics service at ``/admin/...`` (the one admin base URL the CLI and the
+dashboard use); the gateway mounts the same router for its configuration routes (see
+docs/operations.md), behind its own admin-token-only pre-check.
 
-Every route needs ``Authorization: Bearer <LIFTGATE_ADMIN_TOKEN>`` (:mod:`control.auth`:
-401 without one, 403 with a wrong one); ``X-Liftgate-Actor`` names the operator in the
-audit log (``admin:<name>``). Errors are ``{"detail": reason}``: 404 unknown, 409 wrong
-state or conflict, 422 invalid input. Routes:
+Every route names the role it needs (:mod:`control.deps` over :mod:`control.auth`, the one
+check: 401 without a credential, 403 with a wrong one or too small a role): **viewer** reads
+experiments; **operator** creates, edits, starts/pauses/stops experiments, acts on rollouts
+and defines metrics (and reads upstreams); **admin** also manages upstreams, client API keys
+and users. The caller is the audit actor (``user:<name>``, or ``admin[:<X-Liftgate-Actor>]``
+for the bootstrap token). Errors are ``{"detail": reason}``: 404 unknown, 409 wrong state or
+conflict, 422 invalid input. Routes:
 
 - ``/admin/upstreams`` (GET, POST), ``/admin/upstreams/{name}`` (GET, PATCH, DELETE);
-- ``/admin/experiments`` (GET, POST), ``/admin/experiments/{id_or_name}`` (GET, PATCH),
+- ``/admin/experiments`` (GET, POST), ``/admin/experiments/check`` (POST: validate, write
+  nothing), ``/admin/experiments/{id_or_name}`` (GET, PATCH),
   ``/admin/experiments/{id_or_name}/start|pause|stop`` (POST);
 - ``/admin/experiments/{id_or_name}/rollout/advance|pause|resume|rollback`` (POST);
 - ``/admin/api-keys`` (GET, POST), ``/admin/api-keys/{name}`` (DELETE: revoke);
 - ``/admin/metrics`` (POST), ``/admin/metrics/{name}`` (PUT, DELETE);
+- ``/admin/me``, ``/admin/users…`` (:mod:`control.users_api`);
 - ``/admin/openapi.json``: the serving application's OpenAPI document.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Annotated, Any, Final
 
 import orjson
 from fastapi import APIRouter, Depends, Request, Response
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from control import auth, config
+from control import config, experiment_check, users_api
 from control import metrics as metric_store
 from control.bodies import ApiKeyIn, ExperimentIn, ExperimentPatch, UpstreamIn, UpstreamPatch
+from control.deps import Admin, Db, Operator, Plane, Viewer
 from control.errors import ControlError
 from control.plane import ControlPlane
 
 ROLLOUT_ACTIONS: Final = ("advance", "pause", "resume", "rollback")
-# Declares the scheme in the OpenAPI document; the check itself is control.auth's.
-_bearer = HTTPBearer(auto_error=False, description="LIFTGATE_ADMIN_TOKEN")
-
-
-def get_plane(request: Request) -> ControlPlane:
-    plane: ControlPlane = request.app.state.control
-    return plane
-
-
-Plane = Annotated[ControlPlane, Depends(get_plane)]
-
-
-def require_admin(
-    request: Request, plane: Plane, _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
-) -> str:
-    """The one admin check: 401/403 (constant-time compare), else the audit actor."""
-    denial = auth.admin_denial(request.headers.get("authorization"), plane.admin_token)
-    if denial is not None:
-        status, reason = denial
-        raise ControlError(status, reason, {"WWW-Authenticate": "Bearer"} if status == 401 else None)
-    return auth.actor(request.headers.get(auth.ACTOR_HEADER))
-
-
-def get_session(plane: Plane) -> Iterator[Session]:
-    with Session(plane.engine, expire_on_commit=False) as session:
-        yield session
-
-
-Actor = Annotated[str, Depends(require_admin)]
-Db = Annotated[Session, Depends(get_session)]
-router = APIRouter(prefix="/admin")
-
-
-@router.get("/openapi.json", include_in_schema=False)
-def openapi_document(request: Request, actor: Actor) -> dict[str, Any]:
-    """The OpenAPI document of the application serving this router."""
-    document: dict[str, Any] = request.app.openapi()
-    return document
-
-
-# --- upstreams ---------------------------------------------------------------------------
-
-
-@router.get("/upstreams")
-def list_upstreams(actor: Actor, db: Db) -> list[dict[str, Any]]:
-    return config.list_upstreams(db)
-
-
-@router.get("/upstreams/{name}")
-def get_upstream(name: str, actor: Actor, db: Db) -> dict[str, Any]:
-    return config.get_upstream(db, name)
-
-
-@router.post("/upstreams", status_code=201)
-def create_upstream(body: UpstreamIn, actor: Actor, db: Db) -> dict[str, Any]:
-    return config.create_upstream(db, body, actor)
-
-
-@router.patch("/upstreams/{name}")
-def update_upstream(name: str, body: UpstreamPatch, actor: Actor, db: Db) -> dict[str, Any]:
-    return config.update_upstream(db, name, body, actor)
-
-
-@router.delete("/upstreams/{name}", status_code=204)
-def delete_upstream(name: str, actor: Actor, db: Db) -> None:
-    config.delete_upstream(db, name, actor)
-
-
-# --- experiments -------------------------------------------------------------------------
-
-
-@router.get("/experiments")
-def list_experiments(actor: Actor, db: Db) -> list[dict[str, Any]]:
-    return config.list_experiments(db)
-
-
-@router.get("/experiments/{id_or_name}")
-def get_experiment(id_or_name: str, actor: Actor, db: Db) -> dict[str, Any]:
-    return config.get_experiment(db, id_or_name)
-
-
-@router.post("/experiments", status_code=201)
-def create_experiment(body: ExperimentIn, actor: Actor, db: Db) -> dict[str, Any]:
-    return config.create_experiment(db, body, actor)
-
-
-@router.patch("/experiments/{id_or_name}")
-def update_experiment(id_or_name: str, body: ExperimentPatch, actor: Actor, db: Db) -> dict[str, Any]:
-    return config.update_experiment(db, id_or_name, body, actor)
-
-
-@router.post("/experiments/{id_or_name}/start")
-def start_experiment(id_or_name: str, actor: Actor, db: Db) -> dict[str, Any]:
-    return config.transition(db, id_or_name, "start", actor)
-
-
-@router.post("/experiments/{id_or_name}/pause")
-def pause_experiment(id_or_name: str, actor: Actor, db: Db) -> dict[str, Any]:
-    return config.transition(db, id_or_name, "pause", actor)
-
-
-@router.post("/experiments/{id_or_name}/stop")
-def stop_experiment(id_or_name: str, actor: Actor, db: Db) -> dict[str, Any]:
-    return config.transition(db, id_or_name, "stop", actor)
-
-
-@router.post("/experiments/{id_or_name}/rollout/{action}")
-async def rollout_action(id_or_name: str, action: str, actor: Actor, plane: Plane) -> Any:
-    if action not in ROLLOUT_ACTIONS:
-        raise ControlError(
-            404, f"unknown rollout action {action!r}; expected one of {', '.join(ROLLOUT_ACTIONS)}"
-        )
-    if plane.rollout_action is None:
-        raise ControlError(404, _ELSEWHERE)
-    return await run_in_threadpool(plane.rollout_action, id_or_name, action, actor)
-
-
-# --- client API keys ---------------------------------------------------------------------
-
-
-@router.get("/api-keys")
-def list_keys(actor: Actor, db: Db) -> list[dict[str, Any]]:
-    return config.list_keys(db)
-
-
-@router.post("/api-keys", status_code=201)
-def create_key(body: ApiKeyIn, actor: Actor, db: Db) -> dict[str, Any]:
-    return config.create_key(db, body, actor)
-
-
-@router.delete("/api-keys/{name}")
-def revoke_key(name: str, actor: Actor, db: Db) -> dict[str, Any]:
-    return config.revoke_key(db, name, actor)
-
-
-# --- metric definitions ------------------------------------------------------------------
-
-_ELSEWHERE: Final = "served by the control plane: the analytics service's /admin (liftgate's admin base URL)"
 
 
 async def _json_body(request: Request) -> Any:
@@ -184,7 +50,131 @@ async def _json_body(request: Request) -> Any:
         raise ControlError(422, f"body: invalid JSON ({exc})") from None
 
 
-MetricBody = Annotated[Any, Depends(_json_body)]
+JsonBody = Annotated[Any, Depends(_json_body)]
+MetricBody = JsonBody
+
+
+router = APIRouter(prefix="/admin")
+
+
+@router.get("/openapi.json", include_in_schema=False)
+def openapi_document(request: Request, who: Viewer) -> dict[str, Any]:
+    """The OpenAPI document of the application serving this router."""
+    document: dict[str, Any] = request.app.openapi()
+    return document
+
+
+# --- upstreams ---------------------------------------------------------------------------
+
+
+@router.get("/upstreams")
+def list_upstreams(who: Operator, db: Db) -> list[dict[str, Any]]:
+    return config.list_upstreams(db)
+
+
+@router.get("/upstreams/{name}")
+def get_upstream(name: str, who: Operator, db: Db) -> dict[str, Any]:
+    return config.get_upstream(db, name)
+
+
+@router.post("/upstreams", status_code=201)
+def create_upstream(body: UpstreamIn, who: Admin, db: Db) -> dict[str, Any]:
+    return config.create_upstream(db, body, who.actor)
+
+
+@router.patch("/upstreams/{name}")
+def update_upstream(name: str, body: UpstreamPatch, who: Admin, db: Db) -> dict[str, Any]:
+    return config.update_upstream(db, name, body, who.actor)
+
+
+@router.delete("/upstreams/{name}", status_code=204)
+def delete_upstream(name: str, who: Admin, db: Db) -> None:
+    config.delete_upstream(db, name, who.actor)
+
+
+# --- experiments -------------------------------------------------------------------------
+
+
+@router.get("/experiments")
+def list_experiments(who: Viewer, db: Db) -> list[dict[str, Any]]:
+    return config.list_experiments(db)
+
+
+@router.get("/experiments/{id_or_name}")
+def get_experiment(id_or_name: str, who: Viewer, db: Db) -> dict[str, Any]:
+    return config.get_experiment(db, id_or_name)
+
+
+@router.post("/experiments", status_code=201)
+def create_experiment(body: ExperimentIn, who: Operator, db: Db) -> dict[str, Any]:
+    return config.create_experiment(db, body, who.actor)
+
+
+@router.post(
+    "/experiments/check",
+    openapi_extra={
+        "requestBody": {"required": True, "content": {"application/json": {"schema": {"type": "object"}}}}
+    },
+)
+def check_experiment(who: Operator, plane: Plane, body: JsonBody) -> dict[str, Any]:
+    """Validate an experiment (JSON, or ``{"yaml": text}``) exactly as creating it would; writes nothing."""
+    return experiment_check.check(plane, body, who.actor)
+
+
+@router.patch("/experiments/{id_or_name}")
+def update_experiment(id_or_name: str, body: ExperimentPatch, who: Operator, db: Db) -> dict[str, Any]:
+    return config.update_experiment(db, id_or_name, body, who.actor)
+
+
+@router.post("/experiments/{id_or_name}/start")
+def start_experiment(id_or_name: str, who: Operator, db: Db) -> dict[str, Any]:
+    return config.transition(db, id_or_name, "start", who.actor)
+
+
+@router.post("/experiments/{id_or_name}/pause")
+def pause_experiment(id_or_name: str, who: Operator, db: Db) -> dict[str, Any]:
+    return config.transition(db, id_or_name, "pause", who.actor)
+
+
+@router.post("/experiments/{id_or_name}/stop")
+def stop_experiment(id_or_name: str, who: Operator, db: Db) -> dict[str, Any]:
+    return config.transition(db, id_or_name, "stop", who.actor)
+
+
+@router.post("/experiments/{id_or_name}/rollout/{action}")
+async def rollout_action(id_or_name: str, action: str, who: Operator, plane: Plane) -> Any:
+    if action not in ROLLOUT_ACTIONS:
+        raise ControlError(
+            404, f"unknown rollout action {action!r}; expected one of {', '.join(ROLLOUT_ACTIONS)}"
+        )
+    if plane.rollout_action is None:
+        raise ControlError(404, _ELSEWHERE)
+    return await run_in_threadpool(plane.rollout_action, id_or_name, action, who.actor)
+
+
+# --- client API keys ---------------------------------------------------------------------
+
+
+@router.get("/api-keys")
+def list_keys(who: Admin, db: Db) -> list[dict[str, Any]]:
+    return config.list_keys(db)
+
+
+@router.post("/api-keys", status_code=201)
+def create_key(body: ApiKeyIn, who: Admin, db: Db) -> dict[str, Any]:
+    return config.create_key(db, body, who.actor)
+
+
+@router.delete("/api-keys/{name}")
+def revoke_key(name: str, who: Admin, db: Db) -> dict[str, Any]:
+    return config.revoke_key(db, name, who.actor)
+
+
+# --- metric definitions ------------------------------------------------------------------
+
+_ELSEWHERE: Final = "served by the control plane: the analytics service's /admin (liftgate's admin base URL)"
+
+
 _METRIC_DOC: Final[dict[str, Any]] = {
     "requestBody": {"required": True, "content": {"application/json": {"schema": {"type": "object"}}}}
 }
@@ -211,27 +201,27 @@ def _not_builtin(plane: ControlPlane, name: str, verb: str) -> None:
 
 
 @router.post("/metrics", status_code=201, openapi_extra=_METRIC_DOC)
-def create_metric(plane: Plane, actor: Actor, body: MetricBody) -> dict[str, Any]:
+def create_metric(plane: Plane, who: Operator, body: MetricBody) -> dict[str, Any]:
     spec = _spec(plane, body)
     with plane.engine.begin() as conn:
-        metric_store.create(conn, spec, actor)
+        metric_store.create(conn, spec, who.actor)
     return spec | {"builtin": False}
 
 
 @router.put("/metrics/{name}", openapi_extra=_METRIC_DOC)
-def update_metric(plane: Plane, actor: Actor, name: str, body: MetricBody) -> dict[str, Any]:
+def update_metric(plane: Plane, who: Operator, name: str, body: MetricBody) -> dict[str, Any]:
     _not_builtin(plane, name, "changed")
     spec = _spec(plane, body, name)
     with plane.engine.begin() as conn:
-        metric_store.update(conn, name, spec, actor)
+        metric_store.update(conn, name, spec, who.actor)
     return spec | {"builtin": False}
 
 
 @router.delete("/metrics/{name}", status_code=204)
-def delete_metric(plane: Plane, actor: Actor, name: str) -> Response:
+def delete_metric(plane: Plane, who: Operator, name: str) -> Response:
     _not_builtin(plane, name, "deleted")
     with plane.engine.begin() as conn:
-        metric_store.delete(conn, name, actor)
+        metric_store.delete(conn, name, who.actor)
     return Response(status_code=204)
 
 
@@ -246,3 +236,5 @@ legacy_router.add_api_route("/api/metrics/{name}", delete_metric, methods=["DELE
 legacy_router.add_api_route(
     "/api/experiments/{id_or_name}/rollout/{action}", rollout_action, methods=["POST"]
 )
+
+router.include_router(users_api.router)

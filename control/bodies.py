@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
@@ -158,6 +158,18 @@ class VariantIn(_Body):
     is_control: bool = False
 
 
+class Blinding(BaseModel):
+    """What a client learns of its arm. ``echo_model``: the response's ``model`` is the route the
+    client asked for (not the variant's model); ``variant_header``: ``X-Liftgate-Variant`` is
+    sent ``on_request`` (when the request carries ``X-Liftgate-Show-Variant: true``),
+    ``always`` or ``never``."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    echo_model: bool = True
+    variant_header: Literal["on_request", "always", "never"] = "on_request"
+
+
 class ExperimentIn(_Body):
     name: Name128
     route: Name128
@@ -171,6 +183,7 @@ class ExperimentIn(_Body):
     shadow_sample_rate: Share = 1.0
     fallback_to_control: bool = False
     content_logging: Word = "none"
+    blinding: Blinding = Field(default_factory=Blinding)
     metrics: Annotated[list[Json], Field(max_length=256)] = Field(default_factory=list)
     rollout_plan: dict[str, Json] | None = None
     variants: Annotated[list[VariantIn], Field(min_length=1, max_length=64)]
@@ -188,6 +201,7 @@ class ExperimentPatch(_Body):
             "shadow_sample_rate",
             "fallback_to_control",
             "content_logging",
+            "blinding",
             "metrics",
             "variants",
         }
@@ -203,6 +217,7 @@ class ExperimentPatch(_Body):
     shadow_sample_rate: Share | None = None
     fallback_to_control: bool | None = None
     content_logging: Word | None = None
+    blinding: Blinding | None = None
     metrics: Annotated[list[Json], Field(max_length=256)] | None = None
     rollout_plan: dict[str, Json] | None = None
     rollout_stage: Annotated[int, Field(ge=0, le=10_000)] | None = None

@@ -154,6 +154,7 @@ _EXP_FIELDS: Final = (
     "shadow_sample_rate",
     "fallback_to_control",
     "content_logging",
+    "blinding",
     "metrics",
     "rollout_plan",
     "rollout_stage",

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection, func, select, text
 from sqlalchemy.dialects.postgresql import insert
 
 from contracts.tables import GateDecision, OfflineGateDeclaration
-from control import audit
+from control import audit, notifications
 from control.locking import lock
 
 
@@ -62,4 +62,17 @@ def save_decision(conn: Connection, values: dict[str, Any]) -> int:
         conn, actor=str(values.get("actor") or "offline-gate"), action="offline_gate.decision",
         entity="experiment", entity_id=experiment_id, before=None, after={**summary, "decision_id": did},
     )  # fmt: skip
+    if not values.get("passed"):
+        exp = conn.execute(
+            text("SELECT id, name, route FROM experiments WHERE id = :e"), {"e": experiment_id}
+        ).first()
+        experiment = None if exp is None else {"id": int(exp[0]), "name": exp[1], "route": exp[2]}
+        reasons = values.get("reasons") or []
+        reason = "; ".join(str(r.get("message", r) if isinstance(r, dict) else r) for r in reasons[:5])
+        notifications.emit(
+            conn,
+            "offline_gate.failed",
+            {**summary, "decision_id": did, "reason": reason or f"verdict {values.get('verdict')}"},
+            experiment=experiment,
+        )
     return did

@@ -14,6 +14,9 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine
 
+from control.auth import Authenticator
+from control.notify_settings import NotifySettings
+
 #: Validates and normalises a metric definition body; raises ValueError with the reason.
 MetricSpec = Callable[[Any], dict[str, Any]]
 #: (experiment id or name, action, actor) -> the rollout's status after the action.
@@ -30,6 +33,9 @@ class ControlPlane:
         metric_spec: MetricSpec | None = None,
         builtin_metrics: frozenset[str] = frozenset(),
         rollout_action: RolloutAction | None = None,
+        read_token: str | None = None,
+        auth: Authenticator | None = None,
+        notify: NotifySettings | None = None,
     ) -> None:
         if engine is None and database_url is None:
             raise ValueError("the control plane needs an engine or a database URL")
@@ -37,10 +43,15 @@ class ControlPlane:
         self.metric_spec = metric_spec
         self.builtin_metrics = builtin_metrics
         self.rollout_action = rollout_action
+        # Webhook delivery settings (the SSRF policy, the test button's deadline).
+        self.notify = notify if notify is not None else NotifySettings()
         self._engine = engine
         self._owned = engine is None
         self._database_url = database_url
         self._lock = threading.Lock()
+        # Who may do what: the caller's authenticator (the analytics service shares its own
+        # with its request guard), else one over this plane's engine.
+        self.auth = auth if auth is not None else Authenticator(admin_token, read_token, lambda: self.engine)
 
     @property
     def engine(self) -> Engine:

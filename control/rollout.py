@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import orjson
 from sqlalchemy import Connection, text
 
-from control import audit
+from control import audit, notifications
 
 
 class Decision(Protocol):
@@ -217,7 +217,11 @@ def decisions(conn: Connection, experiment_id: int, limit: int = 500) -> list[De
 
 
 def is_repeat_hold(conn: Connection, experiment_id: int, decision: Decision) -> bool:
-    """A hold identical (same stage and rule) to the last recorded decision is not re-recorded."""
+    """A hold identical (same stage and rule) to the last recorded decision is not re-recorded.
+
+    A hold at which a group-sequential look was taken (``group_looks`` changed) is recorded:
+    the looks taken are the plan's memory (read by the controller, ``analytics.rollout.controller``).
+    """
     if decision.decision != "hold":
         return False
     last = last_decision(conn, experiment_id)
@@ -226,6 +230,7 @@ def is_repeat_hold(conn: Connection, experiment_id: int, decision: Decision) -> 
         and last.decision == "hold"
         and last.stage == decision.stage
         and last.evidence.get("code") == decision.code
+        and last.evidence.get("group_looks") == decision.evidence.get("group_looks")
     )
 
 
@@ -263,5 +268,15 @@ def record(
         entity_id=str(experiment_id),
         before=before,
         after=None if after is None else {**after, "reason": decision.reason, "decision_id": int(rid)},
+    )
+    # In this transaction: the decision and its notifications commit together.
+    exp = conn.execute(
+        text("SELECT id, name, route FROM experiments WHERE id = :e"), {"e": experiment_id}
+    ).first()
+    experiment = (
+        {"id": experiment_id} if exp is None else {"id": int(exp[0]), "name": exp[1], "route": exp[2]}
+    )
+    notifications.rollout_decision(
+        conn, experiment, decision, actor=actor, decision_id=int(rid), now=now, before=before, after=after
     )
     return int(rid)

@@ -1,7 +1,7 @@
 """The datasets HTTP API: a FastAPI router the analytics service mounts.
 
 Built by :func:`make_router` with the service's engine getter and its credential checks
-(passed in: curation never imports the service). Reads (list, show) need the read
+(passed in: curation never imports the service). Reads (list, show, replays) need the read
 credential; everything that creates, exports or deletes data needs the admin one, and is
 audited with the admin's name. Errors are 4xx with a reason: 400 bad input, 404 unknown
 dataset or experiment, 409 an export that would leak a holdout (with the overlapping ids).
@@ -108,6 +108,15 @@ def make_router(get_engine: Callable[[Request], Engine], require_read: Callable[
         try:
             with engine.connect() as conn:
                 return store.show(conn, name)
+        except CurationError as exc:
+            raise _http(exc) from None
+
+    @router.get("/datasets/{name}/replays", dependencies=[Depends(require_read)])
+    def replays(engine: EngineDep, name: str) -> list[dict[str, Any]]:
+        """Stored offline replays of the dataset's versions (win rates, per category with Holm), newest first."""
+        try:
+            with engine.connect() as conn:
+                return store.replays(conn, name)
         except CurationError as exc:
             raise _http(exc) from None
 

@@ -11,8 +11,12 @@ Steps, streamed in batches (memory grows with the items kept, never with the cal
    (largest remainder; ``stratify: none`` = one stratum), filled in a seeded random order
    — duplicates are skipped, so a quota is short only when the category runs out;
 5. each kept item carries its provenance (request id, experiment, variant, category,
-   feedback kinds, time), any user reference, and for regenerated answers the pair
-   (the kept answer vs the regenerated one).
+   feedback kinds, time), any user reference, and a preference pair when there is one:
+   for a regenerated answer the answer the user kept vs the regenerated one (the user's
+   own choice, used first); else for a call with judged shadow mirrors the side the judge
+   prefers by at least ``source.JUDGE_MARGIN`` points unless the user's signal on the
+   answer they saw contradicts it (``source.judged_preference``; the widest gap when
+   several mirrors qualify).
 
 The version is written in one transaction (all or nothing) with its content hash and an
 audit record.
@@ -94,6 +98,9 @@ class _Selection:
             "kept": 0,
             "truncated": 0,
             "pairs": 0,
+            "judged_pairs": 0,
+            "judge_ties": 0,
+            "judge_vetoed": 0,
             "references": 0,
         }
     )
@@ -119,15 +126,14 @@ class _Selection:
             fresh.append((row, prompt, response, digest, norm, cut or cut_r))
         out: list[tuple[Row, str, str | None, str, bool]] = []
         sigs = minhash.signatures([f[4] for f in fresh])
-        for (row, prompt, response, digest, _norm, cut), sig in zip(fresh, sigs, strict=True):
+        bands = minhash.band_keys_many(sigs) if sigs else []
+        for (row, prompt, response, digest, _norm, cut), sig, keys in zip(fresh, sigs, bands, strict=True):
             if room is not None and len(out) >= room:
                 self.seen.discard(digest)  # not kept: a later call with this text may be
                 continue
-            bands = minhash.band_keys(sig)
-            if self.index.near(sig, first_only=True, bands=bands):
+            if self.index.add_unless_near(digest, sig, keys) is not None:
                 self.stats["near_duplicates"] += 1
                 continue
-            self.index.add(digest, sig, bands)
             out.append((row, prompt, response, digest, cut))
         self.stats["kept"] += len(out)
         return out
@@ -149,11 +155,22 @@ def _streams(read: Connection, exp: source.Experiment, spec: CurationSpec, count
     want = quotas(strata, spec.sample)
     for category in sorted(want):
         only = None if category == "*" else category
-        with contextlib.closing(source.rows(read, exp, spec, category=only)) as stream:
-            for batch in stream:
-                if kept.get(category, 0) >= want[category]:
-                    break
-                yield batch, category, want
+        # Pages of the stratum's seeded order: most quotas fill from the first page, and a
+        # page is a bounded top-N sort in PostgreSQL, not a sort of every matching call.
+        page, offset = 2 * want[category] + 256, 0
+        while kept.get(category, 0) < want[category]:
+            seen = 0
+            with contextlib.closing(
+                source.rows(read, exp, spec, category=only, limit=page, offset=offset)
+            ) as stream:
+                for batch in stream:
+                    seen += len(batch)
+                    if kept.get(category, 0) >= want[category]:
+                        break
+                    yield batch, category, want
+            if seen < page:
+                break  # the stratum ran out (or its quota filled)
+            offset += page
 
 
 def create_version(
@@ -165,8 +182,10 @@ def create_version(
     with engine.connect() as read:
         exp = source.experiment(read, spec.experiment)
         source.require_full_content(exp)
-        counts = source.counts(read, exp, spec)
-        if not counts:
+        # The per-category counts only size a sample's quotas: without a sample, the stream
+        # itself says whether anything matched (one pass over the calls instead of two).
+        counts = source.counts(read, exp, spec) if spec.sample else {}
+        if spec.sample and not counts:
             raise CurationError(f"no call of experiment {exp.name!r} matches these filters")
         sel = _Selection()
         kept_per: dict[str, int] = {}
@@ -189,6 +208,8 @@ def create_version(
                 if rows:
                     copy_items(write, rows)
                 position += len(rows)
+            if sel.stats["matched"] == 0:
+                raise CurationError(f"no call of experiment {exp.name!r} matches these filters")
             if position == 0:
                 raise CurationError(
                     f"none of the {sel.stats['matched']} matching calls has stored text "
@@ -247,6 +268,7 @@ def _items(read: Connection, exp: source.Experiment, version_id: int,
            taken: list[tuple[Row, str, str | None, str, bool]], position: int, sel: _Selection) -> list[dict[str, Any]]:  # fmt: skip
     refs = source.references(read, [t[0].request_id for t in taken])
     pairs = source.regenerations(read, exp, [t[0] for t in taken if "regenerate" in t[0].kinds])
+    shadows = source.shadow_pairs(read, exp, [t[0].request_id for t in taken if t[2]])
     out = []
     for k, (row, prompt, response, digest, cut) in enumerate(taken):
         reference = dict(refs.get(row.request_id, {}))
@@ -258,7 +280,10 @@ def _items(read: Connection, exp: source.Experiment, version_id: int,
         kept = pairs.get(row.request_id)
         if kept is not None and response:
             pair = {"source": "regenerated", "chosen": clean(kept.response or "")[0], "rejected": response,
-                    "chosen_request_id": kept.request_id}  # fmt: skip
+                    "chosen_request_id": kept.request_id, "rejected_request_id": row.request_id}  # fmt: skip
+        elif response and row.request_id in shadows:
+            pair = _judged_pair(row, response, shadows[row.request_id], sel.stats)
+        if pair is not None:
             sel.stats["pairs"] += 1
         sel.stats["references"] += bool(reference)
         provenance: dict[str, Any] = {
@@ -278,6 +303,55 @@ def _items(read: Connection, exp: source.Experiment, version_id: int,
                     "minhash": sel.signature(digest), "prompt": prompt, "response": response,
                     "reference": reference or None, "pair": pair, "provenance": provenance})  # fmt: skip
     return out
+
+
+def _judged_pair(
+    row: Row, response: str, sides: list[source.ShadowSide], stats: dict[str, int]
+) -> dict[str, Any] | None:
+    """The preference pair of a primary call from its judged shadow mirrors (or None)."""
+    best: tuple[float, dict[str, Any]] | None = None
+    for side in sides:
+        winner = source.judged_preference(side.primary_score, side.shadow_score, row.kinds)
+        if winner is None:
+            tied = abs(side.shadow_score - side.primary_score) < source.JUDGE_MARGIN
+            stats["judge_ties" if tied else "judge_vetoed"] += 1
+            continue
+        shadow = clean(side.response)[0]
+        primary = {
+            "text": response,
+            "request_id": row.request_id,
+            "variant": row.variant,
+            "score": side.primary_score,
+        }
+        mirror = {
+            "text": shadow,
+            "request_id": side.request_id,
+            "variant": side.variant,
+            "score": side.shadow_score,
+        }
+        chosen, rejected = (mirror, primary) if winner == "shadow" else (primary, mirror)
+        gap = abs(side.shadow_score - side.primary_score)
+        if best is None or gap > best[0]:
+            best = (gap, {"source": "judged_shadow", "judge": side.judge, "chosen": chosen["text"],
+                          "rejected": rejected["text"], "chosen_request_id": chosen["request_id"],
+                          "rejected_request_id": rejected["request_id"], "chosen_variant": chosen["variant"],
+                          "rejected_variant": rejected["variant"], "chosen_score": chosen["score"],
+                          "rejected_score": rejected["score"],
+                          "user_agrees": _user_agrees(winner, row.kinds)})  # fmt: skip
+    if best is not None:
+        stats["judged_pairs"] += 1
+        return best[1]
+    return None
+
+
+def _user_agrees(winner: str, kinds: tuple[str, ...]) -> bool | None:
+    """Whether the user's signal on the answer they saw backs the judge (None: no signal)."""
+    said = set(kinds)
+    if winner == "shadow" and said & source.DISLIKED_KINDS:
+        return True
+    if winner == "primary" and said & source.POSITIVE_KINDS:
+        return True
+    return None
 
 
 def _category_counts(conn: Connection, version_id: int) -> dict[str, int]:

@@ -8,8 +8,9 @@ Formats (one JSON object per line):
   other items are skipped and counted.
 * ``preference`` — OpenAI preference fine-tuning: ``{"input": {"messages": [user]},
   "preferred_output": [assistant], "non_preferred_output": [assistant]}`` from items with a
-  pair (the answer kept after a regenerate vs the regenerated one) or an edit (the edited
-  text vs the logged answer); others are skipped and counted.
+  pair — the answer kept after a regenerate vs the regenerated one, or the side of a judged
+  shadow pair the judge prefers (the user not contradicting it, ``curation.source``) — or
+  an edit (the edited text vs the logged answer); others are skipped and counted.
 * ``eval`` — liftgate's eval item format (docs/evals.md), with a scorer from the reference:
   the user's verifiable check when given, else an LLM-judge rubric (with the corrected text
   as its reference when there is one). Provenance goes in ``metadata``.

@@ -120,6 +120,16 @@ def band_keys(sig: Signature) -> list[int]:
     return [int(k) for k in keys.tolist()]
 
 
+def band_keys_many(sigs: Iterable[Signature] | npt.NDArray[np.uint32]) -> list[list[int]]:
+    """``band_keys`` of many signatures in one vectorised step (the same keys)."""
+    arr = np.ascontiguousarray(np.asarray(sigs, dtype=np.uint32).reshape(-1, PERMUTATIONS))
+    pairs = arr.view(np.uint64).reshape(-1, BANDS, ROWS // 2)
+    with np.errstate(over="ignore"):
+        keys = pairs[:, :, 0] * _BAND_MIX ^ pairs[:, :, 1]
+    out: list[list[int]] = keys.tolist()
+    return out
+
+
 class LshIndex:
     """Signatures by band; ``near(sig)`` returns the keys of stored near-duplicates.
 
@@ -153,6 +163,36 @@ class LshIndex:
                     if first_only:
                         return found
         return found
+
+    def add_unless_near(self, key: str, sig: Signature, bands: list[int]) -> str | None:
+        """The key of a stored near-duplicate of ``sig`` if there is one; else ``sig`` is
+        added under ``key`` and None returned (``near(first_only=True)`` then ``add``, with
+        each band looked up once)."""
+        seen: set[int] = set()
+        hits: list[int | list[int] | None] = []
+        for band, bkey in zip(self._bands, bands, strict=True):
+            hit = band.get(bkey)
+            hits.append(hit)
+            if hit is None:
+                continue
+            for idx in (hit,) if isinstance(hit, int) else hit:
+                if idx in seen:
+                    continue
+                seen.add(idx)
+                if similarity(sig, self._sigs[idx]) >= self.threshold:
+                    return self._keys[idx]
+        idx = len(self._keys)
+        self._where[key] = idx
+        self._keys.append(key)
+        self._sigs.append(sig)
+        for band, bkey, hit in zip(self._bands, bands, hits, strict=True):
+            if hit is None:
+                band[bkey] = idx
+            elif isinstance(hit, int):
+                band[bkey] = [hit, idx]
+            else:
+                hit.append(idx)
+        return None
 
     def signature(self, key: str) -> Signature:
         return self._sigs[self._where[key]]

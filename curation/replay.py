@@ -13,6 +13,7 @@ import asyncio
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 import orjson
@@ -113,3 +114,22 @@ async def pairwise(engine: Engine, dataset: Dataset, baseline: tuple[str, int], 
 
 def dumps(replay: Replay) -> str:
     return orjson.dumps(replay.to_json(), option=orjson.OPT_SERIALIZE_NUMPY).decode()
+
+
+def judge_label(judge: Endpoint) -> str:
+    """The judge as recorded with a replay: its model and URL without credentials or query."""
+    parts = urlsplit(judge.base_url)
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return f"{judge.model} @ {urlunsplit((parts.scheme, netloc, parts.path, '', ''))}"
+
+
+def record(engine: Engine, dataset: Dataset, experiment_id: int, runs: tuple[int, int], judge: Endpoint,
+           replay: Replay, actor: str) -> int:  # fmt: skip
+    """Store a replay's result with the version it replayed (``dataset.name`` is
+    ``production:NAME@N``), so it can be read afterwards (``liftgate datasets replays``)."""
+    with engine.begin() as conn:
+        ver = store.version(conn, dataset.name.removeprefix(PREFIX))
+        return store.record_replay(
+            conn, ver, experiment_id, runs, judge_label(judge), replay.to_json(), actor
+        )

@@ -11,6 +11,7 @@ gave ≤ 4 and the user sent ``thumbs_up``.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Generator
 from dataclasses import dataclass
@@ -25,6 +26,13 @@ from curation.spec import FILTER_KINDS, CurationError, CurationSpec, NotFound
 #: A stored prompt that is a SHA-256 was logged while content logging was ``hashed``.
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 JUDGE_HIGH, JUDGE_LOW = 7.0, 4.0
+#: A judged shadow pair has a side the judge prefers when the two scores of the same judge
+#: differ by at least this much (points on the judge's scale, 1-10 by default): a one-point
+#: gap on a 10-point rubric is the smallest difference a judge states on purpose.
+JUDGE_MARGIN = 1.0
+#: What the user did to the answer they saw that says they liked it (or not).
+POSITIVE_KINDS = frozenset({"thumbs_up", "copy"})
+DISLIKED_KINDS = frozenset({"thumbs_down", "regenerate", "edit"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,10 +147,13 @@ def counts(conn: Connection, exp: Experiment, spec: CurationSpec) -> dict[str, i
 
 
 def rows(
-    conn: Connection, exp: Experiment, spec: CurationSpec, *, category: str | None = None, batch: int = 2000
-) -> Generator[list[Row], None, None]:
+    conn: Connection, exp: Experiment, spec: CurationSpec, *, category: str | None = None, batch: int = 2000,
+    limit: int | None = None, offset: int = 0,
+) -> Generator[list[Row], None, None]:  # fmt: skip
     """Matching calls in batches: in a seeded random order within ``category`` when
-    sampling, else by time. Streamed with a server-side cursor (bounded memory)."""
+    sampling, else by time. Streamed with a server-side cursor (bounded memory). ``limit``
+    and ``offset`` page through that order (a total order: ties broken by request id), so
+    PostgreSQL keeps only the page's rows in a top-N sort instead of sorting them all."""
     cat_sql = category_sql(conn)
     where, params = _where(spec, cat_sql)
     if category is not None:
@@ -153,7 +164,9 @@ def rows(
         f"SELECT i.request_id, i.ts, i.variant, i.unit_id, i.conversation_id, i.status, {cat_sql}, i.prompt,"
         f" i.response, COALESCE(fb.kinds, ARRAY[]::text[]), fb.rating, fb.judge"
         f" FROM interactions i {_FEEDBACK} WHERE {where} ORDER BY {order}"
+        + (" LIMIT :limit OFFSET :offset" if limit is not None else "")
     )
+    params.update(limit=limit, offset=offset)
     result = stream(conn, batch, query, {"e": exp.id, "seed": str(spec.seed), **params})
     try:
         for part in result.partitions(batch):
@@ -228,4 +241,66 @@ def regenerations(conn: Connection, exp: Experiment, regenerated: list[Row]) -> 
                 out[row.request_id] = Row(rid, ts, row.variant, row.unit_id, row.conversation_id, "ok",
                                           row.category, row.prompt, response, (), None, None)  # fmt: skip
                 break
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class ShadowSide:
+    """A judged shadow call paired with a primary call: its answer and both sides' scores."""
+
+    request_id: str
+    variant: str | None
+    response: str
+    judge: str
+    primary_score: float
+    shadow_score: float
+
+
+def judged_preference(primary_score: float, shadow_score: float, kinds: tuple[str, ...] | frozenset[str],
+                      margin: float = JUDGE_MARGIN) -> str | None:  # fmt: skip
+    """Which side of a judged shadow pair is preferred: ``"primary"``, ``"shadow"`` or None.
+
+    The judge decides (scores at least ``margin`` apart, else a tie: None); the user's own
+    signal on the answer they saw vetoes a judge that contradicts it — a thumbs-up or copy
+    of the primary answer when the judge prefers the shadow, a thumbs-down, regenerate or
+    edit of it when the judge prefers the primary — so a pair is never learned against
+    what the user said. NaN or infinite scores are no preference.
+    """
+    if not (math.isfinite(primary_score) and math.isfinite(shadow_score)):
+        return None
+    gap = shadow_score - primary_score
+    if abs(gap) < margin:
+        return None
+    said = set(kinds)
+    liked, disliked = bool(said & POSITIVE_KINDS), bool(said & DISLIKED_KINDS)
+    if gap > 0:
+        return None if liked and not disliked else "shadow"
+    return None if disliked else "primary"
+
+
+def shadow_pairs(conn: Connection, exp: Experiment, primary: list[str]) -> dict[str, list[ShadowSide]]:
+    """The judged shadow calls of these primary calls (by ``pair_id``), where one judge scored
+    both sides (status ok, a score) and the shadow's text is stored."""
+    if not primary:
+        return {}
+    found = conn.execute(
+        text(
+            "SELECT s.pair_id, s.request_id, s.variant, s.response, js.judge, jp.score, js.score"
+            " FROM interactions s"
+            " JOIN judgements js ON js.request_id = s.request_id AND js.status = 'ok' AND js.score IS NOT NULL"
+            " JOIN judgements jp ON jp.request_id = s.pair_id AND jp.judge = js.judge AND jp.role = 'primary'"
+            "   AND jp.status = 'ok' AND jp.score IS NOT NULL"
+            " WHERE s.pair_id = ANY(:ids) AND s.role = 'shadow' AND s.experiment_id = :e AND s.status = 'ok'"
+            "   AND s.response IS NOT NULL AND s.response <> ''"
+            " ORDER BY s.pair_id, s.request_id, js.judge"
+        ),
+        {"ids": primary, "e": exp.id},
+    ).all()
+    out: dict[str, list[ShadowSide]] = {}
+    for pair_id, rid, variant, response, judge, p_score, s_score in found:
+        if _HEX64.fullmatch(str(response)):
+            continue  # logged as a hash
+        out.setdefault(str(pair_id), []).append(
+            ShadowSide(str(rid), variant, str(response), str(judge), float(p_score), float(s_score))
+        )
     return out

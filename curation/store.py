@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import orjson
 from sqlalchemy import Connection, insert, text
 
 from curation.audit import audit
@@ -100,7 +101,7 @@ def show(conn: Connection, name: str) -> dict[str, Any]:
 
 
 def delete(conn: Connection, name: str, actor: str) -> dict[str, int]:
-    """Delete a dataset: its versions, items and export records (cascade), audited."""
+    """Delete a dataset: its versions, items, export records and stored replays (cascade), audited."""
     ds_id = conn.execute(text("SELECT id FROM datasets WHERE name = :n FOR UPDATE"), {"n": name}).scalar()
     if ds_id is None:
         raise NotFound(f"no dataset {name!r}")
@@ -108,8 +109,15 @@ def delete(conn: Connection, name: str, actor: str) -> dict[str, int]:
                             " WHERE dataset_id = :d"), {"d": ds_id}).one()  # fmt: skip
     exports = conn.execute(text("SELECT count(*) FROM dataset_exports e JOIN dataset_versions v ON v.id ="
                                 " e.version_id WHERE v.dataset_id = :d"), {"d": row[0]}).scalar_one()  # fmt: skip
+    replayed = conn.execute(text("SELECT count(*) FROM dataset_replays r JOIN dataset_versions v ON v.id ="
+                                 " r.version_id WHERE v.dataset_id = :d"), {"d": row[0]}).scalar_one()  # fmt: skip
     conn.execute(text("DELETE FROM datasets WHERE id = :d"), {"d": row[0]})
-    removed = {"versions": int(row[1]), "items": int(row[2]), "exports": int(exports)}
+    removed = {
+        "versions": int(row[1]),
+        "items": int(row[2]),
+        "exports": int(exports),
+        "replays": int(replayed),
+    }
     audit(conn, actor, "delete_dataset", name, before=removed)
     return removed
 
@@ -163,3 +171,45 @@ def add_reference(conn: Connection, request_id: str, kind: str, actor: str, *, t
     audit(conn, actor, "add_reference", request_id, entity="feedback_reference",
           after={"kind": kind, "id": int(ref_id), "has_text": text_ is not None})  # fmt: skip
     return int(ref_id)
+
+
+def record_replay(conn: Connection, ver: VersionRef, experiment_id: int, runs: tuple[int, int], judge: str,
+                  result: dict[str, Any], actor: str) -> int:  # fmt: skip
+    """Store one replay's result (``curation.replay.Replay.to_json``): ``runs`` = the
+    baseline's and the candidate's eval run ids. Audited; returns its id."""
+    overall = result["overall"]
+    rid = conn.execute(text(
+        "INSERT INTO dataset_replays (version_id, experiment_id, baseline, candidate, baseline_run_id,"
+        " candidate_run_id, judge, items, failed, overall, categories, actor) VALUES (:v, :e, :b, :c, :br, :cr, :j,"
+        " :n, :f, CAST(:o AS jsonb), CAST(:cat AS jsonb), :a) RETURNING id"),
+        {"v": ver.version_id, "e": experiment_id, "b": result["baseline"], "c": result["candidate"], "br": runs[0],
+         "cr": runs[1], "j": judge[:256], "n": int(overall["n"]), "f": int(result["failed"]),
+         "o": _json(overall), "cat": _json(result["categories"]), "a": actor}).scalar_one()  # fmt: skip
+    audit(conn, actor, "record_replay", ver.dataset,
+          after={"version": ver.version, "replay_id": int(rid), "candidate": result["candidate"],
+                 "baseline": result["baseline"], "items": int(overall["n"]), "rate": _finite(overall["rate"]),
+                 "lc_rate": _finite(overall["lc_rate"])})  # fmt: skip
+    return int(rid)
+
+
+def replays(conn: Connection, name: str) -> list[dict[str, Any]]:
+    """The stored replays of a dataset's versions, newest first."""
+    if conn.execute(text("SELECT 1 FROM datasets WHERE name = :n"), {"n": name}).first() is None:
+        raise NotFound(f"no dataset {name!r}")
+    rows = conn.execute(text(
+        "SELECT r.id, v.version, e.name, r.baseline, r.candidate, r.baseline_run_id, r.candidate_run_id, r.judge,"
+        " r.items, r.failed, r.overall, r.categories, r.actor, r.created_at FROM dataset_replays r"
+        " JOIN dataset_versions v ON v.id = r.version_id JOIN datasets d ON d.id = v.dataset_id"
+        " LEFT JOIN experiments e ON e.id = r.experiment_id WHERE d.name = :n ORDER BY r.id DESC"), {"n": name}).all()  # fmt: skip
+    return [{"id": r[0], "version": r[1], "experiment": r[2], "baseline": r[3], "candidate": r[4],
+             "baseline_run_id": r[5], "candidate_run_id": r[6], "judge": r[7], "items": r[8], "failed": r[9],
+             "overall": r[10], "categories": r[11], "actor": r[12], "created_at": r[13].isoformat()} for r in rows]  # fmt: skip
+
+
+def _finite(x: Any) -> float | None:
+    return float(x) if isinstance(x, int | float) and math.isfinite(x) else None
+
+
+def _json(value: Any) -> str:
+    """JSON for a jsonb column: NaN and ±inf (a degenerate fit) become null, which jsonb accepts."""
+    return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY).decode()

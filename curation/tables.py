@@ -145,3 +145,28 @@ class ContentRetention(Base):
     ttl_days: Mapped[int] = mapped_column(Integer)
     updated_by: Mapped[str] = mapped_column(String(128))
     updated_at: Mapped[datetime] = _created()
+
+
+class DatasetReplay(Base):
+    """One stored offline replay of a version: a candidate against the baseline of an
+    experiment, judged pairwise (``curation.replay``). ``overall`` and ``categories`` hold
+    the win rates as reported (raw and length-controlled, CIs, p-values, Holm per category);
+    ``baseline_run_id``/``candidate_run_id`` are the offline gate's runs whose outputs were
+    judged. Deleted with its version."""
+
+    __tablename__ = "dataset_replays"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    version_id: Mapped[int] = mapped_column(ForeignKey("dataset_versions.id", ondelete="CASCADE"), index=True)
+    experiment_id: Mapped[int] = mapped_column(Integer)
+    baseline: Mapped[str] = mapped_column(String(64))
+    candidate: Mapped[str] = mapped_column(String(64))
+    baseline_run_id: Mapped[int] = mapped_column(Integer)
+    candidate_run_id: Mapped[int] = mapped_column(Integer)
+    judge: Mapped[str] = mapped_column(String(256))
+    items: Mapped[int] = mapped_column(Integer)
+    failed: Mapped[int] = mapped_column(Integer)
+    overall: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    categories: Mapped[list[dict[str, Any]]] = mapped_column(JSONB)
+    actor: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[datetime] = _created()

@@ -45,7 +45,7 @@ _UPSTREAMS_SQL = text(
 _EXPERIMENTS_SQL = text(
     """
     SELECT id, name, route, mode, status, salt, unit_key, coverage, targeting, forced,
-           shadow_sample_rate, fallback_to_control, content_logging, rollout_stage,
+           shadow_sample_rate, fallback_to_control, content_logging, rollout_stage, blinding,
            extract(epoch FROM updated_at) AS updated
     FROM experiments WHERE status = ANY(:statuses)
     """
@@ -122,8 +122,11 @@ class DatabaseConfigSource:
 def _experiment(row: dict[str, Any], variants: tuple[VariantConfig, ...]) -> ExperimentConfig:
     forced = row.pop("forced") or {}
     targeting = row.pop("targeting") or []
+    blinding = row.pop("blinding", None) or {}
     return ExperimentConfig(
         **row,
+        echo_model=blinding.get("echo_model", True) is not False,
+        variant_header=str(blinding.get("variant_header") or "on_request"),
         variants=variants,
         forced={str(k): str(v) for k, v in forced.items()},
         targeting=tuple(targeting),

@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
-import re
 from dataclasses import dataclass
 from time import perf_counter
 
 import orjson
 
 from contracts.events import JudgeEvent, judge_event_id
+from contracts.judging import DEFAULT_RUBRIC, TEXT_MAX, judge_request, parse_score, system_prompt
 from gateway.recorder import CallInfo, Recorder
 from gateway.relay import CallResult, call_json
 from gateway.telemetry import GatewayMetrics
@@ -37,14 +36,7 @@ from gateway.upstreams import UpstreamClient
 
 log = logging.getLogger(__name__)
 
-DEFAULT_RUBRIC = (
-    "You are grading an AI assistant's answer for a user. Judge correctness first, then how "
-    "well the answer serves the user's request (relevant, complete, no padding). Reply with a "
-    "single integer score from {low} to {high} and nothing else."
-)
-_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
-#: Characters of the question and of the answer sent to the judge (bounds its cost and the queue).
-TEXT_MAX = 8000
+__all__ = ["DEFAULT_RUBRIC", "TEXT_MAX", "JudgeConfig", "JudgeSampler", "parse_score"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,22 +93,6 @@ def _size(job: JudgeJob) -> int:
     return len(job.question) + len(job.answer)
 
 
-def parse_score(body: bytes, low: float, high: float) -> float | None:
-    """The first number of the judge's answer when it lies in [low, high], else None."""
-    try:
-        data = orjson.loads(body)
-        content = data["choices"][0]["message"]["content"]
-    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
-        return None
-    if not isinstance(content, str):
-        return None
-    m = _NUMBER.search(content)
-    if m is None:
-        return None
-    score = float(m.group())
-    return score if math.isfinite(score) and low <= score <= high else None
-
-
 class JudgeSampler:
     def __init__(
         self, config: JudgeConfig, client: UpstreamClient, recorder: Recorder, metrics: GatewayMetrics
@@ -128,7 +104,7 @@ class JudgeSampler:
         self.queue: asyncio.Queue[JudgeJob] = asyncio.Queue(maxsize=config.queue_size)
         self.held_bytes = 0
         self._workers: list[asyncio.Task[None]] = []
-        self._system = config.rubric.format(low=f"{config.score_min:g}", high=f"{config.score_max:g}")
+        self._system = system_prompt(config.rubric, config.score_min, config.score_max)
 
     @property
     def rate(self) -> float:
@@ -172,15 +148,7 @@ class JudgeSampler:
                 self.queue.task_done()
 
     def payload(self, job: JudgeJob) -> bytes:
-        user = f"Question:\n{job.question[:TEXT_MAX]}\n\nAnswer:\n{job.answer[:TEXT_MAX]}"
-        return orjson.dumps(
-            {
-                "model": self.config.model,
-                "messages": [{"role": "system", "content": self._system}, {"role": "user", "content": user}],
-                "temperature": 0,
-                "max_tokens": 16,
-            }
-        )
+        return orjson.dumps(judge_request(self.config.model, self._system, job.question, job.answer))
 
     async def _judge(self, job: JudgeJob) -> None:
         cfg = self.config

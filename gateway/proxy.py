@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 from collections.abc import Callable
 from time import perf_counter
 from typing import Any
@@ -67,6 +68,19 @@ async def send_json(send: Send, status: int, body: bytes, headers: list[tuple[by
         }
     )
     await send({"type": "http.response.body", "body": body})
+
+
+# The top-level ``"model": "…"`` of an OpenAI response (or of each SSE event): the first key
+# spelled exactly so outside a string. Inside generated text a quote is escaped (``\\"``),
+# so text that mentions "model" never matches.
+_MODEL_FIELD = re.compile(rb'(?<!\\)"model"\s*:\s*"(?:[^"\\]|\\.)*"')
+
+
+def echo_model(body: bytes, route: str, *, every: bool = False) -> bytes:
+    """``body`` with its ``model`` set to the route the client asked for (blinding: the client
+    cannot tell the arms apart by the model name). ``every``: each SSE event of a block."""
+    value = b'"model":' + orjson.dumps(route)
+    return _MODEL_FIELD.sub(lambda _: value, body, count=0 if every else 1)
 
 
 def error_for(res: CallResult, upstream: str) -> tuple[int, bytes]:
@@ -119,6 +133,7 @@ class CompletionProxy:
         connection closed when the body is large or chunked, see ``bodies.refusal_headers``)."""
         t0 = perf_counter()
         unit_header = tags_raw = conversation = None
+        show_variant = False
         authorization: bytes | None = None
         length = -1
         chunked = False
@@ -137,6 +152,8 @@ class CompletionProxy:
                     tags_raw = value.decode("utf-8", "replace")
                 elif name == b"x-liftgate-conversation":
                     conversation = value.decode("utf-8", "replace")[:128]
+                elif name == b"x-liftgate-show-variant":
+                    show_variant = value.strip().lower() in (b"true", b"1", b"yes")
         snap = self.snapshot()
         digest = self._hashed(authorization) if authorization else None
         refused = self.metrics.refused
@@ -170,7 +187,7 @@ class CompletionProxy:
                 return
             await self._serve(
                 send, receive, endpoint, body, snap, t0, headers, authorization, digest,
-                unit_header, tags_raw, conversation,
+                unit_header, tags_raw, conversation, show_variant,
             )  # fmt: skip
         finally:
             self.concurrency.release(client)
@@ -189,6 +206,7 @@ class CompletionProxy:
         unit_header: str | None,
         tags_raw: str | None,
         conversation: str | None,
+        show_variant: bool = False,
     ) -> None:
         problem: tuple[str, str | None] | None = None
         try:
@@ -260,6 +278,7 @@ class CompletionProxy:
             content_logging=exp.content_logging if d.attributed else "none",
             category=category,
             judge_question=judge_question,
+            show_variant=show_variant,
         )
         prompt = prompt_text(req, endpoint) if info.content_logging != "none" else None
         if stream:
@@ -282,10 +301,17 @@ class CompletionProxy:
             found = cache[authorization] = key_hash(key)
         return found
 
-    def _headers(self, info: CallInfo, variant: VariantConfig) -> list[tuple[bytes, bytes]]:
-        out = [(b"x-request-id", info.request_id.encode()), (b"x-liftgate-variant", variant.name.encode())]
-        if info.experiment is not None:
-            out.append((b"x-liftgate-experiment", info.experiment.encode()))
+    def _headers(
+        self, info: CallInfo, route: RouteConfig, variant: VariantConfig
+    ) -> list[tuple[bytes, bytes]]:
+        """Blinding: the arm (variant, experiment) is named only when the experiment says
+        ``always``, or ``on_request`` (the default) and the client asked for it."""
+        out = [(b"x-request-id", info.request_id.encode())]
+        policy = route.experiment.variant_header
+        if policy == "always" or (policy == "on_request" and info.show_variant):
+            out.append((b"x-liftgate-variant", variant.name.encode()))
+            if info.experiment is not None:
+                out.append((b"x-liftgate-experiment", info.experiment.encode()))
         return out
 
     def _can_fallback(self, route: RouteConfig, d: Decision, variant: VariantConfig) -> bool:
@@ -367,7 +393,9 @@ class CompletionProxy:
             status, body = res.status, res.body
         else:
             status, body = error_for(res, variant.upstream)
-        await send_json(send, status, body, self._headers(info, d.variant))
+        if status == 200 and route.experiment.echo_model:
+            body = echo_model(body, info.route)
+        await send_json(send, status, body, self._headers(info, route, d.variant))
         if res.error_type is None:
             summarize_json(res, info.endpoint, info.keep_text)
         self._record_served(info, d, variant, res, status, latency, fallback_from, prompt)
@@ -413,7 +441,8 @@ class CompletionProxy:
             req["model"] = variant.model
             res = CallResult()
             resp = await self._open(variant, info.endpoint, orjson.dumps(req), res)
-        headers = self._headers(info, d.variant)
+        headers = self._headers(info, route, d.variant)
+        echo = route.experiment.echo_model
         if resp is None:
             status, body = error_for(res, variant.upstream)
             await send_json(send, status, body, headers)
@@ -431,10 +460,14 @@ class CompletionProxy:
                     res.finish_reason = "client_closed"
                     break
                 out = flt.feed(chunk)
+                if out and echo:
+                    out = echo_model(out, info.route, every=True)
                 if out:
                     await send({"type": "http.response.body", "body": out, "more_body": True})
             else:
                 tail = flt.flush()
+                if tail and echo:
+                    tail = echo_model(tail, info.route, every=True)
                 if not res.done:
                     res.error_type = "stream"
                     tail += _mid_stream_error(res)

@@ -61,6 +61,8 @@ class CallInfo:
     # Set when the judge sampler picked this request: the user's text for the judge (the
     # response text is then kept in memory until the judge job is queued, never logged).
     judge_question: str | None = None
+    # The client asked to see its arm (``X-Liftgate-Show-Variant: true``); see blinding.
+    show_variant: bool = False
 
     @property
     def keep_text(self) -> bool:

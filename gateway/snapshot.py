@@ -67,6 +67,10 @@ class ExperimentConfig:
     fallback_to_control: bool = False
     content_logging: str = "none"
     rollout_stage: int | None = None
+    # Blinding: the response's ``model`` is the route asked for; the variant header is sent
+    # "on_request" (X-Liftgate-Show-Variant: true), "always" or "never".
+    echo_model: bool = True
+    variant_header: str = "on_request"
 
     @property
     def control(self) -> VariantConfig:

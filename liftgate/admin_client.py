@@ -21,10 +21,22 @@ TOKEN_FILE = "admin_token"
 READ_TOKEN_FILE = "read_token"
 RUN_FILE = "up.json"  # written by `liftgate up`: its URLs (liftgate.stack)
 DEFAULT_ADMIN_URL = "http://127.0.0.1:8090"
+DEFAULT_GATEWAY_URL = "http://127.0.0.1:8080"
 
 
 def _state(state_dir: Path | None) -> Path:
     return state_dir or Path(os.environ.get("LIFTGATE_STATE_DIR", Path.cwd() / ".liftgate"))
+
+
+def recorded_url(kind: str, state_dir: Path | None = None) -> str | None:
+    """The URL a running ``liftgate up`` recorded in its run file (``gateway``, ``analytics``,
+    ``admin``), or None when there is no run file or it names none."""
+    try:
+        recorded = json.loads((_state(state_dir) / RUN_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    url = recorded.get(kind) if isinstance(recorded, dict) else None
+    return url if isinstance(url, str) and url else None
 
 
 def resolve_admin_url(explicit: str | None, state_dir: Path | None = None) -> str:
@@ -35,15 +47,19 @@ def resolve_admin_url(explicit: str | None, state_dir: Path | None = None) -> st
     env = os.environ.get("LIFTGATE_ADMIN_URL")
     if env:
         return env
-    try:
-        recorded = json.loads((_state(state_dir) / RUN_FILE).read_text())
-    except (OSError, ValueError):
-        recorded = None
-    if isinstance(recorded, dict):
-        url = recorded.get("admin") or recorded.get("analytics")
-        if isinstance(url, str) and url:
-            return url
-    return DEFAULT_ADMIN_URL
+    return recorded_url("admin", state_dir) or recorded_url("analytics", state_dir) or DEFAULT_ADMIN_URL
+
+
+def resolve_analytics_url(explicit: str | None, state_dir: Path | None = None) -> str:
+    """The analytics service: the flag (or its environment variable), else the running ``liftgate
+    up``'s, else http://127.0.0.1:8090 — so ``liftgate up --analytics-port N`` just works."""
+    return explicit or recorded_url("analytics", state_dir) or DEFAULT_ADMIN_URL
+
+
+def resolve_gateway_url(explicit: str | None, state_dir: Path | None = None) -> str:
+    """The gateway: the flag (or LIFTGATE_GATEWAY_URL), else the running ``liftgate up``'s,
+    else http://127.0.0.1:8080."""
+    return explicit or recorded_url("gateway", state_dir) or DEFAULT_GATEWAY_URL
 
 
 class AdminError(RuntimeError):
@@ -55,12 +71,14 @@ class AdminError(RuntimeError):
 
 
 def resolve_token(explicit: str | None, state_dir: Path | None = None) -> str:
-    """--token, else LIFTGATE_ADMIN_TOKEN, else ``<state dir>/admin_token`` (what ``liftgate up`` wrote)."""
+    """--token, else LIFTGATE_TOKEN (a user's API token, ``liftgate users token``), else
+    LIFTGATE_ADMIN_TOKEN, else ``<state dir>/admin_token`` (what ``liftgate up`` wrote)."""
     if explicit:
         return explicit
-    env = os.environ.get("LIFTGATE_ADMIN_TOKEN")
-    if env:
-        return env
+    for var in ("LIFTGATE_TOKEN", "LIFTGATE_ADMIN_TOKEN"):
+        env = os.environ.get(var)
+        if env:
+            return env
     path = _state(state_dir) / TOKEN_FILE
     try:
         token = path.read_text().strip()

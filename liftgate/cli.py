@@ -39,6 +39,12 @@ app.add_typer(cli_eval.app, name="eval")
 from liftgate import cli_datasets  # noqa: E402
 
 app.add_typer(cli_datasets.app, name="datasets")
+from liftgate import cli_users  # noqa: E402
+
+app.add_typer(cli_users.app, name="users")
+from liftgate import cli_webhooks  # noqa: E402
+
+app.add_typer(cli_webhooks.app, name="webhooks")
 
 
 def main() -> None:

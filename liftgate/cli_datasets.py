@@ -1,4 +1,4 @@
-"""``liftgate datasets create|list|show|split|export|delete|reference|retention``: production
+"""``liftgate datasets create|list|show|split|export|replays|delete|reference|retention``: production
 calls become versioned evaluation and training datasets (see docs/datasets.md).
 
 Uses the database directly (``--database-url`` / ``LIFTGATE_DATABASE_URL``, default: the one
@@ -177,6 +177,51 @@ def show(name: str, as_json: JsonOpt = False, database_url: DbOpt = None) -> Non
 
 
 @app.command()
+def replays(name: str, as_json: JsonOpt = False, database_url: DbOpt = None) -> None:
+    """Stored offline replays of a dataset (`liftgate eval run production:NAME`), newest first."""
+    from curation import store
+    from curation.spec import CurationError
+
+    engine = _engine(database_url)
+    try:
+        with engine.connect() as conn:
+            data = store.replays(conn, name)
+    except CurationError as exc:
+        raise _fail(exc) from None
+    finally:
+        engine.dispose()
+    if as_json:
+        for r in data:
+            sys.stdout.write(json.dumps(r) + "\n")
+        return
+    if not data:
+        console.print(
+            f"no replay of {name} yet (liftgate eval run production:{name} --experiment EXP --judge-url URL)"
+        )
+        return
+
+    def pct(x: float | None) -> str:
+        return "—" if x is None else f"{x:.1%}"
+
+    def rates(o: dict[str, Any]) -> str:
+        p = "—" if o["p_value"] is None else f"{o['p_value']:.3g}"
+        lc = (f"LC {pct(o['lc_rate'])} [{pct(o['lc_low'])}, {pct(o['lc_high'])}] p {o['lc_p_value']:.3g}"
+              if o["lc_rate"] is not None else f"LC — ({o['error'] or 'no fit'})")  # fmt: skip
+        return f"win rate {pct(o['rate'])} [{pct(o['ci_low'])}, {pct(o['ci_high'])}] p {p}; {lc}"
+
+    for r in data:
+        console.print(
+            f"[bold]#{r['id']}[/bold] v{r['version']} on {r['experiment']}: {r['candidate']} vs {r['baseline']}, "
+            f"{r['items']} items ({r['failed']} failed), judge {r['judge']}, {r['created_at'][:19]} by {r['actor']}"
+        )
+        console.print(f"  all: {rates(r['overall'])}")
+        for c in r["categories"]:
+            holm = "—" if c["p_holm"] is None else f"{c['p_holm']:.3g}"
+            lc_holm = "—" if c["lc_p_holm"] is None else f"{c['lc_p_holm']:.3g}"
+            console.print(f"  {c['category']}: {rates(c)} (Holm: p {holm}, LC p {lc_holm})")
+
+
+@app.command()
 def split(
     ref: Annotated[str, typer.Argument(help="NAME[@VERSION] (default: newest).")],
     holdout: Annotated[float, typer.Option(help="Share of each category sealed as holdout.")] = 0.2,
@@ -263,7 +308,7 @@ def delete(
     finally:
         engine.dispose()
     console.print(
-        f"deleted {name}: {removed['versions']} versions, {removed['items']} items, {removed['exports']} export records"
+        f"deleted {name}: {removed['versions']} versions, {removed['items']} items, {removed['exports']} export records, {removed['replays']} replays"
     )
 
 

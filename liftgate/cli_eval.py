@@ -251,13 +251,18 @@ def _replays(engine: Any, data: Any, exp: Any, summaries: list[Any], url: str | 
     runs = {s.variant: s.run_id for s in summaries}
     control = exp.control.variant
     judge = Endpoint(url or "", model or "judge", key)
-    return [
-        asyncio.run(
+    out = []
+    for t in exp.candidates:
+        if t.variant not in runs:
+            continue
+        result = asyncio.run(
             replay.pairwise(engine, data, (control, runs[control]), (t.variant, runs[t.variant]), judge)
         )
-        for t in exp.candidates
-        if t.variant in runs
-    ]
+        # Stored with the dataset version: `liftgate datasets replays NAME`, GET /api/datasets/NAME/replays.
+        replay.record(engine, data, exp.id, (runs[control], runs[t.variant]), judge, result,
+                      f"cli:{getpass.getuser()}")  # fmt: skip
+        out.append(result)
+    return out
 
 
 def _render_replay(r: Any, as_json: bool) -> None:

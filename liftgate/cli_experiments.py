@@ -11,7 +11,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from liftgate.admin_client import AdminClient, AdminError, resolve_admin_url, resolve_token
+from liftgate.admin_client import (
+    AdminClient,
+    AdminError,
+    resolve_admin_url,
+    resolve_analytics_url,
+    resolve_token,
+)
 from liftgate.cli_rollout import check_remote, render_check
 from liftgate.experiment_file import load_experiment_file
 
@@ -43,9 +49,11 @@ StateOpt = Annotated[
 ]
 DEFAULT_GATEWAY: str | None = None  # resolved by admin_client.resolve_admin_url
 AnalyticsOpt = Annotated[
-    str,
+    str | None,
     typer.Option(
-        "--analytics", envvar="LIFTGATE_ANALYTICS_URL", help="Analytics service (checks rollout plans)."
+        "--analytics",
+        envvar="LIFTGATE_ANALYTICS_URL",
+        help="Analytics service (checks rollout plans; default: what a running `liftgate up` recorded).",
     ),
 ]
 
@@ -74,7 +82,7 @@ def create(
         bool, typer.Option("--check/--no-check", help="Check rollout plans with the analytics service first.")
     ] = True,
     gateway: GatewayOpt = DEFAULT_GATEWAY,
-    analytics: AnalyticsOpt = "http://127.0.0.1:8090",
+    analytics: AnalyticsOpt = None,
     token: TokenOpt = None,
     state_dir: StateOpt = Path(".liftgate"),
 ) -> None:
@@ -89,7 +97,7 @@ def create(
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
     if check:
-        _check_rollouts(experiments, analytics)
+        _check_rollouts(experiments, resolve_analytics_url(analytics, state_dir))
     client = _client(gateway, token, state_dir)
     try:
         known = {u.get("name") for u in client.upstreams()}

@@ -19,6 +19,8 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
+from liftgate.admin_client import resolve_gateway_url
+
 if TYPE_CHECKING:
     import aiohttp
 
@@ -53,14 +55,20 @@ def parse_line(number: int, text: str) -> Line | Rejected:
         return Rejected(number, "missing 'request_id'")
     if not isinstance(kind, str) or not kind or len(kind) > MAX_KIND:
         return Rejected(number, "missing or invalid 'kind'")
-    value = data.get("value", 1.0)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    value = data.get("value")
+    if value is None:
+        # No value: the gateway decides what it means per kind (a yes/no signal is 1); a rating
+        # is a value, so one without is an error here as at the gateway, never a silent 1.
+        if kind == "rating":
+            return Rejected(number, "'value' is required for kind 'rating'")
+    elif isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         return Rejected(number, f"'value' must be a finite number, got {value!r}")
     unit = data.get("unit_id")
     if unit is not None and not isinstance(unit, str):
         return Rejected(number, "'unit_id' must be a string")
-    body = dict(data)
-    body["value"] = float(value)
+    body = {k: v for k, v in data.items() if k != "value"}
+    if value is not None:
+        body["value"] = float(value)
     return Line(number, body, unit)
 
 
@@ -125,9 +133,17 @@ def import_(
     file: Annotated[
         Path, typer.Argument(help="JSONL file: one feedback object per line.", exists=True, dir_okay=False)
     ],
-    gateway: Annotated[str, typer.Option(envvar="LIFTGATE_GATEWAY_URL", help="Gateway base URL.")] = (
-        "http://127.0.0.1:8080"
-    ),
+    gateway: Annotated[
+        str | None,
+        typer.Option(
+            envvar="LIFTGATE_GATEWAY_URL",
+            help="Gateway base URL (default: what a running `liftgate up` recorded, else http://127.0.0.1:8080).",
+        ),
+    ] = None,
+    state_dir: Annotated[
+        Path | None,
+        typer.Option("--state-dir", envvar="LIFTGATE_STATE_DIR", help="Where `liftgate up` keeps its state."),
+    ] = None,
     api_key: Annotated[
         str | None, typer.Option(envvar="LIFTGATE_API_KEY", help="Client API key, if required.")
     ] = None,
@@ -140,7 +156,13 @@ def import_(
     )
     with progress:
         refused = asyncio.run(
-            post_all(gateway, good, api_key=api_key, concurrency=concurrency, progress=progress)
+            post_all(
+                resolve_gateway_url(gateway, state_dir),
+                good,
+                api_key=api_key,
+                concurrency=concurrency,
+                progress=progress,
+            )
         )
     accepted = len(good) - len(refused)
     bad += refused

@@ -15,9 +15,8 @@ from rich.console import Console
 from rich.table import Table
 
 from analytics.report.schema import Interval, Report, VariantResult
-from liftgate.admin_client import AdminError, resolve_read_token, resolve_token
+from liftgate.admin_client import AdminError, resolve_analytics_url, resolve_read_token, resolve_token
 
-DEFAULT_URL = "http://127.0.0.1:8090"
 _VERDICT_STYLE = {"ship": "bold green", "harm": "bold red", "srm": "bold red", "no_difference_yet": "yellow",
                   "insufficient_data": "dim"}  # fmt: skip
 
@@ -187,8 +186,12 @@ def _render_segments(report: Report, console: Console) -> None:
 def report(
     experiment: str = typer.Argument(..., help="Experiment id or name."),
     as_json: bool = typer.Option(False, "--json", help="Print the report JSON instead of a table."),
-    url: str = typer.Option(
-        DEFAULT_URL, "--url", envvar="LIFTGATE_ANALYTICS_URL", help="Analytics service URL."
+    url: str | None = typer.Option(
+        None,
+        "--url",
+        envvar="LIFTGATE_ANALYTICS_URL",
+        help="Analytics service URL (default: what a running `liftgate up` recorded, else "
+        "http://127.0.0.1:8090).",
     ),
     fresh: bool = typer.Option(
         False, "--fresh", help="Recompute instead of using the latest snapshot (needs the admin token)."
@@ -209,7 +212,7 @@ def report(
     """Show an experiment's report: variants × metrics with lift, CI, p-values and verdicts."""
     try:
         credential = resolve_token(token, state_dir) if fresh else resolve_read_token(token, state_dir)
-        data = fetch_report(url, experiment, fresh, credential)
+        data = fetch_report(resolve_analytics_url(url, state_dir), experiment, fresh, credential)
     except (ReportError, AdminError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None

@@ -28,6 +28,7 @@ from liftgate.admin_client import (
     AdminClient,
     AdminError,
     resolve_admin_url,
+    resolve_analytics_url,
     resolve_read_token,
     resolve_token,
 )
@@ -37,9 +38,14 @@ app = typer.Typer(help="Staged rollouts: status and manual control.", no_args_is
 console = Console()
 err = Console(stderr=True)
 
-DEFAULT_ANALYTICS = "http://127.0.0.1:8090"
 AnalyticsOpt = Annotated[
-    str, typer.Option("--analytics", envvar="LIFTGATE_ANALYTICS_URL", help="Analytics service base URL.")
+    str | None,
+    typer.Option(
+        "--analytics",
+        envvar="LIFTGATE_ANALYTICS_URL",
+        help="Analytics service base URL (default: what a running `liftgate up` recorded, else "
+        "http://127.0.0.1:8090).",
+    ),
 ]
 AdminOpt = Annotated[
     str | None,
@@ -95,11 +101,19 @@ class _Client(AdminClient):
             raise AdminError(0, f"POST {path}: cannot reach {self.base_url} ({exc})") from None
 
 
+def stage_text(percent: float | None, index: int | None, count: int) -> str:
+    """A stage as people read it: the candidate's share, then where it is in the plan."""
+    if index is None:
+        return "—"
+    where = f" ({index + 1} of {count})" if count else ""
+    return ("—" if percent is None else f"{percent:g}%") + where
+
+
 def render(state: dict[str, Any]) -> None:
     pct = state.get("stage_percent")
     console.print(
         f"[bold]{state['name']}[/] (route {state['route']}): status [bold]{state['status']}[/], "
-        f"stage {state.get('stage')} ({'—' if pct is None else f'{pct:g}%'}), "
+        f"stage {stage_text(pct, state.get('stage'), len(state.get('stages') or []))}, "
         f"stage started {state.get('stage_started_at') or '—'}"
     )
     if state.get("status_reason"):
@@ -177,16 +191,29 @@ def _num(v: Any, scale: str) -> str:
     return f"{v:+.1%}" if scale == "relative" else f"{v:+.4g}"
 
 
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{value:g}%"
+
+
 def render_check(title: str, result: dict[str, Any], *, table: bool = True) -> None:
     """Errors (refused), warnings (accepted), and the detectable harm per guardrail per stage."""
     verdict = "[red]refused[/]" if result["errors"] else "[green]ok[/]"
     console.print(
-        f"[bold]{title}[/]: plan {verdict}, promotion decided at stage {result.get('promotion_stage')}"
+        f"[bold]{title}[/]: plan {verdict}, promotion decided at the {_pct(result.get('promotion_percent'))} stage"
     )
     for e in result["errors"]:
         err.print(f"[red]error:[/] {e}")
     for w in result["warnings"]:
         console.print(f"[yellow]warning:[/] {w}")
+    seq = result.get("sequential")
+    if isinstance(seq, dict) and seq.get("mode") == "group":
+        looks = ", ".join(
+            f"{r['units']} units α {r['adjusted_alpha']:.2g}" for r in seq.get("planned_looks") or ()
+        )
+        console.print(
+            f"group-sequential ({seq['spending']}, {seq['looks']} looks per stage, one-sided α "
+            f"{seq['alpha_per_stage']:.3g} per stage): {looks}"
+        )
     traffic = result.get("traffic")
     if not table or not result.get("mde") or not isinstance(traffic, dict):
         return
@@ -234,14 +261,16 @@ def check(
         Path, typer.Argument(help="Experiment YAML (rollouts in it) or a rollout plan (YAML/JSON).")
     ],
     route: Annotated[str | None, typer.Option(help="Use this route's recent traffic and baselines.")] = None,
-    analytics: AnalyticsOpt = DEFAULT_ANALYTICS,
+    analytics: AnalyticsOpt = None,
     as_json: JsonOpt = False,
     token: TokenOpt = None,
+    state_dir: StateOpt = Path(".liftgate"),
 ) -> None:
     """Check rollout plans before creating them: errors, warnings, detectable harm per stage."""
     try:
         plans = _plans(file)
-        results = [(title, check_remote(analytics, plan, route or r, token)) for title, plan, r in plans]
+        url = resolve_analytics_url(analytics, state_dir)
+        results = [(title, check_remote(url, plan, route or r, token)) for title, plan, r in plans]
     except ValueError as exc:
         err.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from None

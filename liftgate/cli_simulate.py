@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+from liftgate.admin_client import resolve_gateway_url
 
 if TYPE_CHECKING:
     from liftgate.traffic import TrafficConfig, TrafficRun, TrafficStats
@@ -45,9 +48,17 @@ def summary_table(stats: TrafficStats) -> Table:
 
 
 def simulate(
-    gateway: Annotated[str, typer.Option(help="Gateway base URL.", envvar="LIFTGATE_GATEWAY_URL")] = (
-        "http://127.0.0.1:8080"
-    ),
+    gateway: Annotated[
+        str | None,
+        typer.Option(
+            help="Gateway base URL (default: what a running `liftgate up` recorded, else http://127.0.0.1:8080).",
+            envvar="LIFTGATE_GATEWAY_URL",
+        ),
+    ] = None,
+    state_dir: Annotated[
+        Path | None,
+        typer.Option("--state-dir", envvar="LIFTGATE_STATE_DIR", help="Where `liftgate up` keeps its state."),
+    ] = None,
     route: Annotated[
         list[str] | None,
         typer.Option(help="Route(s) to call (repeat for several; conversations split evenly)."),
@@ -81,6 +92,7 @@ def simulate(
     from liftgate.traffic import TrafficConfig
 
     routes = route or ["assistant"]
+    gateway = resolve_gateway_url(gateway, state_dir)
     base = TrafficConfig(gateway_url=gateway)
     configs = [
         TrafficConfig(

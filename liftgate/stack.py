@@ -178,7 +178,7 @@ def read_token(state_dir: Path) -> str:
 
 
 def sign_in_url(stack: RunningStack) -> str:
-    """A one-time link that signs a browser in to the dashboard (valid 12 h)."""
+    """A one-time link that signs a browser in to the dashboard as the bootstrap admin (valid 15 min)."""
     from analytics.service.access import login_ticket
 
     return f"{stack.analytics_url}/dashboard/login?ticket={login_ticket(stack.admin_token, stack.read_token)}"
@@ -245,19 +245,28 @@ def demo_models() -> tuple[SimulatorModel, SimulatorModel]:
 
 
 def _check_ports(opts: StackOptions) -> None:
-    """Refuse early when a port is taken: a stale server answering /healthz would fool us."""
+    """Refuse early when a port is taken (a stale server answering /healthz would fool us),
+    naming every busy port and the flag that moves each."""
     wanted = {"--gateway-port": opts.gateway_port, "--analytics-port": opts.analytics_port}
     if opts.simulator and not opts.upstreams:
         wanted["--baseline-port"] = opts.baseline_port
         if not opts.scenario:
             wanted["--candidate-port"] = opts.candidate_port
+    pg_pid = _postmaster_pid(opts.state_dir / "pg")
+    if not opts.database_url and not (pg_pid is not None and psutil.pid_exists(pg_pid)):
+        # Our own PostgreSQL still running on this state dir is attached to, not a conflict.
+        wanted["--pg-port"] = opts.pg_port
+    busy = []
     for option, port in wanted.items():
         with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
             s.settimeout(0.5)
             if s.connect_ex((opts.host, port)) == 0:
-                raise RuntimeError(
-                    f"port {port} is in use (another `liftgate up`?); choose another with {option}"
-                )
+                busy.append(f"port {port} is in use: choose another with {option} PORT")
+    if busy:
+        raise RuntimeError(
+            "; ".join(busy)
+            + " (another `liftgate up`? `liftgate up --state-dir DIR` keeps a second one apart)"
+        )
 
 
 def start_stack(opts: StackOptions) -> RunningStack:

@@ -156,7 +156,9 @@ class TrafficRun:
         return self.stats
 
     def _headers(self, user: u.SimUser, task: str | None, conversation: str | None) -> dict[str, str]:
-        headers = {"X-Liftgate-Unit": user.user_id, "Content-Type": "application/json"}
+        # Show-Variant: the simulator counts what each arm got (clients are blinded by default).
+        headers = {"X-Liftgate-Unit": user.user_id, "Content-Type": "application/json",
+                   "X-Liftgate-Show-Variant": "true"}  # fmt: skip
         if task:
             headers["X-Liftgate-Tags"] = f"task={task}"
         if conversation:

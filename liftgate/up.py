@@ -231,7 +231,7 @@ def _banner(stack: RunningStack, routes: list[str], traffic: bool, sign_in: str)
         "[bold green]liftgate is up[/bold green]",
         f"  gateway (OpenAI API)  {gw}/v1      routes: {', '.join(routes)}",
         f"  dashboard             {sign_in}",
-        f"                        (one-time sign-in link, valid 12 h; later: {an}/dashboard with the read token)",
+        "                        (one-time sign-in link as admin, valid 15 min; a new one: liftgate users link)",
         f"  report API            {an}/api/experiments  (Authorization: Bearer <read token>)",
         f"  metrics               {gw}/metrics  {an}/metrics  (Grafana: `docker compose up` — see docs/operations.md)",
         f"  admin token           {stack.admin_token}",

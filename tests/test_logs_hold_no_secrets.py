@@ -5,8 +5,6 @@ byte they logged searched for the secrets."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 import time
 import urllib.parse
@@ -16,27 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from tests.analytics.service.test_api_hardening import call
-from tests.analytics.web.services import free_port, wait_http
 from tests.known_secrets import leaks, secret
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.services import child, free_port, service_env
 
 
 @contextmanager
 def service(module: str, env: dict[str, str], log: Path, ready: str) -> Iterator[None]:
-    full = {k: v for k, v in os.environ.items() if not k.startswith("LIFTGATE_")} | env
-    with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", module], cwd=ROOT, env=full, stdout=out, stderr=out)
-        try:
-            wait_http(ready, 60, proc)
-            yield
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
+    with child([sys.executable, "-m", module], service_env() | env, ready, log=log):
+        yield
 
 
 def test_neither_service_logs_a_secret_whatever_fails(database_url: str, tmp_path: Path) -> None:

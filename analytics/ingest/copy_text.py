@@ -10,14 +10,14 @@ multi-insert path and writes every row twice. Instead:
    event is still stored and counted exactly once. Redeliveries are rare, so no
    existence probe is paid on every batch (it costs more than the COPY it guards);
 3. the counted rows, narrowed to the columns the rollups read, are COPYed into the
-   session temp table ``lg_fold`` (no WAL, no index); one statement aggregates the rollup
-   and histogram deltas from it in SQL (Python formats no sums, the consumer's GIL being
-   its bottleneck) and upserts them, each table in key order (so concurrent consumers
-   lock rows in the same order).
+   session temp table ``lg_fold`` (no WAL, no index), which the caller folds into the
+   rollups with ``analytics.ingest.rollups.fold_interactions`` — the same fold as the
+   ``ON CONFLICT`` path's: the deltas are aggregated in SQL (Python formats no sums, the
+   consumer's GIL being its bottleneck) and upserted, each table in key order.
 
-The result is the same as ``analytics.ingest.rollups`` computes from ``lg_new_i``: only primary
-interactions in an experiment count; a conversation is counted on its first primary turn
-(first in the batch by (ts, event_id) and none stored before), in that turn's segments.
+Only primary interactions in an experiment count; a conversation is counted on its first
+primary turn (first in the batch by (ts, event_id) and none stored before), in that turn's
+segments.
 """
 
 from __future__ import annotations
@@ -32,29 +32,13 @@ import orjson
 import psycopg
 from psycopg import pq
 
-from analytics.ingest import samples
-from analytics.ingest.rollups import bucket_sql
+from analytics.ingest import rollups
 from contracts.events import InteractionEvent
-from contracts.tables import INTERACTION_MEASURES
 
 try:  # the batch's COPY text rendered in C; built by `pip install` (setup.py)
     from analytics.ingest import _copyfmt
 except ImportError:  # no C compiler at install time: the same rows rendered in Python
     _copyfmt = None  # type: ignore[assignment]
-
-# COLLATE "C": the batch's keys are sorted and grouped byte-wise (the database's default
-# collation may be a libc locale, whose strcoll comparisons cost more than the sort).
-TEMP_TABLES: Final = """
-CREATE TEMP TABLE IF NOT EXISTS lg_fold (
-    experiment_id int, variant text COLLATE "C", unit_id text COLLATE "C", ts timestamptz, status text,
-    fallback bool, latency_ms float8, ttft_ms float8, prompt_tokens int, completion_tokens int,
-    response_chars int, segments text COLLATE "C", conv bool
-) ON COMMIT DELETE ROWS;
-"""
-_COPY_FOLD: Final = (
-    b"COPY lg_fold (experiment_id, variant, unit_id, ts, status, fallback, latency_ms, ttft_ms, prompt_tokens,"
-    b" completion_tokens, response_chars, segments, conv) FROM STDIN"
-)
 
 INTERACTION_COLUMNS: Final = (
     "event_id, ts, request_id, route, experiment_id, variant, unit_id, unit_source, role, pair_id, mode,"
@@ -63,81 +47,11 @@ INTERACTION_COLUMNS: Final = (
     " tags, prompt, response, category"
 )
 _COPY_INTERACTIONS: Final = f"COPY interactions ({INTERACTION_COLUMNS}) FROM STDIN".encode()
-_M: Final = ", ".join(INTERACTION_MEASURES)
-_SET: Final = ", ".join(f"{m} = t.{m} + EXCLUDED.{m}" for m in INTERACTION_MEASURES)
-_TS_SET: Final = (
-    "first_ts = least(t.first_ts, EXCLUDED.first_ts), last_ts = greatest(t.last_ts, EXCLUDED.last_ts)"
-)
-# The deltas of the batch's counted rows, computed by Postgres from the rows just COPYed
-# into ``lg_fold``: no per-event number is formatted in Python, where the consumer's GIL is
-# the bottleneck. Same formulas as ``analytics.ingest.rollups``.
-# The segments of an event ("key=value" per tag) arrive as one text joined by _SEP (cheaper
-# for Postgres than expanding jsonb per row); a tag containing _SEP takes the SQL path.
-# Unit and segment deltas are aggregated separately, each straight from ``lg_fold``: one
-# grouping of (unit rows + segment rows) sorted twice the rows, and the planner, expecting
-# 1,000 rows per string_to_table call, sorted instead of hashing (EXPLAIN ANALYZE of a
-# 20,000-event batch: 374 → 300 ms). unnest(string_to_array()) is estimated at 10 per row.
-_SEP: Final = "\x1f"
-# Each interaction measure's delta over a group of lg_fold rows (a measure added to
-# INTERACTION_MEASURES without one here fails at import, not silently out of order).
-_DELTA_OF: Final = {
-    "requests": "count(*)::float8",
-    "errors": "count(*) FILTER (WHERE status = 'error')::float8",
-    "fallbacks": "count(*) FILTER (WHERE fallback)::float8",
-    "latency_sum": "sum(latency_ms)",
-    "ttft_n": "count(ttft_ms)::float8",
-    "ttft_sum": "coalesce(sum(ttft_ms), 0)",
-    "prompt_tokens": "coalesce(sum(prompt_tokens), 0)::float8",
-    "completion_tokens": "coalesce(sum(completion_tokens), 0)::float8",
-    "response_chars": "sum(response_chars)::float8",
-    "conversations": "count(*) FILTER (WHERE conv)::float8",
-    "turns": "count(*)::float8",
-}
-_DELTAS: Final = "min(ts), max(ts), " + ", ".join(_DELTA_OF[m] for m in INTERACTION_MEASURES)
-FOLD: Final = f"""
-WITH u AS (
-    -- ORDER BY the key: concurrent consumers lock rows in the same order (no deadlock
-    -- cycles), and index pages are visited in order (unit_id first was 50% slower).
-    INSERT INTO unit_rollups AS t (experiment_id, variant, unit_id, first_ts, last_ts, {_M})
-    SELECT experiment_id, variant, unit_id, {_DELTAS}
-    FROM lg_fold GROUP BY experiment_id, variant, unit_id
-    ORDER BY experiment_id, variant, unit_id
-    ON CONFLICT (experiment_id, variant, unit_id) DO UPDATE SET {_TS_SET}, {_SET}
-)
-INSERT INTO segment_rollups AS t (experiment_id, segment, variant, unit_id, first_ts, last_ts, {_M})
-SELECT experiment_id, segment, variant, unit_id, {_DELTAS}
-FROM lg_fold, unnest(string_to_array(segments, E'\\x1f')) segment
-WHERE segments IS NOT NULL
-GROUP BY experiment_id, segment, variant, unit_id
-ORDER BY experiment_id, segment, variant, unit_id
-ON CONFLICT (experiment_id, segment, variant, unit_id) DO UPDATE SET {_TS_SET}, {_SET}
-""".encode()
-# Last statement of the batch: every consumer updates the same histogram rows, so their
-# locks are taken as late as possible (held until the commit that follows).
-HISTOGRAMS: Final = f"""
-WITH v AS (
-    SELECT experiment_id, variant, segments, 'latency' AS metric,
-        {bucket_sql("latency_ms")} AS bucket
-    FROM lg_fold
-    UNION ALL
-    SELECT experiment_id, variant, segments, 'ttft', {bucket_sql("ttft_ms")}
-    FROM lg_fold WHERE ttft_ms IS NOT NULL
-), g AS (
-    -- Count before expanding segments: far fewer rows to split.
-    SELECT experiment_id, variant, segments, metric, bucket, count(*) AS n FROM v GROUP BY 1, 2, 3, 4, 5
-), dh AS (
-    SELECT experiment_id, metric, segment, variant, bucket, sum(n) AS n FROM (
-        SELECT experiment_id, metric, '' AS segment, variant, bucket, n FROM g
-        UNION ALL
-        SELECT experiment_id, metric, t.segment, variant, bucket, n
-        FROM g, string_to_table(g.segments, E'\\x1f') t(segment) WHERE g.segments IS NOT NULL
-    ) x GROUP BY 1, 2, 3, 4, 5
-)
-INSERT INTO latency_histograms AS h (experiment_id, metric, segment, variant, bucket, count)
-SELECT experiment_id, metric, segment, variant, bucket, n FROM dh
-ORDER BY experiment_id, metric, segment, variant, bucket
-ON CONFLICT (experiment_id, metric, segment, variant, bucket) DO UPDATE SET count = h.count + EXCLUDED.count
-""".encode()
+_COPY_FOLD: Final = f"COPY lg_fold ({rollups.FOLD_COLUMNS}) FROM STDIN".encode()
+# An event's segments arrive in lg_fold as one text joined by rollups.SEGMENT_SEP; a tag
+# containing it takes the ON CONFLICT path, which writes such tags as they are.
+_SEP: Final = rollups.SEGMENT_SEP
+
 
 # Which (experiment, conversation) pairs of the batch have a primary turn stored already:
 # one index probe per pair that stops at the first such row (LIMIT 1 inside LATERAL: not
@@ -370,7 +284,7 @@ def render_c(
 def insert_interactions(
     pg: psycopg.Connection[Any], events: Sequence[InteractionEvent], *, c_renderer: bool = True
 ) -> Inserted:
-    """COPY the batch's interactions and fold them into the rollups (caller's transaction).
+    """COPY the batch's interactions, and its counted ones into ``lg_fold`` (caller's transaction).
 
     ``c_renderer``: render the COPY text with ``analytics.ingest._copyfmt`` when it is built
     (False: the Python loop, which writes the same bytes; tests and benchmarks compare both).
@@ -381,10 +295,9 @@ def insert_interactions(
     caller must then roll back and use the ``ON CONFLICT`` path.
 
     The counted rows (primary, in an experiment) are also COPYed, narrowed to what the
-    rollups read, into the session temp table ``lg_fold``, from which one statement
-    computes the rollup and histogram deltas and upserts them: no read-back of the rows
-    just stored (an index probe per event, or a scan of ``interactions`` if the planner
-    prefers a hash join).
+    rollups read, into the session temp table ``lg_fold`` for the caller's
+    ``rollups.fold_interactions``: no read-back of the rows just stored (an index probe per
+    event, or a scan of ``interactions`` if the planner prefers a hash join).
     """
     seen: set[str] = set()
     new: list[InteractionEvent] = []
@@ -415,7 +328,4 @@ def insert_interactions(
                 copy.write(fold_text)
                 for row in fold_rows:
                     copy.write_row(row)
-            cur.execute(FOLD)
-            samples.fold(pg, samples.FROM_FOLD)
-            cur.execute(HISTOGRAMS)
     return Inserted(len(new), [e.request_id for e in counted])

@@ -1,20 +1,26 @@
-"""SQL that folds newly inserted events into the per-unit rollups and histograms.
+"""How an event changes the rollups: the one fold of a batch's new rows.
 
-Input: the session's temp tables ``lg_new_i`` (interactions inserted by this batch) and
-``lg_new_f`` (feedback attributed by this batch: inserted with a known interaction, or
-attributed now because its interaction just arrived). Each row there is counted exactly
-once because it only appears when its raw row was inserted (``ON CONFLICT DO NOTHING``)
-or when its ``experiment_id`` went from NULL to set.
+Both ways of storing a batch's interactions — the COPY fast path (``copy_text``) and the
+``ON CONFLICT`` path (``write``) — put the rows they actually inserted and that count
+(primary calls in an experiment arm), narrowed to what the rollups read, into the session
+temp table ``lg_fold``; :func:`fold_interactions` then folds ``lg_fold`` into
+``unit_rollups``, ``segment_rollups``, ``latency_histograms`` and ``latency_samples``.
+Feedback attributed by the batch is in ``lg_new_f``, folded by :func:`fold_feedback`.
+Nothing else defines how an event changes a rollup: the formulas are the two tables
+``INTERACTION_DELTAS`` and ``FEEDBACK_DELTAS``, the histogram bucket is :func:`bucket_sql`,
+an event's segments are :func:`segments_of`.
 
-Rows are grouped per key in SQL and upserted with ``x = x + EXCLUDED.x``, in key order
-so that concurrent consumers lock rows in the same order (no deadlock cycles).
+Each row there is counted exactly once because it only appears when its raw row was
+inserted (``ON CONFLICT DO NOTHING``, or a COPY that fails as a whole on a stored id) or
+when its ``experiment_id`` went from NULL to set. Rows are grouped per key in SQL and
+upserted with ``x = x + EXCLUDED.x``, in key order so that concurrent consumers lock rows
+in the same order (no deadlock cycles).
 
 Conversations: a unit's conversations are counted exactly as distinct conversation ids:
-``new_conv`` marks the first primary interaction of a conversation (first in its batch
-by time, and none stored before the batch), plus one per interaction without a conversation
-id (a stand-alone request is a one-turn conversation); ids are scoped per experiment.
-A tag segment counts a
-conversation in the segment of its first turn.
+``conv`` marks the first primary interaction of a conversation (first in its batch by
+(ts, event_id), and none stored before the batch), and every interaction without a
+conversation id (a stand-alone request is a one-turn conversation); ids are scoped per
+experiment. A tag segment counts a conversation in the segment of its first turn.
 
 Yes/no feedback (``ONCE_KINDS``) counts at most once per response and kind: the first
 one (by time) whose ``feedback_counted`` row this transaction inserts; a thumbs-up etc.
@@ -32,7 +38,7 @@ import psycopg
 from analytics.ingest import samples
 from analytics.stats.quantile import BUCKETS_PER_E, MIN_BUCKETED
 from contracts.events import FEEDBACK_KINDS
-from contracts.tables import ROLLUP_MEASURES
+from contracts.tables import FEEDBACK_MEASURES, INTERACTION_MEASURES
 
 _BUILTIN_KINDS: Final = "ARRAY[" + ", ".join(f"'{k}'" for k in sorted(FEEDBACK_KINDS)) + "]"
 #: Feedback that says yes about a response: counted once per response, with a value > 0.
@@ -41,6 +47,16 @@ YES_KINDS: Final = ("thumbs_up", "thumbs_down", "regenerate", "copy", "edit", "c
 ONCE_KINDS: Final = (*YES_KINDS, "task_success")
 _ONCE: Final = "ARRAY[" + ", ".join(f"'{k}'" for k in ONCE_KINDS) + "]"
 
+#: Separates an event's segments ("key=value" per tag) in ``lg_fold.segments``: one text is
+#: cheaper for Postgres to split than jsonb to expand per row.
+SEGMENT_SEP: Final = "\x1f"
+
+# lg_fold: one row per counted interaction. ``segments``: its segments joined by
+# SEGMENT_SEP (NULL without tags). ``tags_with_sep``: its tags, only when one of them
+# contains SEGMENT_SEP (segments is then NULL) — the rare case the joined text cannot
+# hold, written by the ON CONFLICT path (the COPY path leaves such batches to it).
+# COLLATE "C": the batch's keys are sorted and grouped byte-wise (the database's default
+# collation may be a libc locale, whose strcoll comparisons cost more than the sort).
 TEMP_TABLES: Final = """
 CREATE TEMP TABLE IF NOT EXISTS lg_stage_i (
     event_id uuid, ts float8, request_id text, route text, experiment_id int, variant text,
@@ -51,67 +67,34 @@ CREATE TEMP TABLE IF NOT EXISTS lg_stage_i (
     category text
 ) ON COMMIT DELETE ROWS;
 CREATE TEMP TABLE IF NOT EXISTS lg_stage_f (doc json) ON COMMIT DELETE ROWS;
-CREATE TEMP TABLE IF NOT EXISTS lg_new_i (
-    request_id text, ts timestamptz, experiment_id int, variant text, unit_id text, role text,
-    status text, fallback bool, latency_ms float8, ttft_ms float8, prompt_tokens int,
-    completion_tokens int, response_chars int, conversation_id text, new_conv bool, tags jsonb
-) ON COMMIT DELETE ROWS;
 CREATE TEMP TABLE IF NOT EXISTS lg_new_f (
     request_id text, kind text, value float8, ts timestamptz, experiment_id int, variant text,
     unit_id text, tags jsonb
 ) ON COMMIT DELETE ROWS;
+CREATE TEMP TABLE IF NOT EXISTS lg_fold (
+    experiment_id int, variant text COLLATE "C", unit_id text COLLATE "C", ts timestamptz, status text,
+    fallback bool, latency_ms float8, ttft_ms float8, prompt_tokens int, completion_tokens int,
+    response_chars int, segments text COLLATE "C", conv bool, tags_with_sep jsonb
+) ON COMMIT DELETE ROWS;
 """
-
-_MEASURES = ", ".join(ROLLUP_MEASURES)
-_ADDITIVE = list(ROLLUP_MEASURES)
-
-# One row per contribution: an interaction (primary, in an experiment) or a feedback.
-_CONTRIB = f"""
-c AS (
-    SELECT experiment_id, variant, unit_id, tags, ts,
-        1.0 AS requests, (status = 'error')::int::float8 AS errors, fallback::int::float8 AS fallbacks,
-        latency_ms AS latency_sum, (ttft_ms IS NOT NULL)::int::float8 AS ttft_n,
-        coalesce(ttft_ms, 0) AS ttft_sum, coalesce(prompt_tokens, 0)::float8 AS prompt_tokens,
-        coalesce(completion_tokens, 0)::float8 AS completion_tokens,
-        response_chars::float8 AS response_chars,
-        (new_conv OR conversation_id IS NULL)::int::float8 AS conversations, 1.0 AS turns,
-        0.0 AS thumbs_up, 0.0 AS thumbs_down, 0.0 AS ratings_n, 0.0 AS ratings_sum, 0.0 AS regenerates,
-        0.0 AS copies, 0.0 AS edits, 0.0 AS continued, 0.0 AS task_success_n, 0.0 AS task_success_sum
-    FROM lg_new_i WHERE role = 'primary' AND experiment_id IS NOT NULL AND variant IS NOT NULL
-    UNION ALL
-    SELECT experiment_id, variant, unit_id, tags, ts,
-        0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0,
-        (kind = 'thumbs_up')::int::float8, (kind = 'thumbs_down')::int::float8,
-        (kind = 'rating')::int::float8, CASE WHEN kind = 'rating' THEN value ELSE 0 END,
-        (kind = 'regenerate')::int::float8, (kind = 'copy')::int::float8, (kind = 'edit')::int::float8,
-        (kind = 'continued')::int::float8, (kind = 'task_success')::int::float8,
-        CASE WHEN kind = 'task_success' THEN value ELSE 0 END
-    FROM lg_new_f WHERE kind = ANY({_BUILTIN_KINDS})
-)"""
-
-_SUMS = ", ".join(f"sum({m})" for m in _ADDITIVE)
-_SET = ", ".join(f"{m} = t.{m} + EXCLUDED.{m}" for m in _ADDITIVE)
-_TS_SET = "first_ts = least(t.first_ts, EXCLUDED.first_ts), last_ts = greatest(t.last_ts, EXCLUDED.last_ts)"
-
-ROLLUP_SQL: Final = f"""
-WITH {_CONTRIB},
-s AS (SELECT c.*, t.key || '=' || t.value AS segment FROM c, jsonb_each_text(c.tags) t),
-u AS (
-    INSERT INTO unit_rollups AS t (experiment_id, variant, unit_id, first_ts, last_ts, {_MEASURES})
-    SELECT experiment_id, variant, unit_id, min(ts), max(ts), {_SUMS}
-    FROM c GROUP BY experiment_id, variant, unit_id ORDER BY experiment_id, variant, unit_id
-    ON CONFLICT (experiment_id, variant, unit_id) DO UPDATE SET {_TS_SET}, {_SET}
-    RETURNING 1
-),
-g AS (
-    INSERT INTO segment_rollups AS t (experiment_id, segment, variant, unit_id, first_ts, last_ts, {_MEASURES})
-    SELECT experiment_id, segment, variant, unit_id, min(ts), max(ts), {_SUMS}
-    FROM s GROUP BY experiment_id, segment, variant, unit_id ORDER BY experiment_id, segment, variant, unit_id
-    ON CONFLICT (experiment_id, segment, variant, unit_id) DO UPDATE SET {_TS_SET}, {_SET}
-    RETURNING 1
+#: The ``lg_fold`` columns both paths write (``tags_with_sep`` only the ON CONFLICT path).
+FOLD_COLUMNS: Final = (
+    "experiment_id, variant, unit_id, ts, status, fallback, latency_ms, ttft_ms, prompt_tokens,"
+    " completion_tokens, response_chars, segments, conv"
 )
-SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM g)
-"""
+
+
+def segments_of(row: str) -> str:
+    """The segments of an ``lg_fold`` row (or a grouping of its columns) named ``row``, one
+    per output row: a set-returning SQL expression (none without tags)."""
+    return (
+        f"unnest(CASE WHEN {row}.tags_with_sep IS NULL THEN string_to_array({row}.segments, E'\\x1f')"
+        f" ELSE ARRAY(SELECT key || '=' || value FROM jsonb_each_text({row}.tags_with_sep)) END)"
+    )
+
+
+def _has_segments(row: str) -> str:
+    return f"({row}.segments IS NOT NULL OR {row}.tags_with_sep IS NOT NULL)"
 
 
 def bucket_sql(column: str) -> str:
@@ -120,36 +103,124 @@ def bucket_sql(column: str) -> str:
     return f"floor(ln(greatest({column}, {MIN_BUCKETED})) * {BUCKETS_PER_E})::int"
 
 
-# Request-level latency/TTFT histograms.
-HISTOGRAM_SQL: Final = f"""
+def _rate(kind: str) -> str:
+    return f"count(*) FILTER (WHERE kind = '{kind}')::float8"
+
+
+def _sum(kind: str) -> str:
+    return f"coalesce(sum(value) FILTER (WHERE kind = '{kind}'), 0)"
+
+
+#: Each interaction measure's delta over a group of ``lg_fold`` rows.
+INTERACTION_DELTAS: Final = {
+    "requests": "count(*)::float8",
+    "errors": "count(*) FILTER (WHERE status = 'error')::float8",
+    "fallbacks": "count(*) FILTER (WHERE fallback)::float8",
+    "latency_sum": "sum(latency_ms)",
+    "ttft_n": "count(ttft_ms)::float8",
+    "ttft_sum": "coalesce(sum(ttft_ms), 0)",
+    "prompt_tokens": "coalesce(sum(prompt_tokens), 0)::float8",
+    "completion_tokens": "coalesce(sum(completion_tokens), 0)::float8",
+    "response_chars": "sum(response_chars)::float8",
+    "conversations": "count(*) FILTER (WHERE conv)::float8",
+    "turns": "count(*)::float8",
+}
+#: Each feedback measure's delta over a group of ``lg_new_f`` rows of built-in kinds.
+FEEDBACK_DELTAS: Final = {
+    "thumbs_up": _rate("thumbs_up"),
+    "thumbs_down": _rate("thumbs_down"),
+    "ratings_n": _rate("rating"),
+    "ratings_sum": _sum("rating"),
+    "regenerates": _rate("regenerate"),
+    "copies": _rate("copy"),
+    "edits": _rate("edit"),
+    "continued": _rate("continued"),
+    "task_success_n": _rate("task_success"),
+    "task_success_sum": _sum("task_success"),
+}
+# A measure added to contracts.tables without its formula here fails at import, not later.
+assert tuple(INTERACTION_DELTAS) == INTERACTION_MEASURES, "one delta per interaction measure, in order"
+assert tuple(FEEDBACK_DELTAS) == FEEDBACK_MEASURES, "one delta per feedback measure, in order"
+
+_TS_SET: Final = (
+    "first_ts = least(t.first_ts, EXCLUDED.first_ts), last_ts = greatest(t.last_ts, EXCLUDED.last_ts)"
+)
+
+
+def _upsert(deltas: dict[str, str], source: str, segment_source: str) -> str:
+    """Upsert the deltas of ``source`` rows per unit, and of ``segment_source`` rows (the
+    same, one per segment, with a ``segment`` column) per segment and unit."""
+    cols = ", ".join(deltas)
+    sums = "min(ts), max(ts), " + ", ".join(deltas.values())
+    add = ", ".join(f"{m} = t.{m} + EXCLUDED.{m}" for m in deltas)
+    return f"""
+WITH u AS (
+    -- ORDER BY the key: concurrent consumers lock rows in the same order (no deadlock
+    -- cycles), and index pages are visited in order (unit_id first was 50% slower).
+    INSERT INTO unit_rollups AS t (experiment_id, variant, unit_id, first_ts, last_ts, {cols})
+    SELECT experiment_id, variant, unit_id, {sums}
+    FROM {source} GROUP BY experiment_id, variant, unit_id
+    ORDER BY experiment_id, variant, unit_id
+    ON CONFLICT (experiment_id, variant, unit_id) DO UPDATE SET {_TS_SET}, {add}
+)
+INSERT INTO segment_rollups AS t (experiment_id, segment, variant, unit_id, first_ts, last_ts, {cols})
+SELECT experiment_id, segment, variant, unit_id, {sums}
+FROM {segment_source}
+GROUP BY experiment_id, segment, variant, unit_id
+ORDER BY experiment_id, segment, variant, unit_id
+ON CONFLICT (experiment_id, segment, variant, unit_id) DO UPDATE SET {_TS_SET}, {add}
+"""
+
+
+# Unit and segment deltas are aggregated separately, each straight from ``lg_fold``: one
+# grouping of (unit rows + segment rows) sorted twice the rows.
+FOLD: Final = _upsert(
+    INTERACTION_DELTAS, "lg_fold", f"lg_fold f, {segments_of('f')} segment WHERE {_has_segments('f')}"
+).encode()
+
+# Last statement of a batch's interactions: every consumer updates the same histogram rows,
+# so their locks are taken as late as possible (held until the commit that follows).
+HISTOGRAMS: Final = f"""
 WITH v AS (
-    SELECT experiment_id, variant, tags, 'latency' AS metric,
+    SELECT experiment_id, variant, segments, tags_with_sep, 'latency' AS metric,
         {bucket_sql("latency_ms")} AS bucket
-    FROM lg_new_i WHERE role = 'primary' AND experiment_id IS NOT NULL AND variant IS NOT NULL
+    FROM lg_fold
     UNION ALL
-    SELECT experiment_id, variant, tags, 'ttft', {bucket_sql("ttft_ms")}
-    FROM lg_new_i
-    WHERE role = 'primary' AND experiment_id IS NOT NULL AND variant IS NOT NULL AND ttft_ms IS NOT NULL
+    SELECT experiment_id, variant, segments, tags_with_sep, 'ttft', {bucket_sql("ttft_ms")}
+    FROM lg_fold WHERE ttft_ms IS NOT NULL
 ), g AS (
-    -- Count before expanding tags: far fewer rows reach jsonb_each_text.
-    SELECT experiment_id, variant, tags, metric, bucket, count(*) AS n FROM v GROUP BY 1, 2, 3, 4, 5
-), b AS (
-    SELECT experiment_id, metric, '' AS segment, variant, bucket, n FROM g
-    UNION ALL
-    SELECT experiment_id, metric, t.key || '=' || t.value, variant, bucket, n FROM g, jsonb_each_text(g.tags) t
+    -- Count before expanding segments: far fewer rows to split.
+    SELECT experiment_id, variant, segments, tags_with_sep, metric, bucket, count(*) AS n
+    FROM v GROUP BY 1, 2, 3, 4, 5, 6
+), dh AS (
+    SELECT experiment_id, metric, segment, variant, bucket, sum(n) AS n FROM (
+        SELECT experiment_id, metric, '' AS segment, variant, bucket, n FROM g
+        UNION ALL
+        SELECT experiment_id, metric, segment, variant, bucket, n
+        FROM g, {segments_of("g")} segment WHERE {_has_segments("g")}
+    ) x GROUP BY 1, 2, 3, 4, 5
 )
 INSERT INTO latency_histograms AS h (experiment_id, metric, segment, variant, bucket, count)
-SELECT experiment_id, metric, segment, variant, bucket, sum(n) FROM b
-GROUP BY experiment_id, metric, segment, variant, bucket ORDER BY experiment_id, metric, segment, variant, bucket
+SELECT experiment_id, metric, segment, variant, bucket, n FROM dh
+ORDER BY experiment_id, metric, segment, variant, bucket
 ON CONFLICT (experiment_id, metric, segment, variant, bucket) DO UPDATE SET count = h.count + EXCLUDED.count
-"""
+""".encode()
+
+SAMPLES: Final = samples.fold_sql("lg_fold", segments_of, _has_segments).encode()
+
+_BUILTIN_FEEDBACK: Final = f"(SELECT * FROM lg_new_f WHERE kind = ANY({_BUILTIN_KINDS}))"
+FEEDBACK_FOLD: Final = _upsert(
+    FEEDBACK_DELTAS,
+    f"{_BUILTIN_FEEDBACK} f",
+    f"(SELECT f.*, t.key || '=' || t.value AS segment FROM {_BUILTIN_FEEDBACK} f, jsonb_each_text(f.tags) t) s",
+).encode()
 
 # Custom feedback kinds: {"<kind>": sum, "<kind>:n": count} merged key by key.
 _MERGE = """(SELECT coalesce(jsonb_object_agg(k, s), '{}'::jsonb) FROM (
         SELECT k, sum(v::float8) AS s FROM (
             SELECT * FROM jsonb_each_text(t.counters) UNION ALL SELECT * FROM jsonb_each_text(EXCLUDED.counters)
         ) x(k, v) GROUP BY k) y)"""
-COUNTERS_SQL: Final = f"""
+COUNTERS: Final = f"""
 WITH f AS (
     SELECT experiment_id, variant, unit_id, tags, ts, kind, value FROM lg_new_f
     WHERE NOT (kind = ANY({_BUILTIN_KINDS}))
@@ -177,14 +248,14 @@ WITH f AS (
 INSERT INTO segment_rollups AS t (experiment_id, segment, variant, unit_id, first_ts, last_ts, counters)
 SELECT * FROM sa ORDER BY experiment_id, segment, variant, unit_id
 ON CONFLICT (experiment_id, segment, variant, unit_id) DO UPDATE SET counters = {_MERGE}
-"""
+""".encode()
 
 
 # Of the batch's attributed feedback of ONCE_KINDS, keep in lg_new_f only the first per
 # (response, kind) whose feedback_counted row is inserted now: a row already there (counted
 # by an earlier batch) or a concurrent transaction's (the insert waits for it, then
 # conflicts) means it was counted already. Keys are inserted in order: no deadlock cycles.
-ONCE_SQL: Final = f"""
+ONCE: Final = f"""
 WITH cand AS (
     SELECT DISTINCT ON (request_id, kind) ctid AS row, request_id, kind FROM lg_new_f
     WHERE kind = ANY({_ONCE}) AND (value > 0 OR kind = 'task_success')
@@ -197,15 +268,18 @@ WITH cand AS (
 )
 DELETE FROM lg_new_f f
 WHERE f.kind = ANY({_ONCE}) AND f.ctid NOT IN (SELECT c.row FROM cand c JOIN won w USING (request_id, kind))
-"""
+""".encode()
 
 
-def apply(pg: psycopg.Connection[Any], *, feedback: bool) -> None:
-    """Fold ``lg_new_i`` / ``lg_new_f`` into rollups and histograms (caller's transaction)."""
-    if feedback:
-        pg.execute(ONCE_SQL.encode())
-    pg.execute(ROLLUP_SQL.encode())
-    samples.fold(pg, samples.FROM_NEW_INTERACTIONS)
-    pg.execute(HISTOGRAM_SQL.encode())
-    if feedback:
-        pg.execute(COUNTERS_SQL.encode())
+def fold_interactions(pg: psycopg.Connection[Any]) -> None:
+    """Fold ``lg_fold`` into the rollups, the latency samples and histograms (caller's transaction)."""
+    pg.execute(FOLD)
+    pg.execute(SAMPLES)
+    pg.execute(HISTOGRAMS)
+
+
+def fold_feedback(pg: psycopg.Connection[Any]) -> None:
+    """Fold ``lg_new_f`` (feedback attributed by this batch) into the rollups (caller's transaction)."""
+    pg.execute(ONCE)
+    pg.execute(FEEDBACK_FOLD)
+    pg.execute(COUNTERS)

@@ -21,6 +21,7 @@ independent across batches even though one unit's requests are correlated.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final
 
 import numpy as np
@@ -59,54 +60,28 @@ ON CONFLICT DO NOTHING
 """
 
 
-def _values(source: str, where: str) -> str:
-    return f"""
-    SELECT experiment_id, variant, {{seg}}, 'latency' AS metric, latency_ms AS value,
+def fold_sql(source: str, segments_of: Callable[[str], str], has_segments: Callable[[str], str]) -> str:
+    """The statement adding the rows of ``source`` (the batch's counted interactions, as
+    ``analytics.ingest.rollups`` keeps them) to the samples: overall and per rollout stage.
+
+    ``segments_of(row)`` / ``has_segments(row)``: the SQL of a row's segments, and whether
+    it has any (the rollups' one definition)."""
+    values = f"""
+    SELECT experiment_id, variant, segments, tags_with_sep, 'latency' AS metric, latency_ms AS value,
         {_KEY.format(col="latency_ms")} AS sample_key, {_BATCH} AS batch
-    FROM {source} WHERE {where} AND latency_ms IS NOT NULL
+    FROM {source} WHERE latency_ms IS NOT NULL
     UNION ALL
-    SELECT experiment_id, variant, {{seg}}, 'ttft', ttft_ms, {_KEY.format(col="ttft_ms")}, {_BATCH}
-    FROM {source} WHERE {where} AND ttft_ms IS NOT NULL"""
-
-
-_STAGE = f"'{ROLLOUT_STAGE_TAG}=%'"
-
-#: From ``lg_new_i`` (the SQL ingest path): tags as jsonb.
-FROM_NEW_INTERACTIONS: Final = (
-    "WITH v AS ("
-    + _values("lg_new_i", "role = 'primary' AND experiment_id IS NOT NULL AND variant IS NOT NULL").format(
-        seg="tags"
-    )
-    + f"""
+    SELECT experiment_id, variant, segments, tags_with_sep, 'ttft', ttft_ms, {_KEY.format(col="ttft_ms")},
+        {_BATCH}
+    FROM {source} WHERE ttft_ms IS NOT NULL"""
+    return f"""WITH v AS ({values}
 ), s AS (
     SELECT experiment_id, metric, '' AS segment, variant, sample_key, batch, value FROM v
     UNION ALL
-    SELECT experiment_id, metric, '{ROLLOUT_STAGE_TAG}=' || (tags ->> '{ROLLOUT_STAGE_TAG}'), variant,
-        sample_key, batch, value
-    FROM v WHERE tags ? '{ROLLOUT_STAGE_TAG}'
-)"""
-    + _INSERT
-)
-
-#: From ``lg_fold`` (the COPY fast path): segments as one text joined by \\x1f.
-FROM_FOLD: Final = (
-    "WITH v AS ("
-    + _values("lg_fold", "true").format(seg="segments")
-    + f"""
-), s AS (
-    SELECT experiment_id, metric, '' AS segment, variant, sample_key, batch, value FROM v
-    UNION ALL
-    SELECT experiment_id, metric, t.segment, variant, sample_key, batch, value
-    FROM v, string_to_table(v.segments, E'\\x1f') t(segment)
-    WHERE v.segments IS NOT NULL AND t.segment LIKE {_STAGE}
-)"""
-    + _INSERT
-)
-
-
-def fold(pg: psycopg.Connection[Any], statement: str) -> None:
-    """Add the batch's new requests to the samples (caller's transaction)."""
-    pg.execute(statement.encode())
+    SELECT experiment_id, metric, segment, variant, sample_key, batch, value
+    FROM v, {segments_of("v")} segment
+    WHERE {has_segments("v")} AND starts_with(segment, '{ROLLOUT_STAGE_TAG}=')
+){_INSERT}"""
 
 
 _READ: Final = b"""

@@ -1,17 +1,22 @@
 """Idempotent ingest of a batch of events: raw rows + per-unit rollups, one transaction.
 
-1. Interactions are COPYed as typed rows into a session temp table (from the decoded
-   events); feedback, much rarer, as JSON documents (one ``json`` column parsed by
-   ``json_to_record``).
-2. ``INSERT … SELECT … ON CONFLICT (event_id) DO NOTHING RETURNING …`` stores the raw
-   rows; only the rows actually inserted reach the rollups (``lg_new_i``), so a
-   redelivered event is never counted twice.
-3. Feedback is attributed to its interaction (experiment, variant, unit, tags) by request
-   id when that interaction is already stored; otherwise it stays unattributed and is
-   attributed — and counted — when the interaction arrives (the UPDATE only touches rows
-   whose ``experiment_id`` is still NULL, so that happens exactly once).
-4. ``analytics.ingest.rollups`` folds the new rows into ``unit_rollups``, ``segment_rollups`` and
-   ``latency_histograms``.
+The steps of a batch (``_batch``):
+
+1. Store the interactions, one of two ways. The COPY fast path (``copy_text``: COPY
+   straight into ``interactions``) in a savepoint; if a stored event makes it fail (a
+   redelivery), the ``ON CONFLICT`` path: the rows are COPYed into a session temp table
+   and ``INSERT … SELECT … ON CONFLICT (event_id) DO NOTHING`` stores them. Either way only
+   the rows actually inserted, and of those the counted ones, reach the session temp table
+   ``lg_fold``, so a redelivered event is never counted twice.
+2. ``analytics.ingest.rollups.fold_interactions`` folds ``lg_fold`` into ``unit_rollups``,
+   ``segment_rollups``, ``latency_histograms`` and ``latency_samples``: one fold for both paths.
+3. Feedback stored before its interaction is attributed now (the UPDATE only touches rows
+   whose ``experiment_id`` is still NULL, so that happens exactly once), into ``lg_new_f``.
+4. Feedback, much rarer, is COPYed as JSON documents (parsed by ``json_to_record``) and
+   stored ``ON CONFLICT DO NOTHING``, attributed to its interaction (experiment, variant,
+   unit, tags) by request id when that interaction is already stored (into ``lg_new_f``);
+   otherwise it waits for step 3 of a later batch.
+5. ``analytics.ingest.rollups.fold_feedback`` folds ``lg_new_f`` into the rollups.
 
 Events ``contracts.events.decode`` refuses never get here (the consumer dead-letters them
 at decode). Should the database still refuse a batch for some events' values (a class 22
@@ -83,7 +88,7 @@ class IngestResult:
         )
 
 
-_INTERACTION_INSERT: Final = """
+_INTERACTION_INSERT: Final = f"""
 WITH src AS (
     SELECT * FROM lg_stage_i
 ), ins AS (
@@ -94,23 +99,34 @@ WITH src AS (
     SELECT event_id, to_timestamp(ts), request_id, route, experiment_id, variant, unit_id, unit_source,
         role, pair_id, mode, endpoint, model, upstream, status, http_status, error_type, latency_ms, ttft_ms,
         prompt_tokens, completion_tokens, coalesce(response_chars, 0), finish_reason, coalesce(stream, false),
-        coalesce(fallback, false), fallback_from, conversation_id, coalesce(tags, '{}'), prompt, response,
+        coalesce(fallback, false), fallback_from, conversation_id, coalesce(tags, '{{}}'), prompt, response,
         category
     FROM src
     ON CONFLICT (event_id) DO NOTHING
     RETURNING event_id, request_id, ts, experiment_id, variant, unit_id, role, status, fallback, latency_ms,
         ttft_ms, prompt_tokens, completion_tokens, response_chars, conversation_id, tags
+), counted AS (
+    SELECT * FROM ins WHERE role = 'primary' AND experiment_id IS NOT NULL AND variant IS NOT NULL
+), fold AS (
+    -- The same lg_fold rows as the COPY path writes (analytics.ingest.rollups folds them):
+    -- conv on a conversation's first turn in the batch that none stored before opens.
+    INSERT INTO lg_fold ({rollups.FOLD_COLUMNS}, tags_with_sep)
+    SELECT experiment_id, variant, unit_id, ts, status, fallback, latency_ms, ttft_ms, prompt_tokens,
+        completion_tokens, response_chars, CASE WHEN NOT s.sep THEN s.joined END,
+        conversation_id IS NULL OR (
+            row_number() OVER (PARTITION BY experiment_id, conversation_id ORDER BY ts, event_id) = 1
+            AND NOT EXISTS (  -- the conversation's index only (OFFSET 0, see _primary_of)
+                SELECT 1 FROM (
+                    SELECT x.experiment_id, x.role FROM interactions x
+                    WHERE x.conversation_id = c.conversation_id OFFSET 0) x
+                WHERE x.role = 'primary' AND x.experiment_id = c.experiment_id)),
+        CASE WHEN s.sep THEN c.tags END
+    FROM counted c CROSS JOIN LATERAL (
+        SELECT string_agg(t.key || '=' || t.value, E'\\x1f') AS joined,
+            coalesce(bool_or(strpos(t.key || t.value, E'\\x1f') > 0), false) AS sep
+        FROM jsonb_each_text(c.tags) t) s
 )
-INSERT INTO lg_new_i
-SELECT request_id, ts, experiment_id, variant, unit_id, role, status, fallback, latency_ms, ttft_ms,
-    prompt_tokens, completion_tokens, response_chars, conversation_id,
-    conversation_id IS NOT NULL AND role = 'primary'
-        AND row_number() OVER (PARTITION BY experiment_id, conversation_id, role ORDER BY ts, event_id) = 1
-        AND NOT EXISTS (
-            SELECT 1 FROM interactions x WHERE x.conversation_id = ins.conversation_id AND x.role = 'primary'
-                AND x.experiment_id IS NOT DISTINCT FROM ins.experiment_id),
-    tags
-FROM ins
+SELECT (SELECT count(*) FROM ins), (SELECT coalesce(array_agg(request_id), '{{}}') FROM counted)
 """
 
 
@@ -177,7 +193,6 @@ WITH m AS (
 )
 INSERT INTO lg_new_f SELECT * FROM upd
 """.encode()
-_NEW_ATTRIBUTABLE: Final = b"SELECT request_id FROM lg_new_i WHERE role = 'primary' AND experiment_id IS NOT NULL AND variant IS NOT NULL"
 
 
 def _attribute(pg: psycopg.Connection[Any], feedback_ids: Sequence[Any]) -> None:
@@ -231,13 +246,12 @@ def _copy_escape(payload: bytes) -> bytes:
 def _prepare(pg: psycopg.Connection[Any], nested: bool) -> None:
     row = pg.execute(b"SELECT to_regclass('pg_temp.lg_fold') IS NOT NULL").fetchone()
     if not (row and row[0]):
-        pg.execute((rollups.TEMP_TABLES + copy_text.TEMP_TABLES).encode())
+        pg.execute(rollups.TEMP_TABLES.encode())
     elif nested:
         # Inside a caller's transaction earlier batches' rows are still there (ON COMMIT
         # DELETE ROWS empties them only at commit).
         pg.execute(
-            b"DELETE FROM lg_stage_i; DELETE FROM lg_stage_f; DELETE FROM lg_new_i; DELETE FROM lg_new_f;"
-            b" DELETE FROM lg_fold"
+            b"DELETE FROM lg_stage_i; DELETE FROM lg_stage_f; DELETE FROM lg_new_f; DELETE FROM lg_fold"
         )
 
 
@@ -269,6 +283,26 @@ def _count(pg: psycopg.Connection[Any], sql: bytes) -> int:
     return int(row[0]) if row else 0
 
 
+def _insert_by_copy(pg: psycopg.Connection[Any], raws: Sequence[Raw]) -> tuple[int, list[str]]:
+    """The COPY fast path: (rows inserted, request ids of the counted ones)."""
+    events: list[InteractionEvent] = []
+    for r in raws:
+        e = r.event if r.event is not None else decode(r.payload)
+        assert isinstance(e, InteractionEvent)
+        events.append(e)
+    ins = copy_text.insert_interactions(pg, events)
+    return ins.rows, ins.attributable
+
+
+def _insert_on_conflict(pg: psycopg.Connection[Any], raws: Sequence[Raw]) -> tuple[int, list[str]]:
+    """The ON CONFLICT path: (rows inserted, request ids of the counted ones)."""
+    _copy_interactions(pg, raws)
+    with copy_text.index_probes(pg):
+        row = pg.execute(_INTERACTION_INSERT.encode()).fetchone()
+    assert row is not None
+    return int(row[0]), list(row[1])
+
+
 def _batch(
     pg: psycopg.Connection[Any],
     interactions: Sequence[Raw],
@@ -278,28 +312,26 @@ def _batch(
 ) -> IngestResult:
     _prepare(pg, nested)
     n_i = n_f = 0
-    if interactions and fast:
-        events: list[InteractionEvent] = []
-        for r in interactions:
-            e = r.event if r.event is not None else decode(r.payload)
-            assert isinstance(e, InteractionEvent)
-            events.append(e)
-        ins = copy_text.insert_interactions(pg, events)
-        n_i = ins.rows
-        _attribute_late(pg, ins.attributable)
-    elif interactions:
-        _copy_interactions(pg, interactions)
-        with copy_text.index_probes(pg):
-            n_i = pg.execute(_INTERACTION_INSERT.encode()).rowcount
-        _attribute_late(pg, [r[0] for r in pg.execute(_NEW_ATTRIBUTABLE).fetchall()])
+    if interactions:
+        # 1. store the new interactions; the counted ones also go into lg_fold
+        if fast:
+            n_i, counted = _insert_by_copy(pg, interactions)
+        else:
+            n_i, counted = _insert_on_conflict(pg, interactions)
+        # 2. fold lg_fold into the rollups: the one fold, whichever path stored the rows
+        if counted:
+            rollups.fold_interactions(pg)
+        # 3. feedback stored before its interaction is attributed now (into lg_new_f)
+        _attribute_late(pg, counted)
+    # 4. store the feedback; what is attributed to an experiment goes into lg_new_f
     _copy(pg, "lg_stage_f", feedback)
     if feedback:
         with copy_text.index_probes(pg):
             n_f = _count(pg, _FEEDBACK_INSERT.encode())
+    # 5. fold lg_new_f into the rollups
     attributed = _count(pg, b"SELECT count(*) FROM lg_new_f")
-    # The fast path has folded its interactions already; lg_new_i is then empty.
-    if (n_i and not fast) or attributed:
-        rollups.apply(pg, feedback=attributed > 0)
+    if attributed:
+        rollups.fold_feedback(pg)
     dupes = len(interactions) + len(feedback) - n_i - n_f
     return IngestResult(n_i, n_f, dupes, attributed)
 
@@ -498,7 +530,7 @@ def attribute_pending(pg: psycopg.Connection[Any], since: datetime | None = None
                 _attribute(pg, [r[0] for r in pg.execute(_SWEEP_SINCE, (since,)).fetchall()])
         n = _count(pg, b"SELECT count(*) FROM lg_new_f")
         if n:
-            rollups.apply(pg, feedback=True)
+            rollups.fold_feedback(pg)
         return Sweep(n, row[0])
 
 

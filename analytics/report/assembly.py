@@ -29,6 +29,8 @@ from analytics.report.comparison import (
     error,
 )
 from analytics.report.paired import paired_comparisons
+from analytics.report.risks import RiskOptions, rl_risks
+from analytics.report.risks_schema import RlRisks
 from analytics.report.schema import (
     AllocationRow,
     ErrorInfo,
@@ -42,9 +44,11 @@ from analytics.report.schema import (
 )
 from analytics.report.segments import segment_stats
 from analytics.report.snapshots import load_timeseries, with_current_point
+from analytics.risks import Guardrail
 from analytics.stats.correction import benjamini_hochberg, holm
 from analytics.stats.sequential import DEFAULT_PLANNED_UNITS
 from analytics.stats.sufficient import SampleStats
+from contracts.rollout_plan import RolloutPlanSchema
 
 #: Statuses after which the current look is an experiment's last (fixed-horizon tests valid).
 FINAL_STATUSES = frozenset({"stopped", "completed", "rolled_back"})
@@ -112,6 +116,8 @@ class _Settings(Protocol):
     max_pairs: int
     paired_window_s: float
     rollout_srm_grace_s: float
+    rl_risks: bool
+    rl_risks_max_age_s: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,8 +135,17 @@ class ReportOptions:
     planned_units: int = DEFAULT_PLANNED_UNITS
     min_units: int = MIN_TEST_UNITS  # per arm, for any test (a rollout's min_test_units)
     srm_grace_s: float = STAGE_GRACE_S  # the rollout controller's SRM grace after a stage change
+    # Conventions of the comparisons (docs/statistics.md): "pooled" | "pooled_sums" | "per_arm",
+    # and "welch" | "pooled_z" for proportion metrics.
+    cuped_theta: str = "pooled"
+    proportion_test: str = "welch"
     # Required for rollout experiments (their verdicts are the controller's): see RolloutPart.
     rollout: RolloutPartLoader | None = None
+    # The RL-risk detectors (analytics.report.risks); off: no rl_risks section.
+    rl_risks: bool = True
+    rl_risks_max_age_s: float = 0.0  # reuse the latest snapshot's section while younger
+    judge_score_min: float = 1.0
+    judge_score_max: float = 10.0
 
     @classmethod
     def from_settings(cls, s: _Settings, rollout: RolloutPartLoader | None = None) -> ReportOptions:
@@ -142,13 +157,15 @@ class ReportOptions:
             max_pairs=s.max_pairs,
             paired_window_s=s.paired_window_s,
             srm_grace_s=s.rollout_srm_grace_s,
+            rl_risks=s.rl_risks,
+            rl_risks_max_age_s=s.rl_risks_max_age_s,
         )
 
     @property
     def compare(self) -> CompareOptions:
         return CompareOptions(
             alpha=self.alpha, power=self.power, mde=self.mde, planned_units=self.planned_units,
-            min_units=self.min_units,
+            min_units=self.min_units, cuped_theta=self.cuped_theta, proportion_test=self.proportion_test,
         )  # fmt: skip
 
 
@@ -502,12 +519,69 @@ def build_report(
     if exp.mode == "shadow":
         update["paired"] = paired_comparisons(conn, exp.id, exp.control, [n for n, _, c in exp.variants if not c],
                                               generated, opts.paired_window_s, opts.max_pairs, opts.alpha)  # fmt: skip
+    if opts.rl_risks and units and exp.mode != "shadow":
+        candidates = [n for n, _, c in exp.variants if not c]
+        reused = _recent_risks(conn, exp.id, exp.control, candidates, generated, opts.rl_risks_max_age_s)
+        if reused is None:
+            fresh = rl_risks(conn, exp.id, exp.control, candidates, risk_options(conn, exp.id, opts, compare))
+            reused = [r.model_copy(update={"computed_at": generated}) for r in fresh]
+        update["rl_risks"] = reused
     if opts.timeseries:
         series = load_timeseries(conn, exp.id, opts.max_timeseries_points)
         update["timeseries"] = with_current_point(series, report)
     update["errors"] = errors
     update["build_seconds"] = time.perf_counter() - started
     return report.model_copy(update=update)
+
+
+def _recent_risks(conn: Connection, eid: int, control: str, candidates: Sequence[str], now: datetime,
+                  max_age_s: float) -> list[RlRisks] | None:  # fmt: skip
+    """The latest snapshot's rl_risks when every entry was computed within ``max_age_s`` for
+    the same control and candidates (None: compute afresh)."""
+    if max_age_s <= 0:
+        return None
+    raw = conn.execute(
+        text(
+            "SELECT report->'rl_risks' FROM analysis_snapshots WHERE experiment_id = :e AND report IS NOT NULL"
+            " ORDER BY created_at DESC, id DESC LIMIT 1"
+        ),
+        {"e": eid},
+    ).scalar()
+    if not isinstance(raw, list) or not raw:
+        return None
+    try:
+        found = [RlRisks.model_validate(r) for r in raw]
+    except ValueError:
+        return None  # a section of an older schema: compute afresh
+    fresh = all(
+        r.computed_at is not None
+        and 0 <= (now - r.computed_at).total_seconds() <= max_age_s
+        and r.control == control
+        for r in found
+    )
+    return found if fresh and [r.variant for r in found] == list(candidates) else None
+
+
+def plan_risk_guardrails(raw: Any) -> tuple[Guardrail, ...]:
+    """The per-category guardrails a stored rollout plan declares (none when it is invalid:
+    the controller holds an invalid plan, and the report shows the plan's errors)."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("rl_risks"), dict):
+        return ()
+    try:
+        rules = RolloutPlanSchema.model_validate(raw).rl_risks
+    except ValueError:
+        return ()
+    if rules is None:
+        return ()
+    return tuple(Guardrail(g.metric, g.margin, g.relative) for g in rules.category_guardrails)
+
+
+def risk_options(conn: Connection, eid: int, opts: ReportOptions, compare: CompareOptions) -> RiskOptions:
+    raw = conn.execute(text("SELECT rollout_plan FROM experiments WHERE id = :e"), {"e": eid}).scalar()
+    return RiskOptions(
+        alpha=opts.alpha, planned_units=compare.planned_units, min_units=compare.min_units,
+        guardrails=plan_risk_guardrails(raw), score_min=opts.judge_score_min, score_max=opts.judge_score_max,
+    )  # fmt: skip
 
 
 def _allocation(

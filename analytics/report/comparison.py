@@ -24,14 +24,15 @@ from dataclasses import dataclass
 from scipy import stats as sps
 
 from analytics.report.catalogue import Metric
-from analytics.report.schema import Cuped, ErrorInfo, Guardrail, Interval, Progress, VariantResult
+from analytics.report.schema import Cuped, ErrorInfo, Guardrail, Interval, Method, Progress, VariantResult
 from analytics.stats.bayes import chance_to_beat
-from analytics.stats.cuped import cuped_estimates
+from analytics.stats.cuped import CupedTheta, cuped_estimates
 from analytics.stats.errors import ErrorCode, finite
 from analytics.stats.estimate import VariantEstimate, estimate
 from analytics.stats.lift import Interval as StatsInterval
 from analytics.stats.lift import welch_lift
 from analytics.stats.power import required_sample_size
+from analytics.stats.proportion import ProportionTest, proportion_lift
 from analytics.stats.quantile import quantile_ci, quantile_diff
 from analytics.stats.sequential import DEFAULT_PLANNED_UNITS, sequential_lift, sequential_noninferiority
 from analytics.stats.sufficient import SampleStats
@@ -75,6 +76,10 @@ class CompareOptions:
     min_units: int = MIN_TEST_UNITS  # per arm, for any test
     # The experiment has stopped: this look is its last, so fixed-horizon tests are valid.
     final_look: bool = False
+    # Conventions (docs/statistics.md): CUPED θ pooled across arms (default), by pooled sums,
+    # or per arm; two-proportion test Welch (default) or pooled z with a Wald interval.
+    cuped_theta: str = CupedTheta.POOLED.value
+    proportion_test: str = ProportionTest.WELCH.value
 
 
 def too_few_units(n_control: int, n_candidate: int, opts: CompareOptions) -> ErrorInfo | None:
@@ -165,13 +170,19 @@ def compare_metric(
     ordered = [control, *[v for v in variants if v != control]]
     sample = [stats.get(v, empty) for v in ordered]
     kind = metric.kind
-    cup = cuped_estimates(sample, kind)
-    adjusted = cup.estimates if cup.applied else tuple(estimate(s, kind) for s in sample)
+    pooled_z = kind == "proportion" and opts.proportion_test == ProportionTest.POOLED_Z
+    cup = cuped_estimates(sample, kind, theta=opts.cuped_theta)
+    # The pooled z (χ²) is a test of raw counts: no CUPED with it.
+    applied = cup.applied and not pooled_z
+    adjusted = cup.estimates if applied else tuple(estimate(s, kind) for s in sample)
     raw = cup.unadjusted
     cuped = None
-    if cup.applied and cup.theta is not None and cup.variance_reduction is not None:
+    if applied and cup.variance_reduction is not None and (cup.theta is not None or cup.thetas):
         covered = sum(s.n for s in sample)
-        cuped = Cuped(theta=cup.theta, variance_reduction=cup.variance_reduction, covered_units=covered)
+        cuped = Cuped(
+            theta=cup.theta, variance_reduction=cup.variance_reduction, covered_units=covered,
+            convention=CupedTheta(opts.cuped_theta).value, thetas=list(cup.thetas),
+        )  # fmt: skip
     c_adj = adjusted[0]
     rows: list[VariantResult] = []
     for name, s, r, a in zip(ordered, sample, raw, adjusted, strict=True):
@@ -186,7 +197,8 @@ def compare_metric(
         if name == control:
             rows.append(VariantResult(**base))
             continue
-        rows.append(_candidate_row(metric, base, c_adj, a, cuped, opts, previous_p))
+        counts = (sample[0], s) if pooled_z else None
+        rows.append(_candidate_row(metric, base, c_adj, a, cuped, opts, previous_p, counts))
     return rows
 
 
@@ -198,9 +210,17 @@ def _candidate_row(
     cuped: Cuped | None,
     opts: CompareOptions,
     previous_p: Mapping[tuple[str, str], float] | None,
+    counts: tuple[SampleStats, SampleStats] | None = None,
 ) -> VariantResult:
+    """``counts``: the arms' raw sums, for the pooled two-proportion z (else Welch on ``c``, ``t``)."""
     direction = direction_of(metric)
-    fixed = welch_lift(c, t, opts.alpha)
+    fixed = (
+        welch_lift(c, t, opts.alpha) if counts is None else proportion_lift(*counts, opts.alpha, "pooled_z")
+    )
+    method = Method(
+        test="welch_t" if counts is None else "pooled_z", interval="welch_t" if counts is None else "wald_z",
+        planned_units=opts.planned_units, cuped="none" if cuped is None else cuped.convention,
+    )  # fmt: skip
     progress = _progress(min(c.n, t.n), c, metric.kind, opts)
     insufficient = too_few_units(c.n, t.n, opts)
     flat = fixed.error == ErrorCode.ZERO_VARIANCE or (fixed.error is None and zero_width(c, t))
@@ -221,8 +241,9 @@ def _candidate_row(
     if fixed.error is not None or fixed.absolute is None:
         guard = _guardrail(metric, c, t, opts) if metric.guardrail else None
         return VariantResult(
-            **base, progress=progress, guardrail=guard, error=error(str(fixed.error), fixed.message)
-        )
+            **base, progress=progress, guardrail=guard, error=error(str(fixed.error), fixed.message),
+            method=method,
+        )  # fmt: skip
     chance, loss = _bayes(c, t, direction, relative=fixed.relative is not None)
     p_seq = seq.absolute.p_value if seq.absolute is not None else None
     if p_seq is not None and previous_p:
@@ -247,6 +268,7 @@ def _candidate_row(
         cuped=cuped,
         progress=progress,
         error=rel_err,
+        method=method,
     )
 
 

@@ -53,6 +53,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from analytics.report.risks_schema import RlRisks
+
 SCHEMA_VERSION = 1
 
 MetricKind = Literal["proportion", "mean", "ratio", "quantile"]
@@ -167,9 +169,31 @@ class Guardrail(_Model):
 
 
 class Cuped(_Model):
-    theta: float
+    theta: float | None  # the common θ; None with the per-arm convention (``thetas``)
     variance_reduction: float  # 1 - Var(adjusted)/Var(raw), in [0, 1)
     covered_units: int
+    convention: Literal["pooled", "pooled_sums", "per_arm"] = "pooled"
+    thetas: list[float | None] = Field(default_factory=list)  # per variant, control first
+
+
+class Method(_Model):
+    """Which convention produced each number of a comparison (docs/statistics.md names the engines).
+
+    ``test``/``interval``: the fixed-horizon p-value and CI (``welch_t``: Welch t on the per-unit
+    values, delta method for ratios; ``pooled_z``: the pooled two-proportion z = χ² test with the
+    unpooled Wald z interval). ``sequential``: the always-valid mixture SPRT behind
+    ``p_value_sequential`` and the sequential CIs, tuned at ``planned_units``. ``cuped``: the
+    θ convention, or ``none``. ``correction``: ``p_holm``/``p_sequential_holm`` (Holm) and
+    ``p_bh`` (Benjamini–Hochberg). ``bayes``: the model behind ``chance_to_beat_control``.
+    """
+
+    test: Literal["welch_t", "pooled_z"]
+    interval: Literal["welch_t", "wald_z"]
+    sequential: Literal["always_valid"] = "always_valid"
+    planned_units: int
+    cuped: Literal["none", "pooled", "pooled_sums", "per_arm"] = "none"
+    correction: Literal["holm+bh"] = "holm+bh"
+    bayes: Literal["gaussian"] = "gaussian"
 
 
 class Progress(_Model):
@@ -213,6 +237,7 @@ class VariantResult(_Model):
     cuped: Cuped | None = None
     progress: Progress | None = None
     error: ErrorInfo | None = None
+    method: Method | None = None  # on candidate rows with a test
 
 
 class Verdict(_Model):
@@ -369,6 +394,8 @@ class Report(_Model):
     segments: list[SegmentBreakdown] = Field(default_factory=list)
     paired: list[PairedComparison] = Field(default_factory=list)
     rollout: RolloutSection | None = None
+    # RL-risk detectors, one entry per candidate (analytics.report.risks_schema)
+    rl_risks: list[RlRisks] = Field(default_factory=list)
     build_seconds: float | None = None
     errors: list[ErrorInfo] = Field(default_factory=list)
 
@@ -400,6 +427,8 @@ class ExperimentSummary(_Model):
     mode: Mode
     status: str
     stage: int | None
+    # The candidate's share at that stage (percent), what the dashboard and CLI show.
+    stage_percent: float | None = None
     units: int
     verdict: VerdictName | None
     started_at: datetime | None

@@ -37,9 +37,10 @@ from typing import Any
 from scipy import stats as sps
 
 from analytics.report.catalogue import Metric
-from analytics.rollout.evidence import guardrail_alpha
+from analytics.rollout.evidence import guardrail_alpha, look_bin
 from analytics.rollout.margins import Margin, resolve_margin
 from analytics.rollout.plan import PlanError, RolloutPlan, Stage, parse_plan
+from analytics.stats.group_sequential import group_sequential_design
 from analytics.stats.rate import RateArm, RateContrast
 from analytics.stats.sequential import one_sided_halfwidth, tuning_rho2
 from contracts.rollout_plan import Baseline
@@ -121,6 +122,7 @@ class PlanCheck:
     promotion_percent: float | None = None
     traffic: Traffic | None = None
     guardrails: list[dict[str, Any]] = field(default_factory=list)
+    sequential: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -136,6 +138,7 @@ class PlanCheck:
             "traffic": None if self.traffic is None else asdict(self.traffic),
             "guardrails": self.guardrails,
             "mde": [asdict(r) for r in self.mde],
+            "sequential": self.sequential,
         }
 
 
@@ -197,6 +200,42 @@ def _test_name(margin: Margin) -> str:
     return "rate_score" if margin.rate and margin.absolute is not None else "mean"
 
 
+def rl_risk_warnings(plan: RolloutPlan) -> list[str]:
+    """What the plan's ``rl_risks`` rules depend on that the plan cannot ensure by itself."""
+    rules = plan.rl_risks
+    if rules is None:
+        return []
+    out: list[str] = []
+    acted = set(rules.hold_on) | set(rules.rollback_on)
+    if "goodhart" in acted:
+        out.append(
+            "rl_risks acts on goodhart: it needs judge scores (the gateway's LIFTGATE_JUDGE_URL and "
+            "LIFTGATE_JUDGE_SAMPLE_RATE > 0); without them promotion holds"
+        )
+    if "stuffing" in acted:
+        out.append(
+            "rl_risks acts on stuffing: it needs stored responses (the experiment's content_logging full "
+            "or redacted); without them promotion holds"
+        )
+    if rules.category_guardrails and plan.min_test_units < 30:
+        out.append(
+            f"category guardrails are tested per category from {plan.min_test_units} units per arm: "
+            "small categories are noisy; 30 or more is advised"
+        )
+    for g in rules.category_guardrails:
+        if g.relative and g.metric != "satisfaction":
+            out.append(
+                f"category guardrail {g.metric} has a relative margin: undefined in a category where the "
+                "control has no such event (that category is then untested, never a pass)"
+            )
+        if g.relative and g.metric == "satisfaction":
+            out.append(
+                "category guardrail satisfaction has a relative margin on a mean that can be 0 or negative: "
+                'use "relative": false (an absolute margin)'
+            )
+    return out
+
+
 def check_plan(
     raw: Any,
     catalogue: Mapping[str, Metric],
@@ -231,6 +270,7 @@ def check_plan(
                 f"{metric.name} is an event rate with only a relative margin: undefined while the control has no "
                 f"events (the rollout then holds); add absolute_margin (e.g. 0.01)"
             )
+    warnings += rl_risk_warnings(plan)
     if plan.expected_units_per_s is not None:
         rps = plan.expected_requests_per_s or plan.expected_units_per_s
         traffic = Traffic(plan.expected_units_per_s, rps, "plan")
@@ -252,8 +292,45 @@ def check_plan(
     ]  # fmt: skip
     promotion = plan.promotion_stage()
     return PlanCheck(
-        list(catalogue_errors), warnings, rows, promotion, plan.stage(promotion).percent, traffic, described
-    )
+        list(catalogue_errors), warnings, rows, promotion, plan.stage(promotion).percent, traffic, described,
+        _sequential(plan, len(guards)),
+    )  # fmt: skip
+
+
+def _sequential(plan: RolloutPlan, k: int) -> dict[str, Any]:
+    """The plan's sequential mode; for group mode each stage's planned looks with their units,
+    boundaries and per-look adjusted (nominal) one-sided alphas, at the stage family's level."""
+    seq = plan.sequential
+    if seq.mode != "group":
+        return {"mode": "always_valid"}
+    assert seq.looks is not None
+    a = guardrail_alpha(plan.alpha, range(k), plan.evaluated_stages())
+    fractions = tuple((j + 1) / seq.looks for j in range(seq.looks))
+    design = group_sequential_design(fractions, a, seq.spending_function, two_sided=False)
+    ni = group_sequential_design(fractions, plan.noninferiority_alpha, seq.spending_function, two_sided=False)
+    looks = [
+        {"look": j + 1, "fraction": f, "units": math.ceil(f * plan.planned_units), "z_bound": design.z_bounds[j],
+         "adjusted_alpha": design.nominal_alpha[j], "adjusted_alpha_noninferiority": ni.nominal_alpha[j]}
+        for j, f in enumerate(fractions)
+    ]  # fmt: skip
+    return {
+        "mode": "group", "spending": seq.spending_function, "looks": seq.looks,
+        "planned_units": plan.planned_units, "alpha_per_stage": a, "planned_looks": looks,
+    }  # fmt: skip
+
+
+def _z_boundary(plan: RolloutPlan, alpha: float, n_total: float) -> float:
+    """The rollback/non-inferiority boundary in standard errors after ``n_total`` units: the
+    always-valid mixture boundary, or in group mode the planned look reached by then (the
+    first look when none is: nothing is decided before it)."""
+    seq = plan.sequential
+    if seq.mode != "group":
+        return _z_av(alpha, n_total, plan.planned_units)
+    assert seq.looks is not None
+    k = max(1, look_bin(n_total / plan.planned_units, seq.looks))
+    fractions = tuple((j + 1) / seq.looks for j in range(k))
+    c = group_sequential_design(fractions, alpha, seq.spending_function, two_sided=False).z_bounds[-1]
+    return math.inf if c is None else c
 
 
 def _baselines(plan: RolloutPlan, route: Mapping[str, BaselineStat]) -> dict[str, BaselineStat]:
@@ -359,7 +436,7 @@ def _mde_row(
 
     if scale == "relative" and base.mean == 0:
         return MdeRow(**row, mde=None, detectable=None, note="relative margin undefined at a zero baseline")
-    z = _z_av(a_rb, n_t + n_c, plan.planned_units) + z_b
+    z = _z_boundary(plan, a_rb, n_t + n_c) + z_b
     h = eff
     for _ in range(60):
         v = variance(h, end)
@@ -392,7 +469,7 @@ def _noninferiority_seconds(
         v = variance(0.0, t)
         if v is None or v <= 0:
             return None
-        z = _z_av(plan.noninferiority_alpha, n_end * t / end, plan.planned_units) + z_b
+        z = _z_boundary(plan, plan.noninferiority_alpha, n_end * t / end) + z_b
         new = t * (z * math.sqrt(v) / margin) ** 2  # V ∝ 1/t
         if abs(new - t) < 1e-6 * t:
             break

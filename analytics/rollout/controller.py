@@ -16,32 +16,58 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import psycopg
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection, Engine, text
 
 from analytics.ingest.samples import read_samples
 from analytics.report.aggregate import unit_counts, variant_stats
 from analytics.report.assembly import resolve_metrics
 from analytics.report.catalogue import Metric
-from analytics.rollout import store
+from analytics.report.risks import RiskOptions, rl_risks
+from analytics.risks import Guardrail
 from analytics.rollout.check import check_plan, guardrails_of, plan_metric_names
 from analytics.rollout.decisions import Decision, Look, decide
 from analytics.rollout.evidence import (
+    GuardrailCheck,
+    check_group_guardrail,
     check_guardrail,
     check_rank_guardrail,
     check_success,
     guardrail_alpha,
     look_srm,
+    risk_look,
 )
 from analytics.rollout.margins import Margin
 from analytics.rollout.plan import PlanError, RolloutPlan, Stage, parse_plan
 from analytics.rollout.telemetry import RolloutMetrics
 from contracts import offline_gate
 from contracts.events import ROLLOUT_STAGE_TAG
+from control import locking, rollout
 
 log = logging.getLogger(__name__)
+
+
+def _running_rollouts(conn: Connection) -> list[int]:
+    rows = conn.execute(
+        text("SELECT id FROM experiments WHERE mode = 'rollout' AND status = 'running' ORDER BY id")
+    )
+    return [int(r[0]) for r in rows]
+
+
+def _stage_split(conn: Connection, experiment_id: int, segment: str) -> dict[str, int]:
+    """Units per variant in one stage's segment (``rollout_stage=<index>``, tagged by the gateway)."""
+    rows = conn.execute(
+        text(
+            "SELECT variant, count(*) FROM segment_rollups WHERE experiment_id = :e AND segment = :s"
+            " GROUP BY variant"
+        ),
+        {"e": experiment_id, "s": segment},
+    )
+    return {str(v): int(n) for v, n in rows}
+
 
 Clock = Callable[[], datetime]
 CONTROLLER_ACTOR = "controller"
@@ -76,9 +102,27 @@ def resolve_guardrails(
     return guards, [catalogue[n] for n in plan.success_metrics]
 
 
+def _last_group_checks(conn: Connection, experiment_id: int, stage: int) -> dict[str, dict[str, Any]]:
+    """Each guardrail's check in the newest decision of this stage that carries group looks.
+
+    A group-sequential plan's memory: which looks were taken at which information fractions,
+    and the last look's outcome (every decision records it; a hold repeated at the same looks
+    is not re-recorded, so the newest row is the latest state).
+    """
+    found = conn.execute(
+        text(
+            "SELECT evidence->'guardrails' FROM rollout_decisions WHERE experiment_id = :e AND stage = :s"
+            " AND evidence ? 'group_looks' ORDER BY created_at DESC, id DESC LIMIT 1"
+        ),
+        {"e": experiment_id, "s": stage},
+    ).first()
+    checks = found[0] if found is not None and isinstance(found[0], list) else []
+    return {str(c["metric"]): c for c in checks if isinstance(c, dict) and "metric" in c}
+
+
 def measure(
     conn: Connection,
-    row: store.RolloutRow,
+    row: rollout.RolloutRow,
     plan: RolloutPlan,
     stage: Stage,
     now: datetime,
@@ -100,10 +144,30 @@ def measure(
     # Promoting: every guardrail must be shown non-inferior (an intersection-union test),
     # so each one at noninferiority_alpha keeps P(false promotion) ≤ noninferiority_alpha.
     alpha = guardrail_alpha(plan.alpha, guards, plan.evaluated_stages() if by_stage else 1)
-    in_stage = store.stage_split(conn, row.id, f"{ROLLOUT_STAGE_TAG}={row.stage}")
+    in_stage = _stage_split(conn, row.id, f"{ROLLOUT_STAGE_TAG}={row.stage}")
     elapsed_s = (now - row.stage_started_at).total_seconds()
     # Rank guardrails are fixed-horizon tests: judged once the stage's minimums are met.
     due = elapsed_s >= stage.min_duration_s and in_stage.get(candidate.name, 0) >= stage.min_units
+    seq = plan.sequential
+    previous = _last_group_checks(conn, row.id, stage.index) if seq.mode == "group" else {}
+
+    def unit_test(m: Metric, margin: Margin) -> GuardrailCheck:
+        control_stats = stats.get(m.name, {}).get(control.name)
+        candidate_stats = stats.get(m.name, {}).get(candidate.name)
+        if seq.mode == "group":
+            assert seq.looks is not None
+            return check_group_guardrail(
+                m, margin, control_stats, candidate_stats, previous=previous.get(m.name),
+                spending=seq.spending_function, looks=seq.looks, alpha=alpha,
+                alpha_noninferiority=plan.noninferiority_alpha, planned_units=plan.planned_units,
+                min_test_units=plan.min_test_units,
+            )  # fmt: skip
+        return check_guardrail(
+            m, margin, control_stats, candidate_stats, alpha=alpha,
+            alpha_noninferiority=plan.noninferiority_alpha, planned_units=plan.planned_units,
+            min_test_units=plan.min_test_units,
+        )  # fmt: skip
+
     checks = tuple(
         check_rank_guardrail(
             m,
@@ -117,16 +181,7 @@ def measure(
             due=due,
         )
         if margin.method == "mann_whitney"
-        else check_guardrail(
-            m,
-            margin,
-            stats.get(m.name, {}).get(control.name),
-            stats.get(m.name, {}).get(candidate.name),
-            alpha=alpha,
-            alpha_noninferiority=plan.noninferiority_alpha,
-            planned_units=plan.planned_units,
-            min_test_units=plan.min_test_units,
-        )
+        else unit_test(m, margin)
         for m, margin in guards
     )
     wins = tuple(
@@ -144,9 +199,22 @@ def measure(
     # with this stage's weights however late the gateway applied them, and their split must
     # match the weights. (Counting units active since the stage began instead raised a false
     # SRM when a loaded gateway applied new weights more than a grace period late.)
-    srm_since = store.shifted(row.stage_started_at, srm_grace_s)
+    srm_since = row.stage_started_at + timedelta(seconds=srm_grace_s)
     srm_counts = in_stage if now >= srm_since else {}
     weights = {control.name: 100.0 - stage.percent, candidate.name: stage.percent}
+    risks = None
+    if plan.rl_risks is not None:
+        rules = plan.rl_risks
+        # Bonferroni over the rules acted on (the category guardrails count as one family,
+        # Holm inside), so P(any false hold or rollback from these rules) ≤ alpha.
+        families = len(set(rules.hold_on) | set(rules.rollback_on)) + (1 if rules.category_guardrails else 0)
+        opts = RiskOptions(
+            alpha=plan.alpha / max(1, families), planned_units=plan.planned_units,
+            min_units=plan.min_test_units,
+            guardrails=tuple(Guardrail(g.metric, g.margin, g.relative) for g in rules.category_guardrails),
+        )  # fmt: skip
+        section = rl_risks(conn, row.id, control.name, [candidate.name], opts)
+        risks = risk_look(section[0], rules)
     return Look(
         stage=stage,
         elapsed_s=elapsed_s,
@@ -157,6 +225,8 @@ def measure(
         srm=look_srm(srm_counts, weights),
         success=wins,
         window=plan.guardrail_window,
+        sequential=seq.mode,
+        risks=risks,
     )
 
 
@@ -190,7 +260,7 @@ class Controller:
 
     def tick(self) -> list[Decision]:
         with self.engine.connect() as conn:
-            ids = store.running_rollouts(conn)
+            ids = _running_rollouts(conn)
         out = []
         for eid in ids:
             try:
@@ -207,10 +277,10 @@ class Controller:
         """One look at one experiment; None when skipped (locked, not running, not due)."""
         recorded = False
         with self.engine.begin() as conn:
-            if not store.try_lock(conn, experiment_id):
+            if not locking.try_lock(conn, experiment_id):
                 self.metrics.evaluations.labels("skipped").inc()
                 return None
-            row = store.load(conn, experiment_id, for_update=True)
+            row = rollout.load(conn, experiment_id, for_update=True)
             if row is None or row.mode != "rollout" or row.status != "running":
                 return None
             now = self.clock()
@@ -219,10 +289,10 @@ class Controller:
                 self.metrics.evaluations.labels("skipped").inc()
                 return None
             self._last_look[experiment_id] = now
-            if not store.is_repeat_hold(conn, experiment_id, decision):
+            if not rollout.is_repeat_hold(conn, experiment_id, decision):
                 self._apply(conn, row, decision, now)
                 recorded = True
-            after = store.load(conn, experiment_id)
+            after = rollout.load(conn, experiment_id)
         self.metrics.evaluations.labels("ok").inc()
         if recorded:
             self.metrics.decisions.labels(decision.decision).inc()
@@ -231,7 +301,9 @@ class Controller:
             observe_stage(self.metrics, after)
         return decision
 
-    def _decide(self, conn: Connection, row: store.RolloutRow, now: datetime, force: bool) -> Decision | None:
+    def _decide(
+        self, conn: Connection, row: rollout.RolloutRow, now: datetime, force: bool
+    ) -> Decision | None:
         catalogue, errors = load_catalogue(conn, plan_metric_names(row.plan))
         checked = check_plan(row.plan, catalogue, catalogue_errors=errors)
         if checked.errors:
@@ -272,25 +344,25 @@ class Controller:
             return Decision("hold", f"invalid rollout plan: {exc}", "plan_invalid", row.stage, row.stage)
         return decide(plan, look)
 
-    def _apply(self, conn: Connection, row: store.RolloutRow, decision: Decision, now: datetime) -> None:
+    def _apply(self, conn: Connection, row: rollout.RolloutRow, decision: Decision, now: datetime) -> None:
         apply_decision(conn, row, decision, now)
-        after = store.load(conn, row.id)
-        store.record(conn, row.id, decision, self.actor, now, row.state(), after.state() if after else None)
+        after = rollout.load(conn, row.id)
+        rollout.record(conn, row.id, decision, self.actor, now, row.state(), after.state() if after else None)
 
 
-def apply_decision(conn: Connection, row: store.RolloutRow, decision: Decision, now: datetime) -> None:
+def apply_decision(conn: Connection, row: rollout.RolloutRow, decision: Decision, now: datetime) -> None:
     """Change weights/status for a decision (hold changes nothing)."""
     if decision.decision in ("start", "advance"):
         assert decision.to_stage is not None
         plan = parse_plan(row.plan)
-        store.set_stage(conn, row, decision.to_stage, plan.stage(decision.to_stage).percent, now)
+        rollout.set_stage(conn, row, decision.to_stage, plan.stage(decision.to_stage).percent, now)
     elif decision.decision == "rollback":
-        store.rollback(conn, row, decision.reason, now)
+        rollout.rollback(conn, row, decision.reason, now)
     elif decision.decision == "promote":
-        store.promote(conn, row, decision.reason, now)
+        rollout.promote(conn, row, decision.reason, now)
 
 
-def observe_stage(metrics: RolloutMetrics, row: store.RolloutRow) -> None:
+def observe_stage(metrics: RolloutMetrics, row: rollout.RolloutRow) -> None:
     """Set the stage gauge from the committed row (the Grafana 'current stage' panel)."""
     gauge = metrics.stage_percent.labels(row.route, row.name)
     if row.status == "rolled_back":

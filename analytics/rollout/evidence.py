@@ -24,29 +24,35 @@ says what is missing — never a pass.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
 
 from analytics.report.catalogue import Metric
+from analytics.report.risks_schema import RlRisks
 from analytics.rollout.margins import Margin
 from analytics.stats import (
     Direction,
     ErrorCode,
+    GroupSequentialGuardrail,
     MetricKind,
     SampleStats,
     SequentialGuardrail,
     batch_quantiles,
     estimate,
+    group_sequential_noninferiority,
+    group_sequential_rate_noninferiority,
     mann_whitney_guardrail,
     sequential_lift,
     sequential_noninferiority,
     sequential_rate_noninferiority,
     sequential_srm,
 )
+from contracts.rollout_plan import RlRiskRules
 
 Outcome = Literal["harm", "noninferior", "inconclusive", "no_data", "insufficient_data", "error"]
 TESTED: frozenset[str] = frozenset({"harm", "noninferior", "inconclusive"})
@@ -87,6 +93,9 @@ class GuardrailCheck:
     min_test_units: int = 0
     lacking: str | None = None
     relative: dict[str, float | None] | None = None
+    # How the numbers were produced: {"mode": "always_valid"} or the group-sequential look
+    # (see :func:`check_group_guardrail`); None for the fixed-horizon rank test.
+    sequential: dict[str, Any] | None = None
 
     @property
     def tested(self) -> bool:
@@ -94,6 +103,12 @@ class GuardrailCheck:
 
     def evidence(self) -> dict[str, Any]:
         return {**asdict(self), "tested": self.tested}
+
+    @classmethod
+    def from_evidence(cls, data: Mapping[str, Any]) -> GuardrailCheck:
+        """The check recorded in a decision's evidence (a group look's outcome carried over)."""
+        names = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in data.items() if k in names})
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +151,7 @@ def _lacking_units(nc: int, nt: int, need: int) -> str:
     return ", ".join(f"{n}/{need} {arm} units" for arm, n in (("control", nc), ("candidate", nt)) if n < need)
 
 
-def _error_text(res: SequentialGuardrail) -> str:
+def _error_text(res: SequentialGuardrail | GroupSequentialGuardrail) -> str:
     if res.error is ErrorCode.ZERO_CONTROL_MEAN:
         return "control mean 0, relative margin undefined"
     if res.error is ErrorCode.ZERO_VARIANCE:
@@ -154,8 +169,13 @@ def check_guardrail(
     planned_units: int,
     min_test_units: int,
     alpha_noninferiority: float | None = None,
+    group: GroupLook | None = None,
 ) -> GuardrailCheck:
-    """Test one guardrail: harm at ``alpha``, non-inferiority at ``alpha_noninferiority``."""
+    """Test one guardrail: harm at ``alpha``, non-inferiority at ``alpha_noninferiority``.
+
+    ``group``: test at this group-sequential look instead (Lan–DeMets boundaries at the
+    look's information fractions; the same contrasts, Wald/score statistics against c_k).
+    """
     direction, kind = _direction(metric), _kind(metric)
     a_ni = alpha if alpha_noninferiority is None else alpha_noninferiority
     nc, nt = (control.n if control else 0), (candidate.n if candidate else 0)
@@ -169,6 +189,7 @@ def check_guardrail(
         "relative_margin": margin.relative, "absolute_margin": margin.absolute,
         "margin_text": margin.describe(mc), "alpha_noninferiority": a_ni, "min_test_units": min_test_units,
         "margin": margin.relative if scale == "relative" else margin.effective(mc),
+        "sequential": {"mode": "always_valid"} if group is None else group.public(),
     }  # fmt: skip
     if control is None or candidate is None or min(nc, nt) == 0:
         empty = " and ".join(arm for arm, n in (("control", nc), ("candidate", nt)) if n == 0)
@@ -178,8 +199,18 @@ def check_guardrail(
         return GuardrailCheck(**base, outcome="insufficient_data", lacking=lacking,
                               message=f"the test needs {min_test_units} units per variant")  # fmt: skip
 
-    def absolute(level_harm: float, level_ni: float) -> SequentialGuardrail:
+    def absolute(level_harm: float, level_ni: float) -> SequentialGuardrail | GroupSequentialGuardrail:
         assert margin.absolute is not None and control is not None and candidate is not None
+        if group is not None and test == "rate_score":
+            return group_sequential_rate_noninferiority(
+                control, candidate, margin.absolute, direction, group.fractions, level_harm, group.spending,
+                kind=kind, alpha_noninferiority=level_ni,
+            )  # fmt: skip
+        if group is not None:
+            return group_sequential_noninferiority(
+                estimate(control, kind), estimate(candidate, kind), margin.absolute, direction,
+                group.fractions, level_harm, group.spending, relative=False, alpha_noninferiority=level_ni,
+            )  # fmt: skip
         if test == "rate_score":
             return sequential_rate_noninferiority(
                 control, candidate, margin.absolute, direction, level_harm, planned_units,
@@ -190,8 +221,13 @@ def check_guardrail(
             planned_units, relative=False, alpha_noninferiority=level_ni,
         )  # fmt: skip
 
-    def relative(level_harm: float, level_ni: float) -> SequentialGuardrail:
+    def relative(level_harm: float, level_ni: float) -> SequentialGuardrail | GroupSequentialGuardrail:
         assert margin.relative is not None and control is not None and candidate is not None
+        if group is not None:
+            return group_sequential_noninferiority(
+                estimate(control, kind), estimate(candidate, kind), margin.relative, direction,
+                group.fractions, level_harm, group.spending, relative=True, alpha_noninferiority=level_ni,
+            )  # fmt: skip
         return sequential_noninferiority(
             estimate(control, kind), estimate(candidate, kind), margin.relative, direction, level_harm,
             planned_units, relative=True, alpha_noninferiority=level_ni,
@@ -226,9 +262,103 @@ def check_guardrail(
         text = _error_text(failed)
         return GuardrailCheck(**base, **extra, outcome="error", lacking=text, message=text)
     outcome: Outcome = "harm" if harm_shown else "noninferior" if ni_shown else "inconclusive"
+    if group is not None and isinstance(res, GroupSequentialGuardrail):
+        # the per-look adjusted levels this look tested at (the margin's first test's)
+        extra["sequential"] = {
+            **base["sequential"], "z_bound": res.z_bound, "adjusted_alpha": res.nominal_alpha,
+            "z_bound_noninferiority": res.z_bound_noninferiority,
+            "adjusted_alpha_noninferiority": res.nominal_alpha_noninferiority,
+        }  # fmt: skip
+        del base["sequential"]
     return GuardrailCheck(
         **base, **extra, outcome=outcome, harm=res.harm, lower=res.harm_lower, upper=res.harm_upper,
         p_value=res.p_value_harm, message=res.message,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class GroupLook:
+    """One group-sequential look: the information fractions of this and every earlier look."""
+
+    fractions: tuple[float, ...]
+    spending: str
+    looks: int  # planned
+    planned_units: int
+
+    def public(self) -> dict[str, Any]:
+        return {
+            "mode": "group", "spending": self.spending, "look": len(self.fractions), "looks": self.looks,
+            "fractions": list(self.fractions), "planned_units": self.planned_units, "carried": False,
+        }  # fmt: skip
+
+
+def look_bin(fraction: float, looks: int) -> int:
+    """Which planned look an information fraction has reached (0: none yet; ``looks``: t ≥ 1)."""
+    return min(looks, math.floor(fraction * looks + 1e-9))
+
+
+def check_group_guardrail(
+    metric: Metric,
+    margin: Margin,
+    control: SampleStats | None,
+    candidate: SampleStats | None,
+    *,
+    previous: Mapping[str, Any] | None,
+    spending: str,
+    looks: int,
+    alpha: float,
+    planned_units: int,
+    min_test_units: int,
+    alpha_noninferiority: float | None = None,
+) -> GuardrailCheck:
+    """A guardrail in a group-sequential plan at one controller look.
+
+    The information fraction is t = (control + candidate units in the window) / planned_units.
+    A group look is taken when t reaches the next planned fraction j/K (Lan–DeMets: the
+    boundary uses the actual fractions of every look taken, so late or skipped looks keep
+    the level); between looks the last look's outcome stands (``previous``, this guardrail's
+    check recorded with the last decision of this stage), so decisions change only at
+    looks. Before the first look the guardrail is untested. A look whose test cannot run
+    (no variance, …) spends nothing and is retried at the next controller look.
+    """
+    nc, nt = (control.n if control else 0), (candidate.n if candidate else 0)
+    t = (nc + nt) / planned_units
+    prev_seq = (previous or {}).get("sequential") or {}
+    taken: tuple[float, ...] = ()
+    if (
+        prev_seq.get("mode") == "group"
+        and prev_seq.get("spending") == spending
+        and prev_seq.get("looks") == looks
+    ):
+        taken = tuple(float(f) for f in prev_seq.get("fractions") or ())
+    done = look_bin(taken[-1], looks) if taken else 0
+    group = GroupLook((*taken, min(1.0, t)), spending, looks, planned_units)
+    if look_bin(t, looks) > done:
+        check = check_guardrail(
+            metric, margin, control, candidate, alpha=alpha, planned_units=planned_units,
+            min_test_units=min_test_units, alpha_noninferiority=alpha_noninferiority, group=group,
+        )  # fmt: skip
+        if check.tested:
+            return check
+        if not taken:  # nothing spent: the look is retried at the next controller look
+            seq = {**group.public(), "look": 0, "fractions": [], "units_now": nc + nt}
+            return replace(check, sequential=seq)
+    if taken and previous is not None:
+        carried = GuardrailCheck.from_evidence(previous)
+        nxt = None if done >= looks else math.ceil((done + 1) * planned_units / looks)
+        why = "the test is over (every planned look taken)" if nxt is None else f"next look at {nxt} units"
+        seq = {**prev_seq, "carried": True, "units_now": nc + nt, "next_look_units": nxt}
+        return replace(carried, sequential=seq, message=f"outcome of group look {len(taken)}; {why}")
+    first = math.ceil(planned_units / looks)
+    base = check_guardrail(
+        metric, margin, None, None, alpha=alpha, planned_units=planned_units, min_test_units=min_test_units,
+        alpha_noninferiority=alpha_noninferiority, group=group,
+    )  # fmt: skip
+    lacking = f"first group look at {first} units in the stage window (now {nc + nt})"
+    seq = {**group.public(), "look": 0, "fractions": [], "units_now": nc + nt, "next_look_units": first}
+    return replace(
+        base, outcome="insufficient_data", n_control=nc, n_candidate=nt, lacking=lacking,
+        message="waiting for the first planned look", sequential=seq,
     )  # fmt: skip
 
 
@@ -354,3 +484,59 @@ def guardrail_alpha(plan_alpha: float, guardrails: Sequence[object], families: i
     """Bonferroni: each of k guardrails in each of ``families`` stages at alpha/(k·families)
     keeps the chance of any false rollback over the whole rollout ≤ alpha."""
     return plan_alpha / (max(1, len(guardrails)) * max(1, families))
+
+
+@dataclass(frozen=True, slots=True)
+class RiskLook:
+    """What the plan's ``rl_risks`` rules see at one look (cumulative data since the start).
+
+    ``breaches``: per-category guardrails over their margin, one line each naming the metric
+    and category; ``firing``: (alarm, detail) of the alarms the plan acts on that fire;
+    ``untested``: the plan's category guardrails with no category tested yet."""
+
+    breaches: tuple[str, ...]
+    breached_categories: tuple[str, ...]
+    firing: tuple[tuple[str, str], ...]
+    untested: bool
+    unevaluated: tuple[str, ...]  # alarms the plan acts on whose detector cannot decide yet
+    states: dict[str, str]
+    on_category_breach: str
+    hold_on: tuple[str, ...]
+    rollback_on: tuple[str, ...]
+
+    def evidence(self) -> dict[str, Any]:
+        return {
+            "breaches": list(self.breaches), "categories": list(self.breached_categories),
+            "firing": [{"alarm": a, "detail": d} for a, d in self.firing], "untested": self.untested,
+            "states": self.states,
+        }  # fmt: skip
+
+
+def _pct(v: float | None) -> str:
+    return "none" if v is None else f"{v:+.3g}"
+
+
+def risk_look(section: RlRisks, rules: RlRiskRules) -> RiskLook:
+    """The rules' view of one candidate's RL-risks section (pure)."""
+    breaches = []
+    categories: list[str] = []
+    for g in section.capability.guardrails:
+        if g.breached:
+            scale = "relative" if g.relative else "absolute"
+            breaches.append(
+                f"category {g.category}: {g.metric} worse than its {scale} margin {g.margin:g} "
+                f"(harm {_pct(g.harm)}, always-valid lower bound {_pct(g.harm_lower)}, Holm p {g.p_holm:.2g})"
+            )
+            categories.append(g.category)
+    acted = set(rules.hold_on) | set(rules.rollback_on)
+    firing = tuple((a.name, a.detail or a.name) for a in section.alarms if a.firing and a.name in acted)
+    untested = bool(rules.category_guardrails) and not any(
+        g.state == "ok" for g in section.capability.guardrails
+    )
+    return RiskLook(
+        breaches=tuple(breaches), breached_categories=tuple(dict.fromkeys(categories)), firing=firing,
+        untested=untested, states={a.name: a.state for a in section.alarms},
+        unevaluated=tuple(a.name for a in section.alarms if a.name in acted and a.state != "ok"),
+        on_category_breach=rules.on_category_breach, hold_on=tuple(rules.hold_on),
+        rollback_on=tuple(rules.rollback_on),
+    )  # fmt: skip

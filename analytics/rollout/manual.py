@@ -23,10 +23,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import IntegrityError
 
-from analytics.rollout import store
 from analytics.rollout.baseline import EvidenceSource, fresh_evidence
 from analytics.rollout.check import PlanCheck, check_plan, plan_metric_names
 from analytics.rollout.controller import apply_decision, load_catalogue, observe_stage
@@ -34,6 +33,7 @@ from analytics.rollout.decisions import Decision
 from analytics.rollout.plan import PlanError, parse_plan
 from analytics.rollout.telemetry import RolloutMetrics
 from contracts import offline_gate
+from control import locking, rollout
 from control.errors import ControlError
 
 ACTIONS = ("advance", "pause", "resume", "rollback")
@@ -43,13 +43,21 @@ class RolloutActionError(ControlError):
     """An action that cannot be done; ``status`` is the HTTP status to answer with."""
 
 
-def _row(conn: Connection, id_or_name: str, *, for_update: bool) -> store.RolloutRow:
-    eid = store.resolve(conn, id_or_name)
+def _resolve(conn: Connection, id_or_name: str) -> int | None:
+    """An experiment's id from its id or its name (None: no such experiment)."""
+    col = "id" if id_or_name.isdigit() else "name"
+    value: Any = int(id_or_name) if id_or_name.isdigit() else id_or_name
+    row = conn.execute(text(f"SELECT id FROM experiments WHERE {col} = :v"), {"v": value}).first()
+    return None if row is None else int(row[0])
+
+
+def _row(conn: Connection, id_or_name: str, *, for_update: bool) -> rollout.RolloutRow:
+    eid = _resolve(conn, id_or_name)
     if eid is None:
         raise RolloutActionError(404, f"experiment {id_or_name!r} not found")
     if for_update:
-        store.lock(conn, eid)
-    row = store.load(conn, eid, for_update=for_update)
+        locking.lock(conn, eid)
+    row = rollout.load(conn, eid, for_update=for_update)
     if row is None:
         raise RolloutActionError(404, f"experiment {id_or_name!r} not found")
     if row.mode != "rollout":
@@ -116,11 +124,11 @@ def status(
             out["stage_percent"] = plan.stage(row.stage).percent
     gate = _gate(conn, row)
     out["offline_gate"] = None if gate is None else gate.public()
-    out["decisions"] = [d.public() for d in store.decisions(conn, row.id, limit)]
+    out["decisions"] = [d.public() for d in rollout.decisions(conn, row.id, limit)]
     return out
 
 
-def _decision_for(row: store.RolloutRow, action: str, actor: str) -> Decision:
+def _decision_for(row: rollout.RolloutRow, action: str, actor: str) -> Decision:
     by = f"by {actor}"
     if action == "advance":
         if row.status != "running":
@@ -155,14 +163,14 @@ def _decision_for(row: store.RolloutRow, action: str, actor: str) -> Decision:
     raise RolloutActionError(404, f"unknown action {action!r}; expected one of {', '.join(ACTIONS)}")
 
 
-def _gate(conn: Connection, row: store.RolloutRow) -> offline_gate.GateCheck | None:
+def _gate(conn: Connection, row: rollout.RolloutRow) -> offline_gate.GateCheck | None:
     if row.control is None or row.candidate is None:
         return None
     required = offline_gate.required_by(row.plan)
     return offline_gate.check(conn, row.id, row.candidate.name, row.control.name, required=required)
 
 
-def _require_gate(conn: Connection, row: store.RolloutRow) -> None:
+def _require_gate(conn: Connection, row: rollout.RolloutRow) -> None:
     """An operator cannot give traffic to a candidate the offline gate does not vouch for
     (to run without a gate, the experiment's declaration must be removed — an audited change)."""
     gate = _gate(conn, row)
@@ -187,15 +195,15 @@ def act(
                 _require_gate(conn, row)
             now = clock()
             if decision.decision == "pause":
-                store.set_status(conn, row, "paused", decision.reason, now)
+                rollout.set_status(conn, row, "paused", decision.reason, now)
             elif decision.decision == "resume":
-                store.set_status(conn, row, "running", decision.reason, now)
-                store.restart_stage_clock(conn, row, now)
+                rollout.set_status(conn, row, "running", decision.reason, now)
+                rollout.restart_stage_clock(conn, row, now)
             else:
                 apply_decision(conn, row, decision, now)
-            after = store.load(conn, row.id)
+            after = rollout.load(conn, row.id)
             assert after is not None
-            rid = store.record(conn, row.id, decision, actor, now, row.state(), after.state())
+            rid = rollout.record(conn, row.id, decision, actor, now, row.state(), after.state())
     except IntegrityError:
         raise RolloutActionError(409, "another experiment is already running on this route") from None
     if metrics is not None:

@@ -42,13 +42,13 @@ from analytics.report.schema import (
     VariantResult,
     Verdict,
 )
-from analytics.rollout import store
 from analytics.rollout.controller import measure, resolve_guardrails
 from analytics.rollout.decisions import Look, decide
 from analytics.rollout.evidence import check_guardrail, guardrail_alpha
 from analytics.rollout.margins import Margin
 from analytics.rollout.plan import PlanError, RolloutPlan, parse_plan
 from analytics.stats.sufficient import SampleStats
+from control import rollout
 
 #: Decisions kept in the report (the dashboard reads the whole timeline from the rollout API).
 RECENT_DECISIONS = 5
@@ -65,7 +65,7 @@ _CELL: dict[str, GuardrailOutcome] = {"harm": "fail", "noninferior": "pass"}
 class RolloutState:
     """A rollout experiment as the controller sees it: its row and its parsed plan."""
 
-    row: store.RolloutRow
+    row: rollout.RolloutRow
     plan: RolloutPlan | None
     plan_error: str | None
 
@@ -86,7 +86,7 @@ class RolloutState:
 
 
 def load_state(conn: Connection, experiment_id: int) -> RolloutState | None:
-    row = store.load(conn, experiment_id)
+    row = rollout.load(conn, experiment_id)
     if row is None or row.mode != "rollout":
         return None
     try:
@@ -161,7 +161,7 @@ def _cell(g: Mapping[str, Any]) -> Guardrail:
     )  # fmt: skip
 
 
-def _decision(d: store.DecisionRow) -> RolloutDecision:
+def _decision(d: rollout.DecisionRow) -> RolloutDecision:
     return RolloutDecision(
         id=d.id, created_at=d.created_at, decision=d.decision, reason=d.reason, actor=d.actor,
         stage=d.stage, to_stage=d.to_stage, evidence=dict(d.evidence or {}),
@@ -230,7 +230,7 @@ def build_section(
     """The report's ``rollout`` section and the basis of its verdict (``guards``/``problem``
     from :func:`plan_guardrails`)."""
     look = live_look(conn, state, now, grace_s) if problem is None else None
-    rows = store.decisions(conn, state.row.id, limit=RECENT_DECISIONS)
+    rows = rollout.decisions(conn, state.row.id, limit=RECENT_DECISIONS)
     recent = [_decision(d) for d in rows]
     basis = choose_basis(state, look, _with_evidence_back(conn, state, recent))
     plan = state.plan
@@ -256,7 +256,7 @@ def _with_evidence_back(
     """``recent``, reaching further back when none of them carries the controller's evidence."""
     if any(isinstance(d.evidence.get("guardrails"), list) for d in recent) or len(recent) < RECENT_DECISIONS:
         return recent
-    return [_decision(d) for d in store.decisions(conn, state.row.id)]
+    return [_decision(d) for d in rollout.decisions(conn, state.row.id)]
 
 
 # --- the verdict ----------------------------------------------------------------------------

@@ -1,20 +1,17 @@
-"""Who may read and who may change: the analytics service's one credential check.
+"""Who may read and who may change, as the analytics service asks it.
 
-Credentials:
+The credentials and roles are the control plane's (:mod:`control.auth`, the one check):
+the admin token, the read token (a viewer), a user's API token, or the dashboard's session
+cookie with its CSRF token for changes. This module adds what only the service has:
 
-- the **admin token** (``LIFTGATE_ADMIN_TOKEN``) as ``Authorization: Bearer``: reads and
-  changes (mutating endpoints, ``?fresh=true``);
-- the **read token** (``LIFTGATE_READ_TOKEN``, optional) as ``Authorization: Bearer``:
-  reads only;
-- the dashboard's **session cookie** (``lg_session``): reads only. The browser gets it
-  from ``/dashboard/login`` — a form taking the read or admin token, or a one-time
-  sign-in link (``?ticket=``, what ``liftgate up`` prints). It is signed with a key derived
-  from both tokens, so changing either token ends every session.
-
-``LIFTGATE_READ_ACCESS=open`` lets anyone read (behind an authenticating proxy, say);
-changes still need the admin token. Every route resolves the caller through
-:meth:`Access.principal` (the ``require_*`` dependencies and the request guard), so roles
-added later plug in here.
+- ``LIFTGATE_READ_ACCESS=open`` lets anyone read (behind an authenticating proxy, say) as an
+  anonymous viewer; changes still need a credential with the right role;
+- one-time **sign-in links** (``/dashboard/login?ticket=…``, what ``liftgate up`` prints):
+  an HMAC-signed expiry and nonce (key derived from the admin and read tokens), redeemed at
+  most once — the nonce is recorded in PostgreSQL, so a second use fails in any process and
+  after a restart. A link signs the browser in as the bootstrap admin;
+- the dependencies of the service's routes (:func:`require_read`, :func:`require_operator`,
+  :func:`require_admin`, :func:`require_read_page`).
 """
 
 from __future__ import annotations
@@ -23,44 +20,28 @@ import base64
 import hashlib
 import hmac
 import secrets
-import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Annotated, Final, Literal
 from urllib.parse import quote
 
 from fastapi import Depends, HTTPException, Request
-from starlette.datastructures import Headers
 
-from control.auth import ACTOR_HEADER, actor
+from control import users
+from control.auth import SCOPE_KEY, Authenticator, Denied, Principal, Role, denial
 
-Role = Literal["admin", "read"]
 SESSION_COOKIE: Final = "lg_session"
 LOGIN_PATH: Final = "/dashboard/login"
-_MAX_REDEEMED = 10_000
+#: A sign-in link is short-lived: it is meant to be clicked right after ``liftgate up`` prints it.
+LINK_TTL_S: Final = 15 * 60.0
+ANONYMOUS: Final = Principal("anonymous", "viewer", "anonymous")
 
-
-@dataclass(frozen=True, slots=True)
-class Principal:
-    name: str  # "admin", "reader", "session", "anonymous"
-    role: Role
-
-    @property
-    def admin(self) -> bool:
-        return self.role == "admin"
-
-
-class Denied(Exception):
-    """No valid credential: ``status`` 401 (none given) or 403 (a wrong one)."""
-
-    def __init__(self, status: int, reason: str) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
+__all__ = ["ANONYMOUS", "Access", "login_ticket"]
 
 
 def session_key(admin_token: str, read_token: str | None) -> bytes:
-    """The key that signs sessions and sign-in tickets (changes with either token)."""
+    """The key that signs sign-in links (changes with either token)."""
     return hmac.new(
         admin_token.encode(), b"liftgate-session\x00" + (read_token or "").encode(), "sha256"
     ).digest()
@@ -71,86 +52,57 @@ def _sign(key: bytes, kind: str, expires: int, nonce: str) -> str:
     return base64.urlsafe_b64encode(mac).decode().rstrip("=")
 
 
-def _token(key: bytes, kind: str, ttl_s: float, now: float) -> str:
-    expires = int(now + ttl_s)
-    nonce = secrets.token_urlsafe(12)
-    return f"{expires}.{nonce}.{_sign(key, kind, expires, nonce)}"
-
-
-def _check(key: bytes, kind: str, value: str, now: float) -> str | None:
-    """The nonce of a valid, unexpired signed value, else None."""
+def _check(key: bytes, kind: str, value: str, now: float) -> tuple[str, int] | None:
+    """(nonce, expiry) of a valid, unexpired signed value, else None."""
     parts = value.split(".")
     if len(parts) != 3 or not parts[0].isascii() or not parts[0].isdigit() or len(parts[0]) > 12:
         return None
     expires, nonce, mac = int(parts[0]), parts[1], parts[2]
     if expires < now or not hmac.compare_digest(mac, _sign(key, kind, expires, nonce)):
         return None
-    return nonce
+    return nonce, expires
 
 
-def login_ticket(admin_token: str, read_token: str | None, ttl_s: float = 12 * 3600.0) -> str:
+def login_ticket(admin_token: str, read_token: str | None, ttl_s: float = LINK_TTL_S) -> str:
     """A one-time sign-in ticket for ``/dashboard/login?ticket=…`` (``liftgate up`` prints one)."""
-    return _token(session_key(admin_token, read_token), "ticket", ttl_s, time.time())
+    expires = int(time.time() + ttl_s)
+    nonce = secrets.token_urlsafe(12)
+    return f"{expires}.{nonce}.{_sign(session_key(admin_token, read_token), 'ticket', expires, nonce)}"
 
 
 class Access:
-    """The credential check of every route (see the module docstring)."""
+    """The service's view of :class:`control.auth.Authenticator` (see the module docstring)."""
 
     def __init__(
-        self, admin_token: str, read_token: str | None, mode: Literal["token", "open"], session_ttl_s: float
+        self,
+        auth: Authenticator,
+        mode: Literal["token", "open"],
+        session_ttl_s: float,
+        lockout: users.LockoutPolicy | None = None,
     ) -> None:
-        self._admin = admin_token.encode()
-        self._read = read_token.encode() if read_token else None
+        self.auth = auth
         self.mode = mode
         self.session_ttl_s = session_ttl_s
-        self._key = session_key(admin_token, read_token)
-        self._redeemed: dict[str, float] = {}  # ticket nonce -> expiry (one-time use)
-        self._lock = threading.Lock()
+        self.lockout = lockout or users.LockoutPolicy()
+        self._key = session_key(auth.admin_token, auth.read_token)
 
-    def role_of(self, token: str) -> Role | None:
-        """The role a presented token grants (both compared in constant time)."""
-        raw = token.encode()
-        is_admin = hmac.compare_digest(raw, self._admin)
-        is_read = self._read is not None and hmac.compare_digest(raw, self._read)
-        return "admin" if is_admin else "read" if is_read else None
-
-    def principal(self, headers: Headers, cookies: dict[str, str]) -> Principal:
-        """Who is calling; raises :class:`Denied` when reads are not allowed to them."""
-        header = headers.get("authorization")
-        if header is not None:
-            scheme, _, token = header.partition(" ")
-            token = token.strip()
-            if scheme.lower() != "bearer" or not token:
-                raise Denied(401, "expected 'Authorization: Bearer <token>'")
-            role = self.role_of(token)
-            if role is None:
-                raise Denied(403, "invalid token")
-            return Principal("admin" if role == "admin" else "reader", role)
-        session = cookies.get(SESSION_COOKIE)
-        if session and _check(self._key, "session", session, time.time()) is not None:
-            return Principal("session", "read")
+    def principal(self, method: str, headers: Mapping[str, str], cookies: Mapping[str, str]) -> Principal:
+        """Who is calling; raises :class:`Denied` when they may not even read."""
+        found = self.auth.resolve(method, headers, cookies)
+        if found is not None:
+            return found
         if self.mode == "open":
-            return Principal("anonymous", "read")
+            return ANONYMOUS
         raise Denied(401, "a read token is required (Authorization: Bearer, or sign in at /dashboard/login)")
-
-    def new_session(self) -> str:
-        return _token(self._key, "session", self.session_ttl_s, time.time())
 
     def redeem(self, ticket: str) -> bool:
         """Whether ``ticket`` is valid and unused (it is used up now)."""
-        now = time.time()
-        nonce = _check(self._key, "ticket", ticket, now)
-        if nonce is None:
+        found = _check(self._key, "ticket", ticket, time.time())
+        if found is None:
             return False
-        with self._lock:
-            if nonce in self._redeemed:
-                return False
-            if len(self._redeemed) >= _MAX_REDEEMED:
-                self._redeemed = {n: t for n, t in self._redeemed.items() if t >= now}
-                if len(self._redeemed) >= _MAX_REDEEMED:
-                    return False  # fail closed rather than forget a used ticket
-            self._redeemed[nonce] = float(ticket.split(".", 1)[0])
-        return True
+        nonce, expires = found
+        with self.auth.engine.begin() as conn:
+            return users.redeem_link(conn, nonce, datetime.fromtimestamp(expires, UTC), users.utcnow())
 
 
 def get_access(request: Request) -> Access:
@@ -158,37 +110,50 @@ def get_access(request: Request) -> Access:
     return access
 
 
-def _principal(request: Request) -> Principal:
+def _resolved(request: Request, need: Role) -> Principal:
+    """The caller (resolved once per request). Reads never need a CSRF token, so a read
+    route resolves the request as a GET (a read-only POST such as the plan check included)."""
+    cached: Principal | None = request.scope.get(SCOPE_KEY)
+    if cached is not None:
+        return cached
+    method = "GET" if need == "viewer" else request.method
+    found = get_access(request).principal(method, request.headers, request.cookies)
+    if method == request.method:
+        request.scope[SCOPE_KEY] = found
+    return found
+
+
+def _require(request: Request, need: Role) -> Principal:
     try:
-        return get_access(request).principal(request.headers, request.cookies)
+        found = _resolved(request, need)
+        refused = denial(found, need)
     except Denied as exc:
-        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-        raise HTTPException(exc.status, exc.reason, headers=headers) from None
+        refused = exc
+    if refused is not None:
+        headers = {"WWW-Authenticate": "Bearer"} if refused.status == 401 else None
+        raise HTTPException(refused.status, refused.reason, headers=headers)
+    return found
 
 
 def require_read(request: Request) -> Principal:
     """Dependency of every read route: 401 without a credential, 403 with a wrong one."""
-    return _principal(request)
+    return _require(request, "viewer")
+
+
+def require_operator(request: Request) -> str:
+    """Dependency of the service's own changes (snapshots, ``?fresh=true``): the audit actor."""
+    return _require(request, "operator").actor
 
 
 def require_admin(request: Request) -> str:
-    """Dependency of mutating routes: the admin token as a bearer header (never a cookie).
-
-    Returns the actor for the audit log, named as the control plane names it
-    (``admin`` or ``admin:<X-Liftgate-Actor>``)."""
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        raise HTTPException(401, "admin token required", headers={"WWW-Authenticate": "Bearer"})
-    if get_access(request).role_of(token.strip()) != "admin":
-        raise HTTPException(403, "invalid admin token")
-    return actor(request.headers.get(ACTOR_HEADER))
+    """Dependency of admin-only routes (datasets of production content): the audit actor."""
+    return _require(request, "admin").actor
 
 
 def require_read_page(request: Request) -> Principal:
     """Dependency of the dashboard's pages: without a credential, off to the sign-in page."""
     try:
-        return get_access(request).principal(request.headers, request.cookies)
+        return _resolved(request, "viewer")
     except Denied as exc:
         if exc.status == 403:
             raise HTTPException(403, exc.reason) from None
@@ -199,4 +164,5 @@ def require_read_page(request: Request) -> Principal:
 
 
 Reader = Annotated[Principal, Depends(require_read)]
+Operator = Annotated[str, Depends(require_operator)]
 Admin = Annotated[str, Depends(require_admin)]

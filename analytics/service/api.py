@@ -11,27 +11,31 @@ plane's: ``control.api``, mounted by ``analytics.service.app`` at ``/admin``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import time
 from datetime import UTC, datetime
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, Literal
 
 import orjson
 from fastapi import APIRouter, HTTPException, Query, Response
+from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import Connection, text
 
 from analytics.report.catalogue import BUILTINS, spec_dict
+from analytics.report.probe import JudgeEndpoint, run_probe
 from analytics.report.schema import ExperimentSummary, Report, Verdict, headline
 from analytics.report.snapshots import latest_snapshot, load_timeseries, save_snapshot, with_current_point
-from analytics.service.access import Admin, Reader
+from analytics.rollout.plan import PlanError, parse_plan
+from analytics.service.access import Admin, Operator, Reader
 from analytics.service.context import Ctx, ServiceContext
 from control import audit
 
 router = APIRouter()
 
 
-__all__ = ["Admin", "Ctx", "Reader", "resolve_experiment", "router"]
+__all__ = ["Admin", "Ctx", "Operator", "Reader", "resolve_experiment", "router"]
 
 _ID: Final = re.compile(r"[0-9]{1,10}")  # ASCII digits only: "²".isdigit() is True
 _ID_MAX: Final = 2**31 - 1  # experiments.id is an int4
@@ -70,7 +74,7 @@ def prometheus_metrics(ctx: Ctx) -> Response:
 
 _LIST_SQL = text(
     """
-    SELECT e.id, e.name, e.route, e.mode, e.status, e.rollout_stage, e.started_at,
+    SELECT e.id, e.name, e.route, e.mode, e.status, e.rollout_stage, e.rollout_plan, e.started_at,
            s.created_at, s.units, s.verdicts
     FROM experiments e
     LEFT JOIN LATERAL (
@@ -87,7 +91,9 @@ _LIST_SQL = text(
 def list_experiments(ctx: Ctx, _: Reader) -> list[ExperimentSummary]:
     out: list[ExperimentSummary] = []
     with ctx.engine.connect() as conn:
-        for eid, name, route, mode, status, stage, started, at, units, verdicts in conn.execute(_LIST_SQL):
+        for eid, name, route, mode, status, stage, plan, started, at, units, verdicts in conn.execute(
+            _LIST_SQL
+        ):
             if at is None:
                 # Never snapshotted: count its units directly (index-only, one experiment).
                 units = conn.execute(
@@ -99,49 +105,136 @@ def list_experiments(ctx: Ctx, _: Reader) -> list[ExperimentSummary]:
             out.append(
                 ExperimentSummary(
                     id=eid, name=name, route=route, mode=mode, status=status, stage=stage,
-                    units=int(units or 0), verdict=verdict, started_at=started, report_at=at,
+                    stage_percent=stage_percent(plan, stage), units=int(units or 0), verdict=verdict, started_at=started, report_at=at,
                 )
             )  # fmt: skip
     return out
 
 
-def _compute(ctx: ServiceContext, conn: Connection, eid: int, source: str) -> Report:
+def stage_percent(plan: Any, stage: int | None) -> float | None:
+    """The candidate's percent at ``stage`` of ``plan`` (None without a stage or a valid plan)."""
+    if stage is None or plan is None:
+        return None
+    try:
+        parsed = parse_plan(plan)
+    except PlanError:
+        return None
+    return parsed.stage(stage).percent if 0 <= stage < len(parsed.stages) else None
+
+
+def _compute(
+    ctx: ServiceContext,
+    conn: Connection,
+    eid: int,
+    source: str,
+    cuped_theta: str | None = None,
+    proportion_test: str | None = None,
+) -> Report:
     started = time.perf_counter()
-    report = ctx.build(conn, eid)
+    report = ctx.build(conn, eid, cuped_theta=cuped_theta, proportion_test=proportion_test)
     ctx.metrics.build_seconds.labels(source).observe(time.perf_counter() - started)
     return report
 
 
+def _served_report(ctx: ServiceContext, conn: Connection, eid: int, fresh: bool) -> Report:
+    """The latest snapshot when it is recent enough (and not ``fresh``), else a new report."""
+    report = None if fresh else latest_snapshot(conn, eid)
+    age = (datetime.now(UTC) - report.generated_at).total_seconds() if report is not None else None
+    if report is not None and age is not None and age <= ctx.settings.report_max_age_s:
+        series = load_timeseries(conn, eid, ctx.settings.max_timeseries_points)
+        ctx.metrics.report_requests.labels("snapshot").inc()
+        served = report.model_copy(update={"timeseries": series})
+        ctx.metrics.observe_risks(served)
+    else:
+        served = _compute(ctx, conn, eid, "api")
+        ctx.metrics.report_requests.labels("computed").inc()
+    return served
+
+
 @router.get("/api/experiments/{id_or_name}/report", response_model=Report)
 def get_report(
-    ctx: Ctx, reader: Reader, id_or_name: str, fresh: Annotated[bool, Query()] = False
+    ctx: Ctx,
+    reader: Reader,
+    id_or_name: str,
+    fresh: Annotated[bool, Query()] = False,
+    cuped_theta: Annotated[Literal["pooled", "pooled_sums", "per_arm"] | None, Query()] = None,
+    proportion_test: Annotated[Literal["welch", "pooled_z"] | None, Query()] = None,
 ) -> Response:
-    if fresh and not reader.admin:
-        # A fresh report costs a full computation: admins only, and rate limited below.
-        raise HTTPException(403, "fresh=true recomputes the report and needs the admin token")
+    """The latest snapshot (or a computed report). ``cuped_theta``/``proportion_test`` select
+    another convention (docs/statistics.md): that report is computed, not a snapshot, so any
+    reader may ask but at most once per ``fresh_min_interval_s`` per experiment (429)."""
+    if fresh and not reader.may("operator"):
+        # A fresh report costs a full computation: operators only, and rate limited below.
+        raise HTTPException(403, "fresh=true recomputes the report and needs the operator role")
+    conventions = cuped_theta is not None or proportion_test is not None
     with ctx.engine.connect() as conn:
         eid = resolve_experiment(conn, id_or_name)
-        if fresh and (wait := ctx.fresh_wait(eid)) > 0:
+        if (fresh or conventions) and (wait := ctx.fresh_wait(eid)) > 0:
             raise HTTPException(
                 429,
                 f"a fresh report of this experiment was computed less than"
                 f" {ctx.settings.fresh_min_interval_s:g} s ago; retry in {math.ceil(wait)} s",
                 headers={"Retry-After": str(math.ceil(wait))},
             )
-        report = None if fresh else latest_snapshot(conn, eid)
-        age = (datetime.now(UTC) - report.generated_at).total_seconds() if report is not None else None
-        if report is not None and age is not None and age <= ctx.settings.report_max_age_s:
-            series = load_timeseries(conn, eid, ctx.settings.max_timeseries_points)
-            report = report.model_copy(update={"timeseries": series})
-            ctx.metrics.report_requests.labels("snapshot").inc()
-        else:
-            report = _compute(ctx, conn, eid, "api")
+        if conventions:
+            chosen = _compute(ctx, conn, eid, "api", cuped_theta, proportion_test)
             ctx.metrics.report_requests.labels("computed").inc()
+            return Response(chosen.model_dump_json(), media_type="application/json")
+        report = _served_report(ctx, conn, eid, fresh)
     return Response(report.model_dump_json(), media_type="application/json")
 
 
+@router.get("/api/experiments/{id_or_name}/rl-risks")
+def get_rl_risks(ctx: Ctx, _: Reader, id_or_name: str) -> Response:
+    """The report's ``rl_risks`` section (the same numbers as ``/report``, from the same
+    snapshot or computation), one entry per candidate."""
+    with ctx.engine.connect() as conn:
+        eid = resolve_experiment(conn, id_or_name)
+        report = _served_report(ctx, conn, eid, False)
+    body = {
+        "experiment_id": report.experiment_id, "name": report.name, "generated_at": report.generated_at,
+        "alpha": report.alpha, "rl_risks": [r.model_dump(mode="json") for r in report.rl_risks],
+    }  # fmt: skip
+    return Response(orjson.dumps(body), media_type="application/json")
+
+
+class ProbeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    phrase: str = Field(min_length=1, max_length=200)
+    variant: str | None = Field(default=None, max_length=64)
+    samples: int = Field(default=40, ge=10, le=200)
+
+
+@router.post("/api/experiments/{id_or_name}/rl-risks/probe")
+def post_probe(ctx: Ctx, actor: Admin, id_or_name: str, body: ProbeRequest) -> dict[str, Any]:
+    """Re-score stored responses with the phrase removed / inserted (analytics.report.probe).
+    Admin only: it sends stored user text to the judge and costs 4 × samples judge calls."""
+    s = ctx.settings
+    if not s.judge_url:
+        # 409, not 503: the service is healthy, it is configured without a judge
+        raise HTTPException(409, "no judge configured: set LIFTGATE_JUDGE_URL (and LIFTGATE_JUDGE_MODEL)")
+    if not body.phrase.isprintable():
+        raise HTTPException(422, "phrase must be printable text")
+    judge = JudgeEndpoint(s.judge_url, s.judge_model, s.judge_api_key, score_min=s.judge_score_min,
+                          score_max=s.judge_score_max, timeout_s=s.judge_timeout_s)  # fmt: skip
+    with ctx.engine.connect() as conn:
+        eid = resolve_experiment(conn, id_or_name)
+        rows = conn.execute(
+            text("SELECT name, is_control FROM variants WHERE experiment_id = :e ORDER BY id"), {"e": eid}
+        ).all()
+        control = next((n for n, c in rows if c), None)
+        candidates = [n for n, c in rows if not c]
+        variant = body.variant or (candidates[0] if len(candidates) == 1 else None)
+        if control is None or variant is None or variant not in candidates:
+            raise HTTPException(422, f"variant must name one candidate of the experiment: {candidates}")
+        run = run_probe(conn, eid, control, variant, body.phrase, judge, body.samples, ctx.settings.alpha)
+    return {"experiment_id": eid, "variant": variant, "control": control, "failed_calls": run.failed,
+            **dataclasses.asdict(run.result)}  # fmt: skip
+
+
 @router.post("/api/experiments/{id_or_name}/snapshot", response_model=Report, status_code=201)
-def post_snapshot(ctx: Ctx, actor: Admin, id_or_name: str) -> Response:
+def post_snapshot(ctx: Ctx, actor: Operator, id_or_name: str) -> Response:
     with ctx.engine.begin() as conn:
         eid = resolve_experiment(conn, id_or_name)
         report = _compute(ctx, conn, eid, "api")

@@ -13,9 +13,10 @@ starts the background workers, each a thread that runs until its stop event is s
 
 The dashboard (``analytics.web``) is mounted under ``/dashboard`` by :func:`_mount_dashboard`.
 
-Access (``analytics.service.access``): reads need a read credential (unless
-``LIFTGATE_READ_ACCESS=open``), changes the admin token; every request first passes
-``analytics.service.guard`` (path, body size and time, admin token before any body is read).
+Access (``analytics.service.access`` over ``control.auth``): reads need a credential of any
+role (unless ``LIFTGATE_READ_ACCESS=open``), changes an operator or an admin; every request
+first passes ``analytics.service.guard`` (path, body size and time, the credential and its
+CSRF token before any body of a change is read).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse, Response
-from sqlalchemy import create_engine
+from sqlalchemy import Engine, create_engine
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
@@ -40,7 +41,15 @@ from analytics.report.assembly import ReportOptions
 from analytics.report.snapshots import Snapshotter
 from analytics.rollout import view
 from analytics.rollout.settings import make_controller
-from analytics.service import api, datasets, login, offline_gate_api, rollout_api
+from analytics.service import (
+    api,
+    datasets,
+    examples_api,
+    login,
+    notifications_api,
+    offline_gate_api,
+    rollout_api,
+)
 from analytics.service.access import Access, require_read, require_read_page
 from analytics.service.context import BackgroundWorker, ServiceContext, WorkerFactory
 from analytics.service.datasets import retention_worker
@@ -48,7 +57,10 @@ from analytics.service.guard import RequestGuard
 from analytics.service.settings import AnalyticsSettings
 from analytics.service.telemetry import ServiceMetrics
 from control import api as control_api
+from control import notify_api
+from control.auth import Authenticator
 from control.plane import ControlPlane
+from control.users import LockoutPolicy
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +110,7 @@ def controller_worker(ctx: ServiceContext) -> BackgroundWorker | None:
     return BackgroundWorker("rollout", run)
 
 
-def control_plane(ctx: ServiceContext) -> ControlPlane:
+def control_plane(ctx: ServiceContext, authenticator: Authenticator | None = None) -> ControlPlane:
     """The admin API's dependencies: this service's engine, the metric catalogue's validation
     and the rollout actions (with the operator as the decision's actor)."""
     from analytics.report.catalogue import BUILTINS, parse_spec, spec_dict
@@ -119,12 +131,24 @@ def control_plane(ctx: ServiceContext) -> ControlPlane:
         metric_spec=metric_spec,
         builtin_metrics=frozenset(BUILTINS),
         rollout_action=rollout_action,
+        read_token=ctx.settings.read_token,
+        auth=authenticator,
+        notify=ctx.settings.notify,
     )
+
+
+def notifier_worker(ctx: ServiceContext) -> BackgroundWorker | None:
+    """Webhook deliveries from the notification outbox (``control.webhook_sender``)."""
+    if not ctx.settings.notify.worker:
+        return None
+    from control.webhook_sender import Notifier
+
+    return BackgroundWorker("notifier", Notifier(ctx.engine, ctx.settings.notify).run)
 
 
 def default_workers() -> list[WorkerFactory]:
     """Background workers of ``python -m analytics`` (add new ones here)."""
-    return [snapshotter_worker, consumer_worker, controller_worker, retention_worker]
+    return [snapshotter_worker, consumer_worker, controller_worker, retention_worker, notifier_worker]
 
 
 def _run_worker(ctx: ServiceContext, worker: BackgroundWorker, stop: threading.Event) -> None:
@@ -171,7 +195,20 @@ def create_app(
 ) -> FastAPI:
     service_metrics = metrics if metrics is not None else ServiceMetrics()
     factories = list(default_workers() if workers is None else workers)
-    access = Access(settings.admin_token, settings.read_token, settings.read_access, settings.session_ttl_s)
+    engine_box: list[Engine] = []
+
+    def current_engine() -> Engine:
+        if not engine_box:
+            raise RuntimeError("the service's database engine is created by its lifespan")
+        return engine_box[0]
+
+    authenticator = Authenticator(settings.admin_token, settings.read_token, current_engine)
+    access = Access(
+        authenticator,
+        settings.read_access,
+        settings.session_ttl_s,
+        LockoutPolicy(settings.login_max_failures, settings.login_lockout_s),
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -182,8 +219,9 @@ def create_app(
         ctx = ServiceContext(
             settings, engine, service_metrics, ReportOptions.from_settings(settings, rollout=view.report_part)
         )
+        engine_box[:] = [engine]
         app.state.ctx = ctx
-        app.state.control = control_plane(ctx)
+        app.state.control = control_plane(ctx, authenticator)
         stop = threading.Event()
         for factory in factories:
             worker = factory(ctx)
@@ -236,9 +274,12 @@ def create_app(
     app.include_router(api.router)
     app.include_router(rollout_api.router, dependencies=[Depends(require_read)])
     app.include_router(offline_gate_api.router, dependencies=[Depends(require_read)])
+    app.include_router(notifications_api.router, dependencies=[Depends(require_read)])
+    app.include_router(examples_api.router, dependencies=[Depends(require_read)])
     app.include_router(datasets.router())
     app.include_router(control_api.router)
     app.include_router(control_api.legacy_router)
+    app.include_router(notify_api.router)
     _mount_dashboard(app)
     _mount_docs(app)
     return app

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Annotated
 
@@ -58,8 +58,24 @@ class ServiceContext:
             self.fresh_at[experiment_id] = now
             return 0.0
 
-    def build(self, conn: Connection, experiment_id: int, now: datetime | None = None) -> Report:
-        return build_report(conn, experiment_id, now=now, options=self.options)
+    def build(
+        self,
+        conn: Connection,
+        experiment_id: int,
+        now: datetime | None = None,
+        *,
+        cuped_theta: str | None = None,
+        proportion_test: str | None = None,
+    ) -> Report:
+        """``cuped_theta``/``proportion_test``: another convention than the service's options."""
+        options = self.options
+        if cuped_theta is not None:
+            options = replace(options, cuped_theta=cuped_theta)
+        if proportion_test is not None:
+            options = replace(options, proportion_test=proportion_test)
+        report = build_report(conn, experiment_id, now=now, options=options)
+        self.metrics.observe_risks(report)  # the snapshotter's reports set the alarm gauges too
+        return report
 
 
 WorkerFactory = Callable[[ServiceContext], BackgroundWorker | None]

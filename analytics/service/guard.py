@@ -6,8 +6,12 @@ An ASGI middleware in front of the whole analytics app, in this order:
    metric can have such a name, and it must not reach the filesystem or the database;
 2. a ``Content-Length`` above ``max_body_bytes`` is refused (413) before a byte is read;
 3. a request that could change something (any method but GET/HEAD/OPTIONS, except the
-   sign-in form) needs the admin token (401/403) before its body is read — a wrong token
-   with a 200 MiB body costs one header check;
+   sign-in and sign-out forms, which check their own CSRF token) needs a credential of at
+   least the operator role (:mod:`control.auth`: a bearer token, or the session cookie *with*
+   its CSRF token in ``X-CSRF-Token``) before its body is read — a wrong token with a
+   200 MiB body costs one header check (and one indexed lookup for a user's token or
+   session). The route then checks the exact role it needs; the principal resolved here is
+   handed to it in the ASGI scope, so a request is resolved once;
 4. the body is counted while it streams (413 as soon as it exceeds the limit, chunked
    bodies included) and must arrive within ``body_timeout_s`` (408).
 
@@ -25,12 +29,16 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Awaitable, Callable, MutableMapping
+from functools import partial
 from typing import Any, Final
 
 import orjson
+from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
+from starlette.requests import cookie_parser
 
 from analytics.service.access import LOGIN_PATH, Access
+from control.auth import SCOPE_KEY, Denied, Principal, denial
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -58,6 +66,8 @@ class RequestGuard:
             await self.app(scope, receive, send)
             return
         refusal = self._refusal(scope)
+        if refusal is None:
+            refusal = await self._credential_refusal(scope)
         if refusal is not None:
             headers = Headers(scope=scope)
             length = headers.get("content-length", "0")
@@ -77,29 +87,42 @@ class RequestGuard:
                 return 400, "invalid Content-Length", {}
             if int(length) > self.max_body:
                 return 413, f"request body larger than {self.max_body} bytes", {}
-        if scope["method"] == "POST" and path in _READ_POSTS:
-            return self._read_refusal(headers)
-        if scope["method"] not in _SAFE_METHODS and path not in _OPEN_POSTS:
-            token = headers.get("authorization", "")
-            scheme, _, value = token.partition(" ")
-            if scheme.lower() != "bearer" or not value.strip():
-                return 401, "admin token required", {"www-authenticate": "Bearer"}
-            if self.access.role_of(value.strip()) != "admin":
-                return 403, "invalid admin token", {}
         return None
 
-    def _read_refusal(self, headers: Headers) -> tuple[int, str, dict[str, str]] | None:
-        """A read-only POST: any valid token (or none in ``open`` mode) before its body is read;
-        the route's own read dependency also applies (e.g. a dashboard session)."""
-        token = headers.get("authorization")
-        if token is None:
+    async def _credential_refusal(self, scope: Scope) -> tuple[int, str, dict[str, str]] | None:
+        """A change needs an operator (a read-only POST any reader) before its body is read."""
+        path: str = scope.get("path", "")
+        method: str = scope["method"]
+        if method in _SAFE_METHODS or path in _OPEN_POSTS:
+            return None
+        headers = Headers(scope=scope)
+        read_only = method == "POST" and path in _READ_POSTS
+        if read_only and "authorization" not in headers:
             return None  # the route's read dependency decides (session cookie or open mode)
-        scheme, _, value = token.partition(" ")
-        if scheme.lower() != "bearer" or not value.strip():
-            return 401, "expected 'Authorization: Bearer <token>'", {"www-authenticate": "Bearer"}
-        if self.access.role_of(value.strip()) is None:
-            return 403, "invalid token", {}
+        cookies = cookie_parser(headers.get("cookie", ""))
+        # Read-only POSTs change nothing, so they are resolved like a GET (no CSRF token needed).
+        as_method = "GET" if read_only else method
+        try:
+            principal = await self._resolve(as_method, headers, cookies)
+            refused = denial(principal, "viewer" if read_only else "operator")
+        except Denied as exc:
+            refused = exc
+        if refused is not None:
+            extra = {"www-authenticate": "Bearer"} if refused.status == 401 else {}
+            return refused.status, refused.reason, extra
+        scope[SCOPE_KEY] = principal
         return None
+
+    async def _resolve(self, method: str, headers: Headers, cookies: dict[str, str]) -> Principal | None:
+        auth = self.access.auth
+        header = headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() == "bearer" and token.strip():
+            found = auth.bootstrap(token.strip(), headers.get("x-liftgate-actor"))
+            if found is not None:
+                return found  # the bootstrap tokens need no database
+        # A user's token or a session: one indexed query, off the event loop.
+        return await run_in_threadpool(partial(auth.resolve, method, headers, cookies))
 
     async def _guarded(self, scope: Scope, receive: Receive, send: Send) -> None:
         loop = asyncio.get_running_loop()

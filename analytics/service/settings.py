@@ -8,6 +8,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from analytics.rollout.settings import RolloutSettings
+from control.notify_settings import NotifySettings
 from eventbus import ClientChoice
 
 _WEAK_TOKENS = frozenset({"changeme", "change-me", "admin", "secret", "token", "password", "liftgate"})
@@ -28,6 +29,10 @@ class AnalyticsSettings(BaseSettings):
     read_access: Literal["token", "open"] = "token"
     read_token: str | None = Field(default=None, min_length=MIN_TOKEN_LENGTH)
     session_ttl_s: float = Field(default=7 * 86_400.0, gt=0, le=90 * 86_400.0)
+    # Sign-in lockout: this many failures in a row lock the name (or, for tokens, the client
+    # address) for login_lockout_s, even for the right password (analytics.service.login).
+    login_max_failures: int = Field(default=5, ge=1, le=1000)
+    login_lockout_s: float = Field(default=300.0, ge=1, le=86_400)
     # ?fresh=true (admin only) recomputes a report: at most once per experiment this often.
     fresh_min_interval_s: float = Field(default=5.0, ge=0, le=3600)
     # Limits of every request (analytics.service.guard, analytics.service.server).
@@ -57,6 +62,19 @@ class AnalyticsSettings(BaseSettings):
     # A report request is served from the latest snapshot when it is younger than this.
     report_max_age_s: float = Field(default=60.0, ge=0, le=86_400)
     alpha: float = Field(default=0.05, gt=0, lt=0.5)
+    # The report's RL-risk detectors read every primary response: a report reuses the latest
+    # snapshot's rl_risks section while it is younger than this (0: computed in every report;
+    # the rollout controller always computes its own). ``rl_risks: false`` leaves it out.
+    rl_risks: bool = True
+    rl_risks_max_age_s: float = Field(default=300.0, ge=0, le=86_400)
+    # The judge the probe (POST .../rl-risks/probe) re-scores with: the gateway's variables,
+    # so one environment configures both (unset: the probe answers 503).
+    judge_url: str | None = None
+    judge_model: str = "judge"
+    judge_api_key: str | None = Field(default=None, repr=False)
+    judge_score_min: float = 1.0
+    judge_score_max: float = 10.0
+    judge_timeout_s: float = Field(default=30.0, gt=0, le=600)
     # Bounds that keep a report cheap whatever the data: segments shown, snapshots in the
     # time series, and shadow pairs read for the paired comparison.
     max_segments: int = Field(default=12, ge=0, le=200)
@@ -70,6 +88,8 @@ class AnalyticsSettings(BaseSettings):
     # The rollout controller run as one of the service's workers (``LIFTGATE_ROLLOUT_*``): read
     # from the environment with everything else when the entry point builds these settings.
     rollout: RolloutSettings = Field(default_factory=RolloutSettings)
+    # Webhook deliveries (``LIFTGATE_NOTIFY_*``): the worker, retries, the SSRF policy.
+    notify: NotifySettings = Field(default_factory=NotifySettings)
 
     @field_validator("read_token", mode="before")
     @classmethod

@@ -45,6 +45,7 @@ from analytics.stats.group_sequential import (
     group_sequential_design,
     group_sequential_lift,
     group_sequential_noninferiority,
+    group_sequential_rate_noninferiority,
 )
 from analytics.stats.guardrail import NonInferiorityResult, noninferiority
 from analytics.stats.lift import Interval, LiftResult, compare, welch_lift
@@ -158,6 +159,7 @@ __all__ = [
     "group_sequential_design",
     "group_sequential_lift",
     "group_sequential_noninferiority",
+    "group_sequential_rate_noninferiority",
     "holm",
     "mann_whitney",
     "mann_whitney_guardrail",

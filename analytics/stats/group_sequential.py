@@ -27,19 +27,22 @@ the guardrail contrast D(margin) of :mod:`analytics.stats.harm` against c_k at l
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
+from typing import Protocol
 
 import numpy as np
 from scipy import optimize
 from scipy import stats as sps
 
 from analytics.stats.errors import NUMERIC_ERRORS, Direction, ErrorCode, check_alpha, finite, numeric_message
-from analytics.stats.estimate import VariantEstimate
+from analytics.stats.estimate import MetricKind, VariantEstimate
 from analytics.stats.harm import HarmContrast, flip_point
 from analytics.stats.lift import Interval, precheck, relative_variance
+from analytics.stats.rate import RateContrast, rate_contrast
+from analytics.stats.sufficient import SampleStats
 
 #: Grid points per unit of Brownian-motion scale (√t): boundaries to ~1e-8 (Simpson).
 _GRID_PER_SD = 40
@@ -275,8 +278,10 @@ def group_sequential_lift(
 class GroupSequentialGuardrail:
     """One-sided group-sequential guardrail at look k (same fields as the always-valid one).
 
-    ``reject_harm`` ⇔ D(margin)/SE ≥ c_k ⇔ ``harm_lower`` > margin (roll back);
-    ``noninferior`` ⇔ −D(margin)/SE ≥ c_k ⇔ ``harm_upper`` < margin (at the same level).
+    ``reject_harm`` ⇔ D(margin)/SE ≥ c_k ⇔ ``harm_lower`` > margin (roll back, at ``alpha``);
+    ``noninferior`` ⇔ −D(margin)/SE ≥ c'_k ⇔ ``harm_upper`` < margin, with c'_k the boundary
+    of the same spending at ``alpha_noninferiority`` (default ``alpha``). ``p_value_harm`` is
+    the look's nominal one-sided p of "harm > margin": compare it with ``nominal_alpha``.
     """
 
     look: int
@@ -293,6 +298,94 @@ class GroupSequentialGuardrail:
     design: GroupSequentialDesign
     error: ErrorCode | None = None
     message: str | None = None
+    p_value_harm: float | None = None
+    z_bound_noninferiority: float | None = None
+    nominal_alpha_noninferiority: float | None = None
+    alpha_noninferiority: float | None = None
+
+
+class _Contrast(Protocol):
+    """What the one-sided test needs of a harm contrast (:class:`HarmContrast`, :class:`RateContrast`)."""
+
+    @property
+    def harm(self) -> float: ...
+    @property
+    def scale(self) -> float: ...
+    def at(self, m: float) -> tuple[float, float]: ...
+
+
+def _one_sided(
+    contrast: _Contrast,
+    margin: float,
+    relative: bool,
+    direction: Direction,
+    design: GroupSequentialDesign,
+    ni_design: GroupSequentialDesign,
+    edges: tuple[float, float] | None,
+) -> GroupSequentialGuardrail:
+    """Both one-sided verdicts and bounds at the latest look of ``design``/``ni_design``."""
+    k = len(design.fractions)
+    c, c_ni = design.z_bounds[-1], ni_design.z_bounds[-1]
+    d, v = contrast.at(margin)
+    ni_fields = (c_ni, ni_design.nominal_alpha[-1], ni_design.alpha)
+    if not v > 0.0:
+        return GroupSequentialGuardrail(
+            k, False, False, finite(contrast.harm), None, None, c, design.nominal_alpha[-1], margin,
+            relative, direction, design, ErrorCode.ZERO_VARIANCE, "the contrast's variance is 0", None,
+            *ni_fields,
+        )  # fmt: skip
+    p = float(sps.norm.sf(d / math.sqrt(v)))
+
+    def z_at(m: float, sign: float, bound: float) -> float:
+        dm, vm = contrast.at(m)
+        return sign * dm / math.sqrt(vm) - bound if vm > 0.0 else -bound
+
+    def bound(sign: float, cb: float | None) -> float | None:
+        if cb is None:  # a look that spends nothing: the bound is unbounded
+            return None
+
+        def f(m: float) -> float:
+            return z_at(m, sign, cb)
+
+        if edges is None:
+            return flip_point(f, contrast.harm, contrast.scale, -sign)
+        lo, hi = edges
+        h = min(hi, max(lo, contrast.harm))
+        end = lo if sign > 0 else hi
+        if f(end) < 0.0:
+            return end
+        return float(optimize.brentq(f, min(h, end), max(h, end), xtol=1e-12))
+
+    return GroupSequentialGuardrail(
+        k, c is not None and z_at(margin, +1.0, c) >= 0.0, c_ni is not None and z_at(margin, -1.0, c_ni) >= 0.0,
+        finite(contrast.harm), finite(bound(+1.0, c)), finite(bound(-1.0, c_ni)), c, design.nominal_alpha[-1],
+        margin, relative, direction, design, None, None, finite(p), *ni_fields,
+    )  # fmt: skip
+
+
+def _guardrail_setup(
+    fractions: Sequence[float],
+    alpha: float,
+    alpha_noninferiority: float | None,
+    spending: Spending | str,
+    margin: float,
+    relative: bool,
+    direction: Direction,
+) -> tuple[
+    GroupSequentialDesign, GroupSequentialDesign, Callable[[ErrorCode, str], GroupSequentialGuardrail]
+]:
+    """The harm and non-inferiority designs of a group-sequential guardrail, and its failure."""
+    a_ni = alpha if alpha_noninferiority is None else alpha_noninferiority
+    design = group_sequential_design(fractions, alpha, spending, two_sided=False)
+    ni_design = group_sequential_design(fractions, a_ni, spending, two_sided=False)
+
+    def fail(code: ErrorCode, msg: str) -> GroupSequentialGuardrail:
+        return GroupSequentialGuardrail(
+            len(fractions), False, False, None, None, None, None, None, margin, relative, direction, design,
+            code, msg, alpha_noninferiority=a_ni,
+        )  # fmt: skip
+
+    return design, ni_design, fail
 
 
 def group_sequential_noninferiority(
@@ -304,19 +397,17 @@ def group_sequential_noninferiority(
     alpha: float = 0.05,
     spending: Spending | str = Spending.OBRIEN_FLEMING,
     relative: bool = True,
+    alpha_noninferiority: float | None = None,
 ) -> GroupSequentialGuardrail:
-    """One-sided test of "worse than control by more than ``margin``" at the latest look."""
+    """One-sided test of "worse than control by more than ``margin``" at the latest look
+    (the Fieller contrast of :mod:`analytics.stats.harm`; relative or absolute margin)."""
     direction = Direction(direction)
-    design = group_sequential_design(fractions, alpha, spending, two_sided=False)
-    k = len(fractions)
-
-    def fail(code: ErrorCode, msg: str) -> GroupSequentialGuardrail:
-        return GroupSequentialGuardrail(
-            k, False, False, None, None, None, None, None, margin, relative, direction, design, code, msg
-        )
-
-    if design.error is not None:
-        return fail(design.error, design.message or "")
+    design, ni_design, fail = _guardrail_setup(
+        fractions, alpha, alpha_noninferiority, spending, margin, relative, direction
+    )
+    for d in (design, ni_design):
+        if d.error is not None:
+            return fail(d.error, d.message or "")
     try:
         if (bad := precheck(control, treatment, alpha)) is not None:
             return fail(*bad)
@@ -325,26 +416,39 @@ def group_sequential_noninferiority(
         if relative and control.mean == 0.0:
             return fail(ErrorCode.ZERO_CONTROL_MEAN, "relative margin with a control mean of 0")
         hc = HarmContrast.of(control, treatment, direction, relative)
-        c = design.z_bounds[-1]
-        if c is None:
-            return GroupSequentialGuardrail(
-                k, False, False, finite(hc.harm), None, None, None, design.nominal_alpha[-1],
-                margin, relative, direction, design,
-            )  # fmt: skip
-        bound = c
+        return _one_sided(hc, margin, relative, direction, design, ni_design, None)
+    except NUMERIC_ERRORS as exc:
+        return fail(ErrorCode.INVALID_INPUT, numeric_message(exc))
 
-        def z_at(m: float, sign: float) -> float:
-            d, v = hc.at(m)
-            return sign * d / math.sqrt(v) - bound if v > 0.0 else -bound
 
-        if not hc.at(margin)[1] > 0.0:
-            return fail(ErrorCode.ZERO_VARIANCE, "the contrast's variance is 0")
-        harm = hc.harm
-        lower = flip_point(lambda m: z_at(m, +1.0), harm, hc.scale, -1.0)
-        upper = flip_point(lambda m: z_at(m, -1.0), harm, hc.scale, +1.0)
-        return GroupSequentialGuardrail(
-            k, z_at(margin, +1.0) >= 0.0, z_at(margin, -1.0) >= 0.0, finite(harm), finite(lower),
-            finite(upper), c, design.nominal_alpha[-1], margin, relative, direction, design,
-        )  # fmt: skip
+def group_sequential_rate_noninferiority(
+    control: SampleStats,
+    treatment: SampleStats,
+    margin: float,
+    direction: Direction | str,
+    fractions: Sequence[float],
+    alpha: float = 0.05,
+    spending: Spending | str = Spending.OBRIEN_FLEMING,
+    *,
+    kind: MetricKind | str = MetricKind.RATIO,
+    alpha_noninferiority: float | None = None,
+) -> GroupSequentialGuardrail:
+    """The group-sequential form of :func:`analytics.stats.sequential_rate_noninferiority`:
+    the score statistic of the rate difference at an absolute ``margin`` (variance from the
+    rates restricted to harm = margin, so defined at a control rate of 0) against c_k."""
+    direction = Direction(direction)
+    design, ni_design, fail = _guardrail_setup(
+        fractions, alpha, alpha_noninferiority, spending, margin, False, direction
+    )
+    for d in (design, ni_design):
+        if d.error is not None:
+            return fail(d.error, d.message or "")
+    if not (math.isfinite(margin) and 0.0 <= margin < 1.0):
+        return fail(ErrorCode.INVALID_INPUT, "a rate margin must lie in [0, 1)")
+    try:
+        contrast = rate_contrast(control, treatment, kind, direction)
+        if not isinstance(contrast, RateContrast):
+            return fail(*contrast)
+        return _one_sided(contrast, margin, False, direction, design, ni_design, (-1.0 + 1e-9, 1.0 - 1e-9))
     except NUMERIC_ERRORS as exc:
         return fail(ErrorCode.INVALID_INPUT, numeric_message(exc))

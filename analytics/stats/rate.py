@@ -179,6 +179,19 @@ class RateContrast:
         return math.sqrt(self.treatment.observed_variance + self.control.observed_variance)
 
 
+def rate_contrast(
+    control: SampleStats, treatment: SampleStats, kind: MetricKind | str, direction: Direction
+) -> RateContrast | tuple[ErrorCode, str]:
+    """The harm contrast of two arms' rates, or (code, reason) naming the arm that has none."""
+    arms = []
+    for name, stats in (("control", control), ("treatment", treatment)):
+        arm = rate_arm(stats, kind)
+        if not isinstance(arm, RateArm):
+            return arm[0], f"{name}: {arm[1]}"
+        arms.append(arm)
+    return RateContrast(arms[1], arms[0], 1.0 if direction is Direction.DECREASE else -1.0)
+
+
 def _evidence(
     contrast: RateContrast, m: float, sign: float, alpha: float, n_total: int, planned: int
 ) -> float:
@@ -223,13 +236,9 @@ def _sequential_rate_noninferiority(
         return fail(ErrorCode.INVALID_INPUT, "alpha must lie in (0, 1)")
     if not (0.0 <= margin < 1.0) or planned_units < 1:
         return fail(ErrorCode.INVALID_INPUT, "a rate margin must lie in [0, 1) and planned_units be >= 1")
-    arms = []
-    for name, stats in (("control", control), ("treatment", treatment)):
-        arm = rate_arm(stats, kind)
-        if not isinstance(arm, RateArm):
-            return fail(arm[0], f"{name}: {arm[1]}")
-        arms.append(arm)
-    contrast = RateContrast(arms[1], arms[0], 1.0 if direction is Direction.DECREASE else -1.0)
+    contrast = rate_contrast(control, treatment, kind, direction)
+    if not isinstance(contrast, RateContrast):
+        return fail(*contrast)
     harm_side = _evidence(contrast, margin, +1.0, alpha, n, planned_units)
     ni_side = _evidence(contrast, margin, -1.0, a_ni, n, planned_units)
     d, v = contrast.at(margin)

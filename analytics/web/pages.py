@@ -1,9 +1,11 @@
 """Routes of the dashboard: one HTML shell for every page, and its static assets.
 
-The shell is the same document for the experiments list, an experiment page and its offline
-gate page; the
-JavaScript reads the path to decide what to draw. Static files are served by a route
-(not a ``Mount``) so that ``router`` alone is enough to add the dashboard to an app.
+The shell is the same document for the experiments list, an experiment page (with its
+actions), its offline gate, examples and shadow-pair pages, the new-experiment form, the
+settings page (upstreams, client keys, users) and the notifications page; the JavaScript reads
+the path to decide what to draw. What a page may do is the API's decision: the pages call
+``/admin`` with the session's CSRF token. Static files are served by a route (not a
+``Mount``) so that ``router`` alone is enough to add the dashboard to an app.
 """
 
 from __future__ import annotations
@@ -40,6 +42,16 @@ def experiments_page_slash() -> RedirectResponse:
     return RedirectResponse("/dashboard", status_code=308)
 
 
+@router.get("/dashboard/new")
+def new_experiment_page() -> HTMLResponse:
+    return _shell()
+
+
+@router.get("/dashboard/admin")
+def settings_page() -> HTMLResponse:
+    return _shell()
+
+
 @router.get("/dashboard/experiments/{ref}")
 def experiment_page(ref: Annotated[str, PathParam(min_length=1, max_length=128)]) -> HTMLResponse:
     # ref (id or name) is read by the page's script from the URL; the shell is static.
@@ -48,6 +60,22 @@ def experiment_page(ref: Annotated[str, PathParam(min_length=1, max_length=128)]
 
 @router.get("/dashboard/experiments/{ref}/offline-gate")
 def offline_gate_page(ref: Annotated[str, PathParam(min_length=1, max_length=128)]) -> HTMLResponse:
+    return _shell()
+
+
+@router.get("/dashboard/notifications")
+def notifications_page() -> HTMLResponse:
+    return _shell()
+
+
+@router.get("/dashboard/experiments/{ref}/examples")
+def examples_page(ref: Annotated[str, PathParam(min_length=1, max_length=128)]) -> HTMLResponse:
+    # Filters are the page's query string, read by its script and passed on to the API.
+    return _shell()
+
+
+@router.get("/dashboard/experiments/{ref}/shadow-pairs")
+def shadow_pairs_page(ref: Annotated[str, PathParam(min_length=1, max_length=128)]) -> HTMLResponse:
     return _shell()
 
 

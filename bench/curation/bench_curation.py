@@ -157,15 +157,15 @@ def main() -> None:
         index = minhash.LshIndex()
         t = time.perf_counter()
         dups = 0
-        for i, sig in enumerate(sigs):
-            if index.near(sig, first_only=True):
-                dups += 1
-            else:
-                index.add(str(i), sig)
+        for start in range(0, len(sigs), 2000):  # as the builder does: band keys per batch
+            part = sigs[start : start + 2000]
+            for k, (sig, keys) in enumerate(zip(part, minhash.band_keys_many(part), strict=True)):
+                dups += index.add_unless_near(str(start + k), sig, keys) is not None
         lsh_s = time.perf_counter() - t
         print(f"near-duplicates, 100,000 prompts (~{sum(map(len, texts)) / len(texts):.0f} chars): signatures"
               f" {sig_s / len(texts) * 1e6:.1f} µs/item, LSH lookup+insert {lsh_s / len(texts) * 1e6:.1f} µs/item;"
               f" {dups:,} near-duplicates found")  # fmt: skip
+        print(f"load average at the end: {os.getloadavg()}")
     finally:
         with psycopg.connect(args.admin_url, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{DB}" WITH (FORCE)')

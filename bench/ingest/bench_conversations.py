@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_ingest import ADMIN_URL, make_events, scratch_database
 
-from analytics.ingest import copy_text, write
+from analytics.ingest import copy_text, rollups, write
 
 BEFORE = (
     b"SELECT x.experiment_id, c.id FROM unnest(%s::text[]) c(id) CROSS JOIN LATERAL ("
@@ -55,7 +55,8 @@ def main() -> None:
                 for k in range(c)
             ]
             with pg.transaction():
-                copy_text.insert_interactions(pg, batch)
+                if copy_text.insert_interactions(pg, batch).attributable:
+                    rollups.fold_interactions(pg)
             if t not in checkpoints:
                 continue
             pg.execute(b"ANALYZE interactions")

@@ -319,17 +319,9 @@ def copy_rows(events: list[InteractionEvent]) -> bytes:
             return "t" if v else "f"
         return str(v).replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n")
 
-    import orjson
-
-    # Column by column from the write path's own list, so a column added there cannot leave
-    # the reference COPY a field short.
-    columns = [c.strip() for c in copy_text.INTERACTION_COLUMNS.split(",")]
     for e in events:
         ts = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(e.ts)) + f".{int(e.ts % 1 * 1e6):06d}+00"
-        row = [
-            ts if c == "ts" else orjson.dumps(e.tags).decode() if c == "tags" else getattr(e, c)
-            for c in columns
-        ]
+        row = copy_text.interaction_row(e, ts)  # the one column list
         buf.write("\t".join(f(v) for v in row) + "\n")
     return buf.getvalue().encode()
 

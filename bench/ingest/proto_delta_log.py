@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from bench_ingest import add_write_args, make_events, scratch_database
 
-from analytics.ingest import copy_text, write
+from analytics.ingest import copy_text, rollups, write
 
 FOLD_LOG = b"""CREATE TABLE fold_log (
     experiment_id int, variant text, unit_id text, ts timestamptz, status text, fallback bool,
@@ -36,7 +36,7 @@ FOLD_LOG = b"""CREATE TABLE fold_log (
 
 def run(url: str, events: list[Any], batch: int, every: int | None) -> None:
     """``every`` None: the product's inline fold; else compact the log every that many batches."""
-    fold, hist, copy = copy_text.FOLD, copy_text.HISTOGRAMS, copy_text._COPY_FOLD
+    copy = copy_text._COPY_FOLD
     n = len(events)
     with psycopg.connect(url) as pg:
         pg.execute(b"TRUNCATE interactions, unit_rollups, segment_rollups, latency_histograms, fold_log")
@@ -45,15 +45,16 @@ def run(url: str, events: list[Any], batch: int, every: int | None) -> None:
         for k, i in enumerate(range(0, n, batch), 1):
             try:
                 if every is not None:
-                    copy_text.FOLD = copy_text.HISTOGRAMS = b"SELECT 1"
                     copy_text._COPY_FOLD = copy.replace(b"COPY lg_fold", b"COPY fold_log")  # type: ignore[misc]
                 t = time.perf_counter()
                 with pg.transaction():
                     write._prepare(pg, True)
-                    copy_text.insert_interactions(pg, events[i : i + batch])
+                    counted = copy_text.insert_interactions(pg, events[i : i + batch]).attributable
+                    if every is None and counted:
+                        rollups.fold_interactions(pg)
                 t_ingest += time.perf_counter() - t
             finally:
-                copy_text.FOLD, copy_text.HISTOGRAMS, copy_text._COPY_FOLD = fold, hist, copy  # type: ignore[misc]
+                copy_text._COPY_FOLD = copy  # type: ignore[misc]
             if every is not None and (k % every == 0 or i + batch >= n):
                 t = time.perf_counter()
                 with pg.transaction():
@@ -61,8 +62,8 @@ def run(url: str, events: list[Any], batch: int, every: int | None) -> None:
                     pg.execute(
                         b"WITH d AS (DELETE FROM fold_log RETURNING *) INSERT INTO lg_fold SELECT * FROM d"
                     )
-                    pg.execute(fold)
-                    pg.execute(hist)
+                    pg.execute(rollups.FOLD)
+                    pg.execute(rollups.HISTOGRAMS)
                 t_compact += time.perf_counter() - t
         check = pg.execute(
             b"SELECT count(*), sum(requests), round(sum(latency_sum)) FROM unit_rollups"

@@ -4,7 +4,7 @@ assigned the way the gateway assigns it and written by analytics' real ingest fu
 Each call's variant comes from ``gateway.assignment`` with the weights in the database at
 that moment, and each call is tagged ``rollout_stage=<index>`` as the gateway tags calls of
 a running rollout. Stages change either by the real controller or by :meth:`Ramp.set_stage`
-(plain SQL, what ``analytics.rollout.store.set_stage`` writes), so a test decides whether the
+(plain SQL, what ``control.rollout.set_stage`` writes), so a test decides whether the
 controller's policy is part of what it checks.
 """
 

@@ -2,24 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
-import socket
-import subprocess
-import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.known_secrets import secret
+from tests.services import analytics_service
 
-ROOT = Path(__file__).resolve().parents[2]
 TOKEN = secret("control-admin")
 DEADLINE_S = 30.0
 
@@ -27,7 +22,6 @@ DEADLINE_S = 30.0
 @dataclass
 class AdminService:
     url: str
-    proc: subprocess.Popen[bytes]
 
     def call(
         self, method: str, path: str, body: Any = None, *, token: str | None = TOKEN, actor: str | None = None
@@ -47,42 +41,18 @@ class AdminService:
             return exc.code, json.loads(exc.read() or b"null")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+@contextlib.contextmanager
+def start_admin_service(database_url: str, extra_env: dict[str, str] | None = None) -> Iterator[AdminService]:
+    """``python -m analytics`` without background workers but the ones ``extra_env`` turns on
+    (``LIFTGATE_*`` names), no read token; stopped after the block."""
+    settings: dict[str, str | None] = {"snapshot_interval_s": "0", "rollout_controller": "false"}
+    settings |= {k.removeprefix("LIFTGATE_").lower(): v for k, v in (extra_env or {}).items()}
+    with analytics_service(database_url, TOKEN, **{"read_token": None, **settings}) as url:
+        yield AdminService(url)
 
 
 @pytest.fixture(scope="module")
 def admin_service(database_url: str) -> Iterator[AdminService]:
     """``python -m analytics`` without background workers: the test drives the controller."""
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LIFTGATE_")}
-    env |= {
-        "LIFTGATE_DATABASE_URL": database_url,
-        "LIFTGATE_ADMIN_TOKEN": TOKEN,
-        "LIFTGATE_ANALYTICS_PORT": str(port),
-        "LIFTGATE_SNAPSHOT_INTERVAL_S": "0",
-        "LIFTGATE_ROLLOUT_CONTROLLER": "false",
-        "LIFTGATE_LOG_LEVEL": "warning",
-    }
-    proc = subprocess.Popen([sys.executable, "-m", "analytics"], cwd=ROOT, env=env)
-    svc = AdminService(f"http://127.0.0.1:{port}", proc)
-    deadline = time.monotonic() + DEADLINE_S
-    while True:
-        try:
-            if svc.call("GET", "/healthz")[0] == 200:
-                break
-        except OSError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError("analytics service did not become healthy")
-        time.sleep(0.05)
-    yield svc
-    proc.terminate()
-    try:
-        proc.wait(15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(5)
+    with start_admin_service(database_url, {"LIFTGATE_NOTIFY_WORKER": "false"}) as svc:
+        yield svc

@@ -71,3 +71,37 @@ def test_a_rollout_action_on_an_unknown_experiment_is_404_and_an_unknown_action_
     assert admin_service.call("POST", "/admin/experiments/no-such-exp/rollout/advance")[0] == 404
     status, body = admin_service.call("POST", "/admin/experiments/no-such-exp/rollout/explode")
     assert status == 404 and "advance" in body["detail"]
+
+
+def test_an_experiments_blinding_is_stored_validated_and_reaches_the_gateway_snapshot(
+    admin_service: AdminService, database_url: str, unique_name: str
+) -> None:
+    from gateway.config_source import DatabaseConfigSource
+
+    assert (
+        admin_service.call(
+            "POST", "/admin/upstreams", {"name": unique_name, "base_url": "http://127.0.0.1:9"}
+        )[0]
+        == 201
+    )
+    body = {
+        "name": unique_name, "route": f"r-{unique_name}", "mode": "ab",
+        "variants": [{"name": "a", "upstream": unique_name, "model": "m1", "weight": 50, "is_control": True},
+                     {"name": "b", "upstream": unique_name, "model": "m2", "weight": 50}],
+    }  # fmt: skip
+    status, out = admin_service.call("POST", "/admin/experiments", body)
+    assert status == 201 and out["blinding"] == {"echo_model": True, "variant_header": "on_request"}
+    status, out = admin_service.call("POST", "/admin/experiments", {**body, "name": unique_name + "-x",
+                                     "blinding": {"variant_header": "sometimes"}})  # fmt: skip
+    assert status == 422 and "variant_header" in out["detail"]
+    patch = {"blinding": {"echo_model": False, "variant_header": "always"}}
+    status, out = admin_service.call("PATCH", f"/admin/experiments/{unique_name}", patch)
+    assert status == 200 and out["blinding"] == patch["blinding"]
+    assert admin_service.call("PATCH", f"/admin/experiments/{unique_name}", {"blinding": None})[0] == 422
+    assert admin_service.call("POST", f"/admin/experiments/{unique_name}/start")[0] == 200
+    source = DatabaseConfigSource(database_url)
+    try:
+        exp = source.load().routes[f"r-{unique_name}"].experiment
+    finally:
+        source.dispose()
+    assert (exp.echo_model, exp.variant_header) == (False, "always")

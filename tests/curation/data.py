@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy import Engine, insert
 
-from contracts.tables import Experiment, Feedback, Interaction
+from contracts.tables import Experiment, Feedback, Interaction, Judgement
 
 
 @dataclass
@@ -74,3 +74,56 @@ def store_calls(engine: Engine, exp_name: str, calls: list[Call], t0: datetime |
         conn.execute(insert(Interaction), rows)
         if fb:
             conn.execute(insert(Feedback), fb)
+
+
+@dataclass
+class Shadow:
+    """A shadow mirror of a primary call (``pair_id`` = its request id), optionally judged on
+    both sides by one judge: ``scores`` = (primary's score, shadow's score)."""
+
+    primary: Call
+    response: str | None
+    scores: tuple[float, float] | None = None
+    variant: str = "candidate"
+    status: str = "ok"
+    judge_status: str = "ok"
+    judge: str = "judge"
+    request_id: str = field(default_factory=lambda: "shd-" + secrets.token_hex(6))
+
+
+def _judgement(exp_id: int, request_id: str, unit: str, role: str, variant: str, pair_id: str | None,
+               score: float | None, status: str, judge: str, ts: datetime) -> dict[str, Any]:  # fmt: skip
+    return {"event_id": str(uuid.uuid5(uuid.NAMESPACE_URL, f"{request_id}/{judge}")), "ts": ts,
+            "request_id": request_id, "unit_id": unit, "judge": judge, "role": role, "status": status,
+            "latency_ms": 3.0, "experiment_id": exp_id, "variant": variant, "pair_id": pair_id,
+            "score": score if status == "ok" else None, "error_type": None if status == "ok" else "timeout"}  # fmt: skip
+
+
+def store_shadows(engine: Engine, exp_name: str, shadows: list[Shadow]) -> None:
+    """Shadow calls and their judgements (the primary calls are stored by ``store_calls``; a
+    primary judged against several mirrors gets its judgement once)."""
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    with engine.begin() as conn:
+        exp_id = conn.execute(Experiment.__table__.select().where(Experiment.name == exp_name)).first()[0]  # type: ignore[index]
+        rows: list[dict[str, Any]] = []
+        judged: dict[str, dict[str, Any]] = {}
+        for s in shadows:
+            p = s.primary
+            ts = t0 + timedelta(minutes=p.minutes, seconds=1)
+            rows.append({"event_id": str(uuid.uuid4()), "ts": ts, "request_id": s.request_id, "route": exp_name,
+                         "experiment_id": exp_id, "variant": s.variant, "unit_id": p.unit, "unit_source": "header",
+                         "role": "shadow", "mode": "shadow", "endpoint": "chat", "model": "m", "upstream": "up2",
+                         "status": s.status, "http_status": 200 if s.status == "ok" else 502, "latency_ms": 5.0,
+                         "response_chars": len(s.response or ""), "stream": False, "fallback": False, "tags": {},
+                         "prompt": p.prompt, "response": s.response, "pair_id": p.request_id})  # fmt: skip
+            if s.scores is None:
+                continue
+            key = f"{p.request_id}/{s.judge}"
+            if key not in judged:
+                judged[key] = _judgement(exp_id, p.request_id, p.unit, "primary", p.variant, None, s.scores[0],
+                                         "ok", s.judge, ts)  # fmt: skip
+            judged[s.request_id] = _judgement(exp_id, s.request_id, p.unit, "shadow", s.variant, p.request_id,
+                                              s.scores[1], s.judge_status, s.judge, ts)  # fmt: skip
+        conn.execute(insert(Interaction), rows)
+        if judged:
+            conn.execute(insert(Judgement), list(judged.values()))

@@ -17,11 +17,12 @@ from aiohttp import web
 
 _BLOCK = re.compile(r"<<<(A|B)-([0-9a-f]{32})>>>\n(.*?)\n<<<END-\1-\2>>>", re.DOTALL)
 SCALE = 40.0
+_SCALE = web.AppKey("scale", float)
 
 
-def verdict(a: str, b: str) -> str:
+def verdict(a: str, b: str, scale: float = SCALE) -> str:
     longer, shorter = (a, b) if len(a) >= len(b) else (b, a)
-    p_longer = 1 / (1 + math.exp(-(len(longer) - len(shorter)) / SCALE))
+    p_longer = 1 / (1 + math.exp(-(len(longer) - len(shorter)) / scale))
     u = int.from_bytes(hashlib.sha256((min(a, b) + "\x00" + max(a, b)).encode()).digest()[:8]) / 2**64
     winner = longer if u < p_longer else shorter
     return "A" if winner == a else "B"
@@ -31,19 +32,25 @@ async def _chat(request: web.Request) -> web.Response:
     body = await request.json()
     user = body["messages"][-1]["content"]
     blocks = {m.group(1): m.group(3) for m in _BLOCK.finditer(user)}
-    reply = f"VERDICT: {verdict(blocks['A'], blocks['B'])}" if "A" in blocks and "B" in blocks else "SCORE: 7"
+    reply = (
+        f"VERDICT: {verdict(blocks['A'], blocks['B'], request.app[_SCALE])}"
+        if "A" in blocks and "B" in blocks
+        else "SCORE: 7"
+    )
     return web.json_response({"choices": [{"index": 0, "message": {"role": "assistant", "content": reply}}]})
 
 
 @contextmanager
-def running_judge() -> Iterator[str]:
-    """The judge's base URL (``http://127.0.0.1:PORT/v1``) while the block runs."""
+def running_judge(scale: float = SCALE) -> Iterator[str]:
+    """The judge's base URL (``http://127.0.0.1:PORT/v1``) while the block runs; it prefers
+    the longer answer with probability σ(Δ chars / ``scale``)."""
     loop = asyncio.new_event_loop()
     started = threading.Event()
     state: dict[str, object] = {}
 
     async def start() -> None:
         app = web.Application()
+        app[_SCALE] = scale
         app.router.add_post("/v1/chat/completions", _chat)
         runner = web.AppRunner(app)
         await runner.setup()

@@ -127,6 +127,9 @@ def test_the_api_creates_shows_splits_exports_and_deletes_with_the_right_credent
         listed = c.get("/api/datasets", headers=_h(READER)).json()
         assert [d["name"] for d in listed] == ["api-set"] and listed[0]["expires_at"] is not None
         assert c.get("/api/datasets/nope", headers=_h(READER)).status_code == 404
+        assert c.get("/api/datasets/nope/replays", headers=_h(READER)).status_code == 404
+        assert c.get("/api/datasets/api-set/replays").status_code == 401
+        assert c.get("/api/datasets/api-set/replays", headers=_h(READER)).json() == []  # none yet
         split = c.post("/api/datasets/api-set/split", json={"holdout": 0.25, "seed": 1}, headers=_h(ADMIN))
         assert split.status_code == 201 and split.json()["holdout"] == 5
         assert c.get("/api/datasets/api-set/export?format=eval", headers=_h(READER)).status_code == 403

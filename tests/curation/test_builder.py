@@ -115,6 +115,20 @@ def test_a_sample_is_stratified_by_category_and_seeded(engine: Engine) -> None:
     assert other_seed.content_hash != a.content_hash
 
 
+def test_a_sample_reads_past_the_first_page_when_duplicates_fill_it(engine: Engine) -> None:
+    """A stratum is read in pages of its seeded order (2 × quota + 256 calls): when the first
+    page holds only duplicates, the quota fills from the next pages."""
+    exp = experiment(engine)
+    calls = [Call("the same question", category="code", minutes=i) for i in range(700)]
+    calls += [Call(_prompt(900 + i), category="code", minutes=700 + i) for i in range(6)]
+    store_calls(engine, exp, calls)
+    info = create_version(engine, _name(), CurationSpec(experiment=exp, sample=5, seed=3), "tester")
+    assert info.item_count == 5 and info.stats["quota_short"] == {}
+    assert info.stats["matched"] > 2 * 5 + 256  # more than one page was read
+    short = create_version(engine, _name(), CurationSpec(experiment=exp, sample=700, seed=3), "tester")
+    assert short.item_count == 7 and short.stats["quota_short"] == {"code": 693}  # ran out, said so
+
+
 def test_quotas_are_proportional_and_never_exceed_a_stratum() -> None:
     assert quotas({"a": 60, "b": 20, "c": 20}, 20) == {"a": 12, "b": 4, "c": 4}
     assert quotas({"a": 1, "b": 1, "c": 1}, 2) == {"a": 1, "b": 1, "c": 0}
@@ -152,8 +166,14 @@ def test_filters_by_variant_category_time_error_and_judge_disagreement(engine: E
     assert ids(feedback=("error",)) == [rid[1]]
     assert ids(feedback=("judge_disagrees",)) == rid[2:4]
     assert ids(feedback=("error", "judge_disagrees")) == rid[1:4]
-    with pytest.raises(CurationError, match="matches"):
+    with engine.connect() as conn:
+        before = conn.execute(text("SELECT count(*) FROM dataset_versions")).scalar_one()
+    with pytest.raises(CurationError, match="matches these filters"):
         ids(variant="nobody")
+    with pytest.raises(CurationError, match="matches these filters"):
+        ids(variant="nobody", sample=5)
+    with engine.connect() as conn:  # nothing half-made is left
+        assert conn.execute(text("SELECT count(*) FROM dataset_versions")).scalar_one() == before
 
 
 def test_references_and_regenerated_pairs_travel_with_the_item(engine: Engine) -> None:
@@ -185,7 +205,8 @@ def test_references_and_regenerated_pairs_travel_with_the_item(engine: Engine) -
         checked.request_id,
     }
     assert items[regen.request_id]["pair"] == {"source": "regenerated", "chosen": "the better answer the user kept",
-                                               "rejected": "a bad first answer", "chosen_request_id": kept.request_id}  # fmt: skip
+                                               "rejected": "a bad first answer", "chosen_request_id": kept.request_id,
+                                               "rejected_request_id": regen.request_id}  # fmt: skip
     assert items[edited.request_id]["reference"] == {"text": "the corrected answer, mail <email>"}
     assert items[checked.request_id]["reference"] == {
         "check": {"type": "answer", "answer": "42"},
@@ -209,7 +230,7 @@ def test_versions_are_immutable_audited_and_deletable(engine: Engine) -> None:
     assert [v["version"] for v in shown["versions"]] == [1, 2]
     assert audits == [("alice", "create_dataset_version"), ("alice", "create_dataset_version")]
     with engine.begin() as conn:
-        assert store.delete(conn, name, "bob") == {"versions": 2, "items": 13, "exports": 0}
+        assert store.delete(conn, name, "bob") == {"versions": 2, "items": 13, "exports": 0, "replays": 0}
     with engine.connect() as conn:
         with pytest.raises(NotFound):
             store.version(conn, name)

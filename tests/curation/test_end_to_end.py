@@ -81,6 +81,26 @@ def test_thumbs_down_answers_become_a_replayed_dataset_and_a_leaking_export_is_r
     assert overall["lc_low"] < 0.5 < overall["lc_high"] or overall["lc_p_value"] > 0.01
     assert {c["category"] for c in replay["categories"]} == {"code", "writing"}
     assert all(c["p_holm"] >= c["p_value"] for c in replay["categories"])
+    # Stored with the version, readable afterwards.
+    stored = _cli(url, "datasets", "replays", "disliked", "--json")
+    assert stored.returncode == 0, stored.stderr
+    (kept,) = [json.loads(line) for line in stored.stdout.splitlines()]
+    assert (kept["version"], kept["experiment"], kept["candidate"], kept["baseline"]) == (
+        2,
+        exp,
+        "candidate",
+        "baseline",
+    )
+    assert kept["overall"] == overall and kept["categories"] == replay["categories"] and kept["failed"] == 0
+    assert kept["judge"].startswith("judge @ http://127.0.0.1:") and kept["actor"].startswith("cli:")
+    with engine.connect() as conn:
+        runs = {str(r[0]) for r in conn.execute(text("SELECT variant FROM eval_runs WHERE id IN (:b, :c)"),
+                                                {"b": kept["baseline_run_id"], "c": kept["candidate_run_id"]})}  # fmt: skip
+    assert runs == {"baseline", "candidate"}
+    table = _cli(url, "datasets", "replays", "disliked")
+    assert table.returncode == 0 and "candidate vs baseline" in table.stdout and "Holm" in table.stdout, (
+        table.stdout
+    )
 
     again = _cli(url, "datasets", "create", "everything", "--from-experiment", exp, "--json")
     assert again.returncode == 0, again.stderr
@@ -98,3 +118,7 @@ def test_thumbs_down_answers_become_a_replayed_dataset_and_a_leaking_export_is_r
     assert {json.loads(line)["name"] for line in listed.stdout.splitlines()} == {"disliked", "everything"}
     gone = _cli(url, "datasets", "delete", "everything", "--yes")
     assert gone.returncode == 0 and "deleted everything" in gone.stdout
+    gone = _cli(url, "datasets", "delete", "disliked", "--yes")
+    assert gone.returncode == 0 and "1 replays" in gone.stdout, gone.stdout
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM dataset_replays")).scalar_one() == 0

@@ -46,6 +46,24 @@ def test_near_duplicates_are_found_and_different_texts_are_not() -> None:
     assert index.near(sig_c) == []
 
 
+def test_batched_band_keys_and_add_unless_near_match_the_one_at_a_time_path() -> None:
+    rng = np.random.default_rng(8)
+    words = [f"w{i}" for i in range(60)]
+    texts = [" ".join(rng.choice(words, 30)) for _ in range(300)]
+    texts += [t + " w1" for t in texts[:100]]  # near-duplicates of earlier texts
+    sigs = minhash.signatures(texts)
+    assert minhash.band_keys_many(sigs) == [minhash.band_keys(s) for s in sigs]
+    one, both = minhash.LshIndex(), minhash.LshIndex()
+    expected, got = [], []
+    for i, (sig, keys) in enumerate(zip(sigs, minhash.band_keys_many(sigs), strict=True)):
+        near = one.near(sig, first_only=True)
+        if not near:
+            one.add(str(i), sig)
+        expected.append(near[0] if near else None)
+        got.append(both.add_unless_near(str(i), sig, keys))
+    assert got == expected and len(one) == len(both) and sum(g is not None for g in got) >= 95
+
+
 def test_signatures_are_the_same_in_another_process() -> None:
     text = "the same text gives the same signature in every process"
     here = minhash.to_bytes(minhash.signatures([text])[0]).hex()

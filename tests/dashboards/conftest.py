@@ -23,8 +23,8 @@ from kafka.admin import NewTopic
 from contracts.events import FeedbackEvent, InteractionEvent, encode
 from liftgate.simulator_model import SimulatorModel
 from liftgate.simulator_process import SimulatorProcess
-from tests.analytics.web.services import ROOT, analytics_service, child, free_port, http
 from tests.known_secrets import secret
+from tests.services import ROOT, analytics_service, child, free_port, http
 
 PROMETHEUS = "/usr/bin/prometheus"
 SCRAPE_INTERVAL = "1s"

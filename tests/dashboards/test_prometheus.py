@@ -11,8 +11,8 @@ import subprocess
 import time
 from typing import Any
 
-from tests.analytics.web.services import READ_TOKEN, ROOT, http
 from tests.dashboards.conftest import Stack, send_traffic
+from tests.services import READ_TOKEN, ROOT, http
 
 DASHBOARDS = sorted((ROOT / "dashboards" / "grafana" / "dashboards").glob("*.json"))
 # Grafana's variables as a user with "All" selected would see them.

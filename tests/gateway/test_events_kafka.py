@@ -31,7 +31,9 @@ def test_every_request_and_feedback_reaches_kafka(
     app = create_app(settings(), sink, config_source=source, metrics=GatewayMetrics())
     request_ids: dict[str, str] = {}
     with GatewayThread(app) as g:
-        client = openai.OpenAI(base_url=g.url + "/v1", api_key="k")
+        client = openai.OpenAI(
+            base_url=g.url + "/v1", api_key="k", default_headers={"X-Liftgate-Show-Variant": "true"}
+        )
         for i in range(20):
             raw = client.chat.completions.with_raw_response.create(
                 model="kafka-route", messages=MSG, user=f"user-{i % 7}", stream=i % 2 == 0

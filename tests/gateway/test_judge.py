@@ -149,14 +149,23 @@ def test_a_slow_judge_never_changes_or_delays_what_users_get_and_overflow_is_cou
         t0 = time.perf_counter()
         rids = [ask(g.url, i) for i in range(10)]
         elapsed = time.perf_counter() - t0
-        dropped = g.app.runtime.metrics.judge.labels(
-            "assistant", "exp-assistant", "control", "dropped"
-        )._value.get()
-        dropped += g.app.runtime.metrics.judge.labels(
-            "assistant", "exp-assistant", "cand", "dropped"
-        )._value.get()
+
+        def outcome(name: str) -> float:
+            judged = g.app.runtime.metrics.judge
+            return sum(
+                judged.labels("assistant", "exp-assistant", v, name)._value.get() for v in ("control", "cand")
+            )
+
+        # A job is offered after its response went out, so the last offer may trail the
+        # client's read: wait until all ten were offered (queued or dropped).
+        deadline = time.monotonic() + 5.0
+        while outcome("queued") + outcome("dropped") < 10 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        dropped = outcome("dropped")
+        offered = outcome("queued") + dropped
     assert len(rids) == 10
     assert elapsed < 2.0  # ten 2 s judgements in line would take 20 s
+    assert offered == 10
     assert dropped >= 7  # one in flight, two queued
 
 

@@ -11,6 +11,7 @@ from openai.types.chat import ChatCompletionMessageParam
 from gateway.routing import key_hash
 from gateway.snapshot import UpstreamConfig, VariantConfig
 from tests.gateway.conftest import (
+    SHOW_VARIANT,
     MemorySink,
     dead_url,
     experiment,
@@ -63,7 +64,7 @@ def gw(simulator: str) -> Iterator[tuple[str, MemorySink]]:
 
 def test_sync_sdk_non_streaming_chat_is_routed_and_recorded(gw: tuple[str, MemorySink]) -> None:
     url, sink = gw
-    client = openai.OpenAI(base_url=url + "/v1", api_key="k")
+    client = openai.OpenAI(base_url=url + "/v1", api_key="k", default_headers=SHOW_VARIANT)
     raw = client.chat.completions.with_raw_response.create(
         model="assistant",
         messages=MSG,
@@ -74,7 +75,7 @@ def test_sync_sdk_non_streaming_chat_is_routed_and_recorded(gw: tuple[str, Memor
     rid = raw.headers["x-request-id"]
     variant = raw.headers["x-liftgate-variant"]
     assert raw.headers["x-liftgate-experiment"] == "exp-assistant"
-    assert resp.model == {"control": "base", "cand": "cand"}[variant]
+    assert resp.model == "assistant"  # blinding: the route asked for, whichever model answered
     (event,) = sink.wait_for(lambda e: e.request_id == rid)
     assert (event.unit_id, event.unit_source, event.variant, event.role, event.status) == (
         "alice",
@@ -90,7 +91,7 @@ def test_sync_sdk_non_streaming_chat_is_routed_and_recorded(gw: tuple[str, Memor
 
 def test_same_unit_always_gets_the_same_variant(gw: tuple[str, MemorySink]) -> None:
     url, _ = gw
-    client = openai.OpenAI(base_url=url + "/v1", api_key="k")
+    client = openai.OpenAI(base_url=url + "/v1", api_key="k", default_headers=SHOW_VARIANT)
     seen = {
         client.chat.completions.with_raw_response.create(model="assistant", messages=MSG, user="bob").headers[
             "x-liftgate-variant"

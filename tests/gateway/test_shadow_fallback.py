@@ -99,7 +99,7 @@ def test_failing_candidate_falls_back_to_the_control(gw: tuple[str, MemorySink, 
     url, sink, _ = gw
     for route, candidate, kind in (("fb", "bad", "http_5xx"), ("fb-down", "gone", "connect")):
         r = post(url + "/v1/chat/completions", {"model": route, "messages": MSG, "user": "frank"})
-        assert r.status_code == 200 and r.json()["model"] == "base"  # the control answered
+        assert r.status_code == 200 and r.json()["model"] == route  # blinding: the route, not the model
         assert r.headers["x-liftgate-variant"] == candidate  # the unit's assigned arm
         rid = r.headers["x-request-id"]
         (served,) = sink.wait_for(lambda e, rid=rid: e.request_id == rid and e.fallback)

@@ -225,3 +225,54 @@ def test_real_upstreams_are_registered_with_the_model_they_serve(models_url: str
     assert served_model(models_url, "prod") == "good"  # else the server's first model
     assert served_model(models_url.removesuffix("/v1"), "prod") == "good"
     assert served_model(f"http://127.0.0.1:{free_port()}/v1", "prod", timeout_s=1) == "prod"
+
+
+def test_cli_commands_reach_a_running_up_on_custom_ports_through_its_state_file(
+    gateway: Gateway, tmp_path: Path
+) -> None:
+    """No URL flag: `feedback import` posts to the gateway `liftgate up` recorded, and
+    `report` / `rollout check` ask the analytics URL it recorded (here a closed port, named in
+    the error), not the default 8080/8090."""
+    closed = free_port()
+    (tmp_path / "up.json").write_text(
+        json.dumps(
+            {
+                "gateway": gateway.url,
+                "analytics": f"http://127.0.0.1:{closed}",
+                "admin": f"http://127.0.0.1:{closed}",
+            }
+        )
+    )
+    before = len(gateway.sink.feedback())
+    lines = tmp_path / "feedback.jsonl"
+    lines.write_text(json.dumps({"request_id": "req-state-file-1", "kind": "thumbs_up"}) + "\n")
+    res = liftgate("feedback", "import", str(lines), "--state-dir", str(tmp_path))
+    assert res.returncode == 0, res.stderr
+    assert [f.request_id for f in gateway.sink.feedback()[before:]] == ["req-state-file-1"]
+    report = liftgate("report", "anything", "--state-dir", str(tmp_path))
+    assert report.returncode == 1 and f"127.0.0.1:{closed}" in report.stderr
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("stages: [5, 50, 100]\n")
+    check = liftgate("rollout", "check", str(plan), "--state-dir", str(tmp_path))
+    assert check.returncode == 2 and f"127.0.0.1:{closed}" in check.stderr
+
+
+def test_feedback_import_refuses_a_rating_without_a_value_naming_its_line(
+    gateway: Gateway, tmp_path: Path
+) -> None:
+    before = len(gateway.sink.feedback())
+    path = tmp_path / "ratings.jsonl"
+    lines = [
+        json.dumps({"request_id": "req-rating-1", "kind": "rating", "value": 7}),
+        json.dumps({"request_id": "req-rating-2", "kind": "rating"}),
+        json.dumps({"request_id": "req-rating-3", "kind": "rating", "value": None}),
+        json.dumps({"request_id": "req-rating-4", "kind": "thumbs_up", "value": None}),
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    res = liftgate("feedback", "import", str(path), "--gateway", gateway.url)
+    assert res.returncode == 1
+    assert "line 2: rejected: 'value' is required for kind 'rating'" in res.stderr
+    assert "line 3: rejected: 'value' is required for kind 'rating'" in res.stderr
+    assert "2 accepted, 2 rejected" in res.stderr
+    got = {(f.request_id, f.kind, f.value) for f in gateway.sink.feedback()[before:]}
+    assert got == {("req-rating-1", "rating", 7.0), ("req-rating-4", "thumbs_up", 1.0)}

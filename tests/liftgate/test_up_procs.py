@@ -135,19 +135,25 @@ def test_upstream_option_parsing() -> None:
             UpstreamSpec.parse(bad)
 
 
-def test_up_refuses_a_port_that_is_already_taken(tmp_path: Path) -> None:
+def test_up_refuses_busy_ports_naming_each_one_and_its_flag(tmp_path: Path) -> None:
     import socket
 
     from liftgate.stack import StackOptions, start_stack
 
-    with socket.socket() as busy:
-        busy.bind(("127.0.0.1", 0))
-        busy.listen()
-        port = busy.getsockname()[1]
+    with socket.socket() as busy, socket.socket() as busy_too, socket.socket() as busy_pg:
+        for s in (busy, busy_too, busy_pg):
+            s.bind(("127.0.0.1", 0))
+            s.listen()
+        port, port_too, pg = (s.getsockname()[1] for s in (busy, busy_too, busy_pg))
         opts = StackOptions(state_dir=tmp_path, gateway_port=port, analytics_port=free_port(),
-                            baseline_port=free_port(), candidate_port=free_port(), pg_port=free_port())  # fmt: skip
-        with pytest.raises(RuntimeError, match=f"port {port} is in use.*--gateway-port"):
+                            baseline_port=free_port(), candidate_port=port_too, pg_port=pg)  # fmt: skip
+        with pytest.raises(RuntimeError) as info:
             start_stack(opts)
+    message = str(info.value)
+    assert f"port {port} is in use: choose another with --gateway-port PORT" in message
+    assert f"port {port_too} is in use: choose another with --candidate-port PORT" in message
+    assert f"port {pg} is in use: choose another with --pg-port PORT" in message
+    assert "--analytics-port" not in message and "--baseline-port" not in message
     assert not (tmp_path / "pg").exists(), "nothing was started"
 
 

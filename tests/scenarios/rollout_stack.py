@@ -217,7 +217,7 @@ class Traffic:
             sent_at = datetime.now(UTC)
             try:
                 async with session.post(self.gateway + "/v1/chat/completions", json=body,
-                                        headers={"X-Liftgate-Unit": unit}) as resp:  # fmt: skip
+                                        headers={"X-Liftgate-Unit": unit, "X-Liftgate-Show-Variant": "true"}) as resp:  # fmt: skip
                     await resp.read()
                     variant = resp.headers.get("X-Liftgate-Variant")
                     self.sent.append(Sent(sent_at, unit, variant, resp.status))
@@ -274,7 +274,7 @@ class RouteTraffic:
                     "max_tokens": self.max_tokens}  # fmt: skip
             try:
                 async with session.post(self.gateway + "/v1/chat/completions", json=body,
-                                        headers={"X-Liftgate-Unit": unit}) as resp:  # fmt: skip
+                                        headers={"X-Liftgate-Unit": unit, "X-Liftgate-Show-Variant": "true"}) as resp:  # fmt: skip
                     await resp.read()
                     self.sent[route] += 1
                     if resp.status >= 500:

@@ -307,6 +307,7 @@ def test_probes_read_only_their_keys_index_even_without_statistics(database_url:
             ),
             "feedback": (ingest_module._FEEDBACK_INSERT.encode(), None),
             "awaiting": (ingest_module._AWAITING_FEEDBACK, (copy_text.text_array(ids),)),
+            "on conflict": (ingest_module._INTERACTION_INSERT.encode(), None),
         }
         found = {}
         for name, (sql, params) in plans.items():
@@ -317,6 +318,7 @@ def test_probes_read_only_their_keys_index_even_without_statistics(database_url:
     for name, indexes in found.items():
         assert "ix_interactions_experiment_variant_ts" not in indexes, (name, indexes)
     assert "ix_interactions_conversation_id" in found["conversations"]
+    assert "ix_interactions_conversation_id" in found["on conflict"]
 
 
 def test_no_probe_reads_a_table_sequentially_after_an_analyze_of_it_empty(pg_admin_url: str) -> None:

@@ -12,10 +12,11 @@ from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session
 
 from analytics.report.assembly import ReportOptions, RolloutViewMissing, build_report
-from analytics.rollout import store, view
+from analytics.rollout import view
 from analytics.rollout.controller import Controller, measure
 from analytics.rollout.plan import parse_plan
 from analytics.rollout.telemetry import for_registry
+from control import rollout
 from tests.analytics.ramp_data import T0, Behaviour, Ramp, create_rollout, population
 
 OPTS = ReportOptions(timeseries=False, rollout=view.report_part)
@@ -114,7 +115,7 @@ def _drive(engine: Engine, ramp: Ramp, clock: Clock, steps: int, *, until_stage:
         clock.now += timedelta(seconds=2)
         controller.evaluate(ramp.experiment_id)
         with engine.connect() as conn:
-            row = store.load(conn, ramp.experiment_id)
+            row = rollout.load(conn, ramp.experiment_id)
         assert row is not None
         if row.status != "running" or (until_stage is not None and (row.stage or 0) >= until_stage):
             return
@@ -133,11 +134,11 @@ def test_a_running_rollouts_report_shows_the_plans_guardrails_and_the_controller
     clock.now += timedelta(seconds=2)
     with engine.connect() as conn:
         report = build_report(conn, eid, now=clock.now, options=OPTS)
-        row = store.load(conn, eid)
+        row = rollout.load(conn, eid)
         assert row is not None and row.status == "running" and row.stage == 1
         plan = parse_plan(row.plan)
         expected = measure(conn, row, plan, plan.stage(1), clock.now, 2.0).evidence("x")
-        last = store.decisions(conn, eid)[-1]
+        last = rollout.decisions(conn, eid)[-1]
     section = report.rollout
     assert section is not None and section.error is None
     assert [(g.metric, g.margin) for g in section.guardrails] == [("error_rate", 0.25), ("latency_mean", 0.2)]
@@ -169,10 +170,10 @@ def test_a_harmful_candidate_is_harm_on_the_same_evidence_that_rolled_it_back(en
     clock = Clock()
     _drive(engine, ramp, clock, 60)
     with engine.connect() as conn:
-        row = store.load(conn, eid)
-        assert row is not None and row.status == "rolled_back", store.decisions(conn, eid)[-1]
+        row = rollout.load(conn, eid)
+        assert row is not None and row.status == "rolled_back", rollout.decisions(conn, eid)[-1]
         report = build_report(conn, eid, now=clock.now + timedelta(minutes=5), options=OPTS)
-        rollback = store.decisions(conn, eid)[-1]
+        rollback = rollout.decisions(conn, eid)[-1]
     assert report.rollout is not None and report.rollout.decisions[-1].id == rollback.id
     [verdict] = report.verdicts
     assert verdict.verdict == "harm" and verdict.failed_guardrails == ["error_rate"]
@@ -198,7 +199,7 @@ def test_a_completed_rollout_never_shows_harm_without_saying_which_evidence_the_
         ramp.send(t, 4000, seconds=STAGE_S)
         t += timedelta(seconds=STAGE_S)
     with engine.begin() as conn:
-        row = store.load(conn, eid)
+        row = rollout.load(conn, eid)
         assert row is not None
         plan = parse_plan(row.plan)
         look = measure(conn, row, plan, plan.stage(2), t, 2.0)
@@ -214,7 +215,7 @@ def test_a_completed_rollout_never_shows_harm_without_saying_which_evidence_the_
                 "t": t,
             },
         )
-        store.promote(conn, row, "final stage passed", t)
+        rollout.promote(conn, row, "final stage passed", t)
     harmed = [g["metric"] for g in look.evidence("x")["guardrails"] if g["outcome"] == "harm"]
     assert harmed == []  # the controller's evidence shows no harm
     with engine.connect() as conn:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.client
 import json
 import random
+import re
 import secrets
 import socket
 import time
@@ -23,8 +24,8 @@ from analytics.service.access import login_ticket
 from contracts.events import FeedbackEvent
 from tests.analytics.ingest_helpers import interaction
 from tests.analytics.report_data import create_experiment, insert_units, simulate_units
-from tests.analytics.web.services import analytics_service
 from tests.known_secrets import secret
+from tests.services import analytics_service
 
 ADMIN = secret("adm")
 READ = secret("rd")
@@ -139,12 +140,12 @@ def test_a_read_only_post_needs_a_read_credential_not_the_admin_token(url: str) 
     assert call(url, "POST", "/api/metrics", READ, {"name": "x"})[0] == 403
 
 
-def test_fresh_reports_are_for_admins_and_rate_limited_per_experiment(
+def test_fresh_reports_are_for_operators_and_rate_limited_per_experiment(
     url: str, experiment: dict[str, Any]
 ) -> None:
     path = f"/api/experiments/{experiment['id']}/report?fresh=true"
     status, _, body = call(url, "GET", path, token=READ)
-    assert status == 403 and b"admin token" in body
+    assert status == 403 and b"operator role" in body
     assert call(url, "GET", path)[0] == 401
     assert call(url, "GET", path, token=ADMIN)[0] == 200
     status, headers, body = call(url, "GET", path, token=ADMIN)
@@ -152,34 +153,41 @@ def test_fresh_reports_are_for_admins_and_rate_limited_per_experiment(
     assert call(url, "GET", path.removesuffix("?fresh=true"), token=READ)[0] == 200  # snapshots stay cheap
 
 
-def _form(token: str, next_path: str = "/dashboard") -> bytes:
-    return urllib.parse.urlencode({"token": token, "next": next_path}).encode()
+def _sign_in(url: str, token: str, next_path: str = "/dashboard") -> tuple[int, dict[str, str], bytes]:
+    """The sign-in form as a browser sends it: its CSRF field matching its cookie."""
+    status, headers, page = call(url, "GET", "/dashboard/login")
+    assert status == 200
+    match = re.search(rb'name="csrf" value="([^"]+)"', page)
+    assert match is not None and headers["set-cookie"].startswith("lg_login=")
+    form = urllib.parse.urlencode({"token": token, "next": next_path, "csrf": match.group(1).decode()})
+    cookie = {"Cookie": headers["set-cookie"].split(";", 1)[0], **FORM}
+    return call(url, "POST", "/dashboard/login", body=form.encode(), headers=cookie)
 
 
 FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 
 
-def test_the_sign_in_form_gives_a_read_only_session_cookie(url: str) -> None:
-    status, headers, _ = call(
-        url, "POST", "/dashboard/login", body=_form(READ, "/dashboard/experiments/x"), headers=FORM
-    )
+def test_the_sign_in_form_with_the_read_token_gives_a_viewer_session_cookie(url: str) -> None:
+    status, headers, _ = _sign_in(url, READ, "/dashboard/experiments/x")
     assert status == 303 and headers["location"] == "/dashboard/experiments/x"
     cookie = headers["set-cookie"]
-    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and READ not in cookie
+    assert cookie.startswith("lg_session=") and "HttpOnly" in cookie and "SameSite=lax" in cookie
+    assert READ not in cookie
     session = {"Cookie": cookie.split(";", 1)[0]}
     assert call(url, "GET", "/api/experiments", headers=session)[0] == 200
     assert call(url, "GET", "/dashboard", headers=session)[0] == 200
-    # A session reads only: changes need the admin token as a bearer header.
+    # A viewer's session reads only: a change is refused (without its CSRF token, and with it).
     spec = {"name": "m_" + secrets.token_hex(3), "kind": "mean", "numerator": "requests"}
-    assert call(url, "POST", "/api/metrics", body=spec, headers=session)[0] == 401
-    # A wrong token, and a redirect off this service, are refused.
-    assert (
-        call(url, "POST", "/dashboard/login", body=_form("nope-" + secrets.token_hex(8)), headers=FORM)[0]
-        == 401
-    )
-    status, headers, _ = call(
-        url, "POST", "/dashboard/login", body=_form(ADMIN, "//evil.example/x"), headers=FORM
-    )
+    status, _, body = call(url, "POST", "/api/metrics", body=spec, headers=session)
+    assert status == 403 and b"CSRF" in body
+    csrf = json.loads(call(url, "GET", "/admin/me", headers=session)[2])["csrf"]
+    status, _, body = call(url, "POST", "/api/metrics", body=spec, headers={**session, "X-CSRF-Token": csrf})
+    assert status == 403 and b"needs operator" in body
+    # A wrong token, a form without its CSRF token, and a redirect off this service, are refused.
+    assert _sign_in(url, "nope-" + secrets.token_hex(8))[0] == 401
+    bare = urllib.parse.urlencode({"token": READ}).encode()
+    assert call(url, "POST", "/dashboard/login", body=bare, headers=FORM)[0] == 403
+    status, headers, _ = _sign_in(url, ADMIN, "//evil.example/x")
     assert status == 303 and headers["location"] == "/dashboard"
     # A forged or expired cookie is no session.
     forged = {"Cookie": "lg_session=9999999999.abc.def"}
@@ -191,7 +199,7 @@ def test_a_sign_in_link_works_once(url: str) -> None:
     status, headers, _ = call(url, "GET", link)
     assert status == 303 and headers["location"] == "/dashboard" and "lg_session=" in headers["set-cookie"]
     status, headers, body = call(url, "GET", link)
-    assert status == 401 and "set-cookie" not in headers and b"already used" in body
+    assert status == 401 and "lg_session" not in headers.get("set-cookie", "") and b"already used" in body
     expired = login_ticket(ADMIN, READ, ttl_s=-1)
     assert call(url, "GET", f"/dashboard/login?ticket={expired}")[0] == 401
     other = login_ticket(ADMIN, "another-read-token-" + secrets.token_hex(4))  # signed with other tokens

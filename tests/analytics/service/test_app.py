@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ from sqlalchemy import Engine, text
 from analytics.report.schema import Report
 from tests.analytics.report_data import create_experiment, insert_units, simulate_units
 from tests.known_secrets import secret
+from tests.services import analytics_service
 
 ROOT = Path(__file__).resolve().parents[3]
 TOKEN = secret("test")
@@ -30,16 +30,9 @@ READ_TOKEN = secret("read")
 DEADLINE_S = 30.0
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass
 class Service:
     url: str
-    proc: subprocess.Popen[bytes]
 
     def call(
         self, method: str, path: str, body: Any = None, token: str | None = READ_TOKEN
@@ -73,37 +66,10 @@ def seeded(engine: Engine) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def service(database_url: str, seeded: dict[str, Any]) -> Iterator[Service]:
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LIFTGATE_")}
-    env |= {
-        "LIFTGATE_DATABASE_URL": database_url,
-        "LIFTGATE_ADMIN_TOKEN": TOKEN,
-        "LIFTGATE_READ_TOKEN": READ_TOKEN,
-        "LIFTGATE_ANALYTICS_PORT": str(port),
-        "LIFTGATE_SNAPSHOT_INTERVAL_S": "0.3",
-        "LIFTGATE_REPORT_MAX_AGE_S": "60",
-        "LIFTGATE_LOG_LEVEL": "warning",
-    }
-    proc = subprocess.Popen([sys.executable, "-m", "analytics"], cwd=ROOT, env=env)
-    svc = Service(f"http://127.0.0.1:{port}", proc)
-    deadline = time.monotonic() + DEADLINE_S
-    while True:
-        try:
-            if svc.call("GET", "/healthz")[0] == 200:
-                break
-        except OSError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError("analytics service did not become healthy")
-        time.sleep(0.05)
-    yield svc
-    proc.terminate()
-    try:
-        proc.wait(15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(5)
+    with analytics_service(
+        database_url, TOKEN, read_token=READ_TOKEN, snapshot_interval_s="0.3", report_max_age_s="60"
+    ) as url:
+        yield Service(url)
 
 
 def test_service_refuses_to_start_without_a_strong_admin_token(database_url: str) -> None:
@@ -157,13 +123,13 @@ def test_report_by_name_and_id_and_fresh(service: Service, seeded: dict[str, Any
     assert status == 404 and "not found" in missing["detail"]
 
 
-def test_snapshot_needs_the_admin_token_and_is_audited(
+def test_snapshot_needs_an_operator_credential_and_is_audited(
     service: Service, seeded: dict[str, Any], engine: Engine
 ) -> None:
     path = f"/api/experiments/{seeded['id']}/snapshot"
     assert service.call("POST", path, token=None)[0] == 401
     status, body = service.call("POST", path, token="wrong-token-" + secrets.token_hex(8))
-    assert status == 403 and body == {"detail": "invalid admin token"}
+    assert status == 403 and body == {"detail": "invalid token"}
     status, body = service.call("POST", path, token=TOKEN)
     assert status == 201 and Report.model_validate(body).experiment_id == seeded["id"]
     with engine.connect() as conn:

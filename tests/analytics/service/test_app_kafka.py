@@ -3,10 +3,7 @@ in the report, and the consumer's metrics on the service's /metrics."""
 
 from __future__ import annotations
 
-import os
 import secrets
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -18,7 +15,8 @@ from sqlalchemy import Engine
 
 from contracts.events import InteractionEvent, encode
 from tests.analytics.report_data import T0, create_experiment
-from tests.analytics.service.test_app import READ_TOKEN, ROOT, TOKEN, Service, _free_port
+from tests.analytics.service.test_app import READ_TOKEN, TOKEN, Service
+from tests.services import analytics_service
 
 DEADLINE_S = 60.0
 
@@ -35,43 +33,21 @@ def topics(kafka_bootstrap: str, unique_name: str) -> Iterator[tuple[str, str]]:
 
 @pytest.fixture
 def kafka_service(database_url: str, kafka_bootstrap: str, topics: tuple[str, str]) -> Iterator[Service]:
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LIFTGATE_")}
-    env |= {
-        "LIFTGATE_DATABASE_URL": database_url,
-        "LIFTGATE_ADMIN_TOKEN": TOKEN,
-        "LIFTGATE_ANALYTICS_PORT": str(port),
-        "LIFTGATE_KAFKA_BOOTSTRAP": kafka_bootstrap,
-        "LIFTGATE_INTERACTIONS_TOPIC": topics[0],
-        "LIFTGATE_FEEDBACK_TOPIC": topics[1],
-        "LIFTGATE_CONSUMER_GROUP": f"g-{secrets.token_hex(6)}",
-        "LIFTGATE_SNAPSHOT_INTERVAL_S": "0",
-        "LIFTGATE_ROLLOUT_CONTROLLER": "false",
-        "LIFTGATE_RETENTION_INTERVAL_S": "0",  # only the consumer runs
-        "LIFTGATE_LOG_LEVEL": "warning",
-        "LIFTGATE_READ_TOKEN": READ_TOKEN,
-        "LIFTGATE_FRESH_MIN_INTERVAL_S": "0",  # the test polls fresh reports
-    }
-    proc = subprocess.Popen([sys.executable, "-m", "analytics"], cwd=ROOT, env=env)
-    svc = Service(f"http://127.0.0.1:{port}", proc)
-    deadline = time.monotonic() + DEADLINE_S
-    while True:
-        try:
-            if svc.call("GET", "/healthz")[0] == 200:
-                break
-        except OSError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError("analytics service did not become healthy")
-        time.sleep(0.05)
-    yield svc
-    proc.terminate()
-    try:
-        proc.wait(20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(5)
+    with analytics_service(
+        database_url,
+        TOKEN,
+        read_token=READ_TOKEN,
+        kafka_bootstrap=kafka_bootstrap,
+        interactions_topic=topics[0],
+        feedback_topic=topics[1],
+        consumer_group=f"g-{secrets.token_hex(6)}",
+        snapshot_interval_s="0",
+        rollout_controller="false",
+        notify_worker="false",
+        retention_interval_s="0",  # only the consumer runs
+        fresh_min_interval_s="0",  # the test polls fresh reports
+    ) as url:
+        yield Service(url)
 
 
 def test_events_from_kafka_reach_the_report(

@@ -3,9 +3,6 @@ service's credentials and request guard, and the retention worker clearing expir
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -14,41 +11,22 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import Engine, text
 
-from tests.analytics.service.test_app import READ_TOKEN, ROOT, TOKEN, Service, _free_port
+from tests.analytics.service.test_app import READ_TOKEN, TOKEN, Service
 from tests.curation.data import Call, experiment, store_calls
 from tests.curation.test_builder import _prompt
-
-DEADLINE_S = 30.0
+from tests.services import analytics_service
 
 
 @pytest.fixture(scope="module")
 def service(module_database_url: str) -> Iterator[Service]:
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LIFTGATE_")}
-    env |= {"LIFTGATE_DATABASE_URL": module_database_url, "LIFTGATE_ADMIN_TOKEN": TOKEN,
-            "LIFTGATE_READ_TOKEN": READ_TOKEN, "LIFTGATE_ANALYTICS_PORT": str(port),
-            "LIFTGATE_SNAPSHOT_INTERVAL_S": "0", "LIFTGATE_RETENTION_INTERVAL_S": "0.2",
-            "LIFTGATE_LOG_LEVEL": "warning"}  # fmt: skip
-    proc = subprocess.Popen([sys.executable, "-m", "analytics"], cwd=ROOT, env=env)
-    svc = Service(f"http://127.0.0.1:{port}", proc)
-    deadline = time.monotonic() + DEADLINE_S
-    while True:
-        try:
-            if svc.call("GET", "/healthz")[0] == 200:
-                break
-        except OSError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError("analytics service did not become healthy")
-        time.sleep(0.05)
-    yield svc
-    proc.terminate()
-    try:
-        proc.wait(15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(5)
+    with analytics_service(
+        module_database_url,
+        TOKEN,
+        read_token=READ_TOKEN,
+        snapshot_interval_s="0",
+        retention_interval_s="0.2",
+    ) as url:
+        yield Service(url)
 
 
 @pytest.fixture(scope="module")

@@ -13,9 +13,9 @@ from statsmodels.stats.proportion import proportion_confint
 
 from liftgate.simulator_process import SimulatorProcess
 from tests.analytics.offline_gate_data import MARKUP, MARKUP_ITEMS, demo_gated, markup_gated, stub_upstream
-from tests.analytics.web.services import READ_TOKEN, analytics_service, get_json, http
 from tests.evals.conftest import SIM_MODELS, Arm, make_experiment
 from tests.known_secrets import secret
+from tests.services import READ_TOKEN, analytics_service, get_json, http
 
 DEMO, MARKED, BARE = "gate-demo", "gate-markup", "gate-bare"
 

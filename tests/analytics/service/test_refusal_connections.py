@@ -11,9 +11,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.analytics.web.services import analytics_service
 from tests.gateway.test_refusal_connections import _answer
 from tests.known_secrets import secret
+from tests.services import analytics_service
 
 ADMIN = secret("refusal-admin")
 BODY = b'{"name": "m_refused", "kind": "mean", "numerator": "requests"}'

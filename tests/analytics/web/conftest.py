@@ -20,8 +20,8 @@ from tests.analytics.web.seed import (
     add_units,
     create_experiment,
 )
-from tests.analytics.web.services import READ_TOKEN, analytics_service, http
 from tests.known_secrets import secret
+from tests.services import READ_TOKEN, analytics_service, http
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [

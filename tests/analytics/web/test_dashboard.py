@@ -16,7 +16,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from tests.analytics.web.conftest import LAPTOP, Seeded, WatchedPage
 from tests.analytics.web.formatting import FORMATS, resolve
-from tests.analytics.web.services import READ_TOKEN, ROOT, get_json, http
+from tests.services import READ_TOKEN, ROOT, get_json, http
 
 AUTH = {"Authorization": f"Bearer {READ_TOKEN}"}
 
@@ -95,6 +95,9 @@ def test_experiment_list_shows_every_experiment_with_the_apis_numbers(
     assert names == [e["name"] for e in api]
     assert {seeded.ab, seeded.rollout, seeded.shadow} <= set(names)
     assert_numbers_match(shown_numbers(watched, "#experiments"), api)
+    # A rollout's stage is the candidate's share (stage index 2 of [1, 5, 10, …] is 10%).
+    stage = watched.page.inner_text(f'#experiments tr[data-experiment="{seeded.rollout}"] td:nth-child(5)')
+    assert stage == "10.0%" and next(e for e in api if e["name"] == seeded.rollout)["stage_percent"] == 10
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     watched.page.screenshot(path=str(SCREENSHOTS / "experiments.png"))
     verdicts = watched.page.eval_on_selector_all(
@@ -118,6 +121,58 @@ def test_ab_experiment_page_draws_charts_and_matches_the_report(
     watched.page.screenshot(path=str(SCREENSHOTS / "experiment.png"), full_page=True)
     # What a laptop shows without scrolling (the README's picture).
     watched.page.screenshot(path=str(SCREENSHOTS / "experiment-laptop.png"))
+    assert watched.errors == []
+
+
+def test_selectors_fit_their_card_forest_labels_are_whole_and_p_columns_are_explained(
+    watched: WatchedPage, analytics_url: str, seeded: Seeded
+) -> None:
+    open_page(watched, f"{analytics_url}/dashboard/experiments/{seeded.ab}")
+    boxes = watched.page.evaluate(
+        """() => {
+            const card = document.querySelector('#timeseries-card').getBoundingClientRect();
+            // The visible selectors (the candidate one is hidden with a single candidate).
+            return [...document.querySelectorAll('#timeseries-card select')].filter(s => s.offsetParent).map(s => {
+                const r = s.getBoundingClientRect();
+                return {left: r.left - card.left, right: card.right - r.right, width: r.width};
+            });
+        }"""
+    )
+    assert boxes and all(b["left"] >= 0 and b["right"] >= 0 and b["width"] > 40 for b in boxes), boxes
+    # The forest's y labels: every metric's whole name (wrapped, never cut with "…"), and the
+    # label column fits left of the plot inside the canvas.
+    forest = watched.page.evaluate(
+        """() => {
+            const chart = Chart.getChart(document.querySelector('#forest'));
+            const y = chart.scales.y;
+            return {
+                shown: y.ticks.map((t, i) => [].concat(y.options.ticks.callback(t.value, i)).join(' ')),
+                names: window.liftgate.page.forest.rows.map(r => r.label),
+                left: y.left, right: y.right, plotLeft: chart.chartArea.left,
+                widest: y._labelSizes ? y._labelSizes.widest.width : 0,
+                // Room between rows against the tallest label (lines × line height): no overlap.
+                spacing: y.ticks.length > 1 ? y.getPixelForTick(1) - y.getPixelForTick(0) : 1e9,
+                tallest: y._labelSizes ? Math.max(...y._labelSizes.heights) : 0,
+            };
+        }"""
+    )
+    assert forest["shown"] == forest["names"] and len(forest["names"]) >= 10
+    assert not any("…" in n for n in forest["shown"])
+    assert forest["left"] >= 0 and forest["right"] <= forest["plotLeft"] + 1
+    assert 0 < forest["widest"] <= forest["right"] - forest["left"], forest
+    assert forest["tallest"] > 14 and forest["spacing"] >= forest["tallest"], (
+        forest
+    )  # wrapped, not overlapping
+    # The metrics table explains its p-value columns, in the page and on each header.
+    notes = watched.page.inner_text("#p-notes")
+    assert all(
+        word in notes for word in ("p (fixed)", "p Holm", "seq. p Holm", "fixed-horizon", "always-valid")
+    )
+    titles = watched.page.eval_on_selector_all(
+        "#results thead th",
+        "ths => ths.filter(t => /p/.test(t.textContent) && t.title).map(t => t.textContent)",
+    )
+    assert {"p (fixed)", "p Holm", "seq. p Holm"} <= set(titles)
     assert watched.errors == []
 
 
@@ -201,6 +256,9 @@ def test_rollout_page_shows_the_stage_timeline_from_the_rollout_api(
     assert current == str(rollout["stage"])
     assert_numbers_match(shown_numbers(watched, "#rollout"), rollout)
     assert_numbers_match(shown_numbers(watched, "main"), report)
+    # The header names the stage by the candidate's share, as the rollout card does.
+    assert report["rollout"]["stage_percent"] == rollout["stage_percent"] == 10
+    assert "stage 10.0%" in watched.page.inner_text("#head .facts")
     watched.page.screenshot(path=str(SCREENSHOTS / "rollout.png"), full_page=True)
     assert watched.errors == []
 
@@ -256,15 +314,72 @@ def test_a_browser_without_a_session_signs_in_with_the_token_and_lands_where_it_
     try:
         page = context.new_page()
         page.goto(f"{analytics_url}/dashboard/experiments/{seeded.ab}")
-        assert "/dashboard/login" in page.url and page.locator("input[name=token]").is_visible()
-        page.fill("input[name=token]", "not-the-token-" + "x" * 8)
+        assert "/dashboard/login" in page.url and page.locator("input[name=password]").is_visible()
+        page.fill("input[name=password]", "not-the-token-" + "x" * 8)
         page.click("button[type=submit]")
         assert "not valid" in page.inner_text("form")
-        page.fill("input[name=token]", READ_TOKEN)
+        page.fill("input[name=password]", READ_TOKEN)
         page.click("button[type=submit]")
         page.wait_for_function("window.liftgate && window.liftgate.refreshes >= 1", timeout=WAIT_MS)
         assert page.url.endswith(f"/dashboard/experiments/{seeded.ab}")
         cookie = next(c for c in context.cookies() if c["name"] == "lg_session")
-        assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and READ_TOKEN not in cookie["value"]
+        assert cookie["httpOnly"] and cookie["sameSite"] == "Lax" and READ_TOKEN not in cookie["value"]
     finally:
         context.close()
+
+
+def test_the_metrics_table_names_each_rows_method_as_the_report_does(
+    watched: WatchedPage, analytics_url: str, seeded: Seeded
+) -> None:
+    open_page(watched, f"{analytics_url}/dashboard/experiments/{seeded.ab}")
+    report = get_json(f"{analytics_url}/api/experiments/{seeded.ab}/report", READ_TOKEN)
+    shown = watched.page.eval_on_selector_all(
+        "#results tbody tr",
+        """rs => rs.map(r => {
+            const t = r.querySelector('.tag.method');
+            return {metric: r.dataset.metric, variant: r.dataset.variant,
+                    method: t ? {test: t.dataset.test, interval: t.dataset.interval, cuped: t.dataset.cuped,
+                                 sequential: t.dataset.sequential, title: t.title} : null};
+        })""",
+    )
+    expected = {
+        (r["metric"], r["variant"]): r.get("method") for r in report["results"] if not r["is_control"]
+    }
+    assert shown and len(shown) == len(expected)
+    with_method = 0
+    for row in shown:
+        api = expected[(row["metric"], row["variant"])]
+        if api is None:
+            assert row["method"] is None, row
+            continue
+        with_method += 1
+        got = row["method"]
+        assert got is not None, row
+        assert {k: got[k] for k in ("test", "interval", "cuped", "sequential")} == {
+            k: api[k] for k in ("test", "interval", "cuped", "sequential")
+        }
+        assert f"tuned at {api['planned_units']} units" in got["title"]
+        assert ("Welch t test" in got["title"]) == (api["test"] == "welch_t")
+    assert with_method >= 1
+    caption = watched.page.inner_text("#results-method")
+    assert "always-valid" in caption and "one planned look" in caption
+    assert watched.errors == []
+
+
+def test_a_report_in_another_convention_is_computed_and_a_bad_one_refused_with_a_reason(
+    analytics_url: str, seeded: Seeded
+) -> None:
+    url = f"{analytics_url}/api/experiments/{seeded.ab}/report"
+    status, body = http("GET", url + "?cuped_theta=sideways", AUTH)
+    assert status == 422 and b"cuped_theta" in body and b"per_arm" in body, body
+    status, body = http("GET", url + "?proportion_test=fisher", AUTH)
+    assert status == 422 and b"proportion_test" in body and b"pooled_z" in body, body
+    default = get_json(url, READ_TOKEN)
+    chosen = get_json(url + "?proportion_test=pooled_z&cuped_theta=per_arm", READ_TOKEN)
+    kinds = {m["name"]: m["kind"] for m in chosen["metrics"]}
+    tested = [r for r in chosen["results"] if r.get("method")]
+    assert tested, "the A/B experiment has candidate rows with a test"
+    for r in tested:
+        assert r["method"]["test"] == ("pooled_z" if kinds[r["metric"]] == "proportion" else "welch_t")
+        assert r["method"]["cuped"] in ("none", "per_arm")
+    assert all(r["method"]["cuped"] != "per_arm" for r in default["results"] if r.get("method"))

@@ -15,9 +15,9 @@ from sqlalchemy import Engine
 from liftgate.simulator_process import SimulatorProcess
 from tests.analytics.offline_gate_data import MARKUP, MARKUP_ITEMS, demo_gated, markup_gated, stub_upstream
 from tests.analytics.web.conftest import WatchedPage
-from tests.analytics.web.services import READ_TOKEN, get_json
 from tests.analytics.web.test_dashboard import SCREENSHOTS, assert_numbers_match, open_page, shown_numbers
 from tests.evals.conftest import SIM_MODELS
+from tests.services import READ_TOKEN, get_json
 
 PAGE = 20
 

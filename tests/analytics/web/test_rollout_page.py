@@ -15,14 +15,14 @@ import pytest
 from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine, text
 
-from analytics.rollout import store
 from analytics.rollout.controller import Controller, measure
 from analytics.rollout.plan import parse_plan
 from analytics.rollout.telemetry import for_registry
+from control import rollout
 from tests.analytics.ramp_data import Behaviour, create_rollout, population
 from tests.analytics.web.conftest import WatchedPage, snapshot
-from tests.analytics.web.services import READ_TOKEN, get_json
 from tests.analytics.web.test_dashboard import SCREENSHOTS, assert_numbers_match, open_page, shown_numbers
+from tests.services import READ_TOKEN, get_json
 
 PLAN = {"stages": [5, 25, 50, 100], "min_duration_s": 10, "min_units": 10, "interval_s": 0,
         "planned_units": 2000, "guardrails": [{"metric": "error_rate", "margin": 0.25},
@@ -54,7 +54,7 @@ def _ramping(engine: Engine) -> str:
         now += timedelta(seconds=2)
         controller.evaluate(eid)
         with engine.connect() as conn:
-            row = store.load(conn, eid)
+            row = rollout.load(conn, eid)
         assert row is not None and row.status == "running", row
         if (row.stage or 0) >= 2:
             break
@@ -77,7 +77,7 @@ def _completed(engine: Engine) -> str:
         ramp.send(t, 4000, seconds=300)
         t += timedelta(seconds=300)
     with engine.begin() as conn:
-        row = store.load(conn, eid)
+        row = rollout.load(conn, eid)
         assert row is not None
         plan = parse_plan(row.plan)
         look = measure(conn, row, plan, plan.stage(2), t, 2.0)
@@ -92,7 +92,7 @@ def _completed(engine: Engine) -> str:
                 "t": t,
             },
         )
-        store.promote(conn, row, "final stage passed", t)
+        rollout.promote(conn, row, "final stage passed", t)
     return _name(engine, eid)
 
 
@@ -125,7 +125,7 @@ def test_every_decision_of_a_ramp_shows_its_evidence_and_no_srm_banner(
 ) -> None:
     open_page(watched, f"{analytics_url}/dashboard/experiments/{rollouts.ramping}")
     report = get_json(f"{analytics_url}/api/experiments/{rollouts.ramping}/report", READ_TOKEN)
-    rollout = get_json(f"{analytics_url}/api/experiments/{rollouts.ramping}/rollout", READ_TOKEN)
+    section = get_json(f"{analytics_url}/api/experiments/{rollouts.ramping}/rollout", READ_TOKEN)
     # a normal ramp: per-stage SRM, no banner
     assert report["srm"]["method"] == "per_stage" and not report["srm"]["flagged"]
     assert watched.page.get_attribute("#srm-banner", "data-flagged") == "false"
@@ -133,8 +133,8 @@ def test_every_decision_of_a_ramp_shows_its_evidence_and_no_srm_banner(
     assert len(report["srm"]["stages"]) == 3
     # each decision has an evidence row with the guardrails, SRM and minimums it was taken on
     shown = {r["id"]: r for r in _evidence_rows(watched)}
-    assert set(shown) == {str(d["id"]) for d in rollout["decisions"]}
-    tested = [d for d in rollout["decisions"] if d["evidence"].get("guardrails")]
+    assert set(shown) == {str(d["id"]) for d in section["decisions"]}
+    tested = [d for d in section["decisions"] if d["evidence"].get("guardrails")]
     assert len(tested) >= 2  # the advances out of 5% and 25%
     for d in tested:
         row = shown[str(d["id"])]
@@ -145,7 +145,7 @@ def test_every_decision_of_a_ramp_shows_its_evidence_and_no_srm_banner(
     # every number in the timeline is the rollout API's, every other one the report's
     numbers = shown_numbers(watched, "#rollout")
     assert any("/evidence/guardrails/" in n["ptr"] for n in numbers)
-    assert_numbers_match(numbers, rollout)
+    assert_numbers_match(numbers, section)
     assert_numbers_match(shown_numbers(watched, "main"), report)
     # the live look and the plan's guardrails, from the report's rollout section
     assert watched.page.is_visible("#rollout-look-card")

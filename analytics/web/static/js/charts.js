@@ -70,7 +70,9 @@ export class ForestChart {
             ticks: {
               color: (ctx) => (rows()[ctx.index] && rows()[ctx.index].metric.guardrail ? TONE.guard : "#24292f"),
               font: { size: 11 },
-              callback: (_, i) => shorten(rows()[i] ? rows()[i].label : ""),
+              // Whole names, wrapped onto lines (never cut or skipped): the rows grow instead.
+              autoSkip: false,
+              callback: (_, i) => wrapLabel(rows()[i] ? rows()[i].label : ""),
             },
           },
         },
@@ -144,13 +146,30 @@ export class ForestChart {
     );
     c.options.scales.x.min = range.min;
     c.options.scales.x.max = range.max;
-    c.canvas.parentNode.style.height = `${Math.max(160, rows.length * 21 + 80)}px`;
+    // Rows are evenly spaced: each gets room for the tallest wrapped label, so none overlap.
+    const lines = Math.max(1, ...rows.map((r) => wrapLabel(r.label).length));
+    c.canvas.parentNode.style.height = `${Math.max(160, rows.length * Math.max(21, lines * LINE_PX + 6) + 80)}px`;
     c.update("none");
   }
 }
 
-function shorten(label) {
-  return label.length > 42 ? label.slice(0, 40) + "…" : label;
+// A forest label on lines of at most WRAP characters, broken at spaces (a longer word stays
+// whole on its own line), so a metric's full name is always readable.
+const WRAP = 40;
+const LINE_PX = 14; // 11 px labels at Chart.js's 1.2 line height, rounded up
+export function wrapLabel(label) {
+  const lines = [];
+  let line = "";
+  for (const word of String(label).split(/\s+/).filter(Boolean)) {
+    if (line && line.length + 1 + word.length > WRAP) {
+      lines.push(line);
+      line = word;
+    } else {
+      line = line ? `${line} ${word}` : word;
+    }
+  }
+  if (line || !lines.length) lines.push(line);
+  return lines;
 }
 
 function marginX(metric) {

@@ -6,6 +6,7 @@
 import { ForestChart, LiftOverTimeChart, tone } from "./charts.js";
 import { cell, DASH, esc, key, when } from "./format.js";
 import { renderPaired } from "./paired.js";
+import { drawRiskCharts, renderRisks } from "./rl_risks.js";
 import { renderLook, renderRollout } from "./rollout.js";
 import { badge, statusBadge } from "./verdicts.js";
 
@@ -56,10 +57,20 @@ const SKELETON = `
     <h2>Metrics</h2>
     <table class="grid" id="results"><thead><tr>
       <th>metric</th><th class="r">units</th><th class="r">control</th><th class="r">candidate</th><th class="r">lift</th>
-      <th class="r">sequential CI</th><th class="r" title="fixed-horizon Welch p (one planned look)">p (fixed)</th><th class="r">p Holm</th><th class="r">seq. p Holm</th>
+      <th class="r" title="always-valid interval: may be read at every look">sequential CI</th>
+      <th class="r" title="fixed-horizon p-value of this metric alone: valid only once, at the planned sample size">p (fixed)</th>
+      <th class="r" title="p (fixed) corrected with Holm for the number of metrics tested">p Holm</th>
+      <th class="r" title="always-valid (sequential) p-value, Holm-corrected: what the default verdict policy uses while data accrues">seq. p Holm</th>
       <th class="r">P(beat control)</th><th>guardrail</th><th>progress to sample size</th>
     </tr></thead><tbody></tbody></table>
+    <p class="muted caption" id="results-method">Each metric's tag names its method (hover for the p-value and CI conventions); sequential CIs and p-values are always-valid (valid at every look), "p (fixed)" assumes one planned look.</p>
+    <dl class="pnotes" id="p-notes">
+      <dt>p (fixed)</dt><dd>one metric's fixed-horizon test; valid at the planned sample size, not when peeked at repeatedly.</dd>
+      <dt>p Holm</dt><dd>p (fixed) corrected for testing many metrics at once (Holm).</dd>
+      <dt>seq. p Holm</dt><dd>always-valid sequential p, Holm-corrected: safe to read at any time; what the default verdict policy (<code>sequential_holm</code>) uses.</dd>
+    </dl>
   </section>
+  <section class="card" id="risks-card" hidden><h2>RL risks</h2><div id="risks"></div></section>
   <section class="card notes" id="notes-card" hidden><h2>Notes</h2><ul id="notes"></ul></section>`;
 
 export class ExperimentPage {
@@ -109,7 +120,7 @@ export class ExperimentPage {
     const view = this.segmentView(r);
     const rows = forestRows(view.results, view.base, metrics, r.control);
     this.forest.update(rows);
-    $("#results tbody").innerHTML = resultRows(view.results, view.base, metrics, r.control);
+    $("#results tbody").innerHTML = resultRows(view.results, view.base, metrics, r.control, examplesLink(r, view.segment));
 
     this.renderTimeseries(r, metrics);
     const rolloutCard = $("#rollout-card");
@@ -120,6 +131,12 @@ export class ExperimentPage {
     const pairedCard = $("#paired-card");
     pairedCard.hidden = !(r.mode === "shadow" || r.paired.length);
     if (!pairedCard.hidden) $("#paired").innerHTML = renderPaired(r.paired);
+    const risks = r.rl_risks || [];
+    $("#risks-card").hidden = r.mode === "shadow";
+    if (!$("#risks-card").hidden) {
+      $("#risks").innerHTML = renderRisks(risks);
+      drawRiskCharts($("#risks"), risks);
+    }
     const notes = r.errors.map((e) => `<li><code>${esc(e.code)}</code> ${esc(e.message)}</li>`);
     $("#notes-card").hidden = notes.length === 0;
     $("#notes").innerHTML = notes.join("");
@@ -144,7 +161,9 @@ export class ExperimentPage {
         : k >= 0
           ? "p-values corrected across metrics × candidates × segments"
           : `${r.segments.length} segments available`;
-    return k >= 0 ? { results: r.segments[k].results, base: `/segments/${k}/results` } : { results: r.results, base: "/results" };
+    return k >= 0
+      ? { results: r.segments[k].results, base: `/segments/${k}/results`, segment: r.segments[k].segment }
+      : { results: r.results, base: "/results", segment: null };
   }
 
   renderTimeseries(r, metrics) {
@@ -172,7 +191,9 @@ function syncOptions(select, pairs) {
 }
 
 function head(r) {
-  const stage = r.stage == null ? "" : `<span>stage ${cell(r.stage, "count", "/stage")}</span>`;
+  // The stage as the candidate's share (what the plan and the rollout card say), not its index.
+  const pct = r.rollout?.stage_percent;
+  const stage = r.stage == null ? "" : pct == null ? "" : `<span>stage <b>${cell(pct, "num", "/rollout/stage_percent")}%</b></span>`;
   return `
     <div class="title">
       <h1>${esc(r.name)}</h1>
@@ -192,6 +213,8 @@ function head(r) {
       <span>started ${when(r.started_at)}</span>
       <span class="muted" id="generated" data-generated="${esc(r.generated_at)}">report ${when(r.generated_at)}</span>
       <a id="offline-gate-link" href="/dashboard/experiments/${encodeURIComponent(r.name)}/offline-gate">offline gate →</a>
+      <a id="examples-link" href="/dashboard/experiments/${encodeURIComponent(r.name)}/examples">examples →</a>
+      ${r.mode === "shadow" ? `<a id="shadow-pairs-link" href="/dashboard/experiments/${encodeURIComponent(r.name)}/shadow-pairs">shadow pairs →</a>` : ""}
     </div>`;
 }
 
@@ -309,7 +332,19 @@ function forestRows(results, base, metrics, control) {
   return rows;
 }
 
-function resultRows(results, base, metrics, control) {
+// "see examples" of a metrics-table row: the requests behind that metric (analytics.report.examples),
+// the control's beside the candidate's, in the segment shown.
+function examplesLink(r, segment) {
+  return (metric, variant) => {
+    const q = new URLSearchParams({ metric });
+    if (r.control) q.append("variant", r.control);
+    q.append("variant", variant);
+    if (segment) q.set("segment", segment);
+    return `/dashboard/experiments/${encodeURIComponent(r.name)}/examples?${q}`;
+  };
+}
+
+function resultRows(results, base, metrics, control, link) {
   // One row per metric × candidate, with the control's mean beside the candidate's;
   // metrics in catalogue order.
   const order = [...metrics.keys()];
@@ -334,11 +369,13 @@ function resultRows(results, base, metrics, control) {
       const variant = candidates.size > 1 ? ` <span class="tag">${esc(res.variant)}</span>` : "";
       const insufficient =
         res.error && res.error.code === "insufficient_data" ? ' <span class="tag" data-insufficient>insufficient data</span>' : "";
+      const how = methodTag(res.method);
       const fixed = m.kind === "quantile" ? ' <span class="tag" title="request-level order-statistic interval, valid at one planned look">fixed-horizon</span>' : "";
       return `<tr class="tone-${tone(res)}" data-metric="${esc(res.metric)}" data-variant="${esc(res.variant)}"${err}>
         <td><span title="${esc(m.description || m.name || "")}">${esc(m.label)}</span>${variant}
-          ${m.guardrail ? '<span class="tag guard">guardrail</span>' : ""}${fixed}${insufficient}
-          <span class="dir" title="${m.direction === "increase" ? "higher" : "lower"} is better">${m.direction === "increase" ? "↑" : "↓"}</span></td>
+          ${m.guardrail ? '<span class="tag guard">guardrail</span>' : ""}${fixed}${insufficient}${how}
+          <span class="dir" title="${m.direction === "increase" ? "higher" : "lower"} is better">${m.direction === "increase" ? "↑" : "↓"}</span>
+          <a class="ex-link" href="${esc(link(res.metric, res.variant))}" title="the requests behind this metric, ${esc(res.variant)} beside ${esc(control || "")}">see examples</a></td>
         <td class="r">${cell(res.units, "count", `${ptr}/units`)}</td>
         <td class="r muted">${controlMean}</td>
         <td class="r">${cell(res.mean, "num", `${ptr}/mean`)}</td>
@@ -353,6 +390,20 @@ function resultRows(results, base, metrics, control) {
       </tr>`;
     })
     .join("");
+}
+
+// How each number of a row was computed (the report's `method`; docs/statistics.md).
+const TEST_TEXT = {
+  welch_t: "Welch t test (unpooled variances), Welch t interval",
+  pooled_z: "pooled two-proportion z test (= χ²), unpooled Wald z interval",
+};
+
+function methodTag(m) {
+  if (!m) return "";
+  const cuped = m.cuped === "none" ? "no CUPED" : `CUPED θ ${m.cuped.replace("_", " ")}`;
+  const title = `p (fixed) and CI: ${TEST_TEXT[m.test] || m.test}; sequential CI and p: always-valid mixture SPRT tuned at ${m.planned_units} units; ${cuped}; Holm and Benjamini–Hochberg corrections; P(beat control): Gaussian posterior`;
+  const short = `${m.test === "pooled_z" ? "pooled z" : "Welch t"} · ${m.cuped === "none" ? "raw" : `CUPED ${m.cuped.replace("_", " ")}`}`;
+  return ` <span class="tag method" data-test="${esc(m.test)}" data-interval="${esc(m.interval)}" data-cuped="${esc(m.cuped)}" data-sequential="${esc(m.sequential)}" title="${esc(title)}">${esc(short)}</span>`;
 }
 
 function guardrail(g) {

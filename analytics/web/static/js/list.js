@@ -33,7 +33,7 @@ export class ListPage {
           <td><code>${esc(e.route)}</code></td>
           <td>${esc(e.mode)}</td>
           <td>${statusBadge(e.status)}</td>
-          <td class="r">${e.stage == null ? "—" : cell(e.stage, "count", `/${i}/stage`)}</td>
+          <td class="r">${e.stage_percent == null ? "—" : `${cell(e.stage_percent, "num", `/${i}/stage_percent`)}%`}</td>
           <td class="r">${cell(e.units, "count", `/${i}/units`)}</td>
           <td>${badge(e.verdict)}</td>
           <td>${when(e.started_at)}</td>

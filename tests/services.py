@@ -1,5 +1,6 @@
-"""Real service processes for the dashboard and Prometheus tests: free ports, plain HTTP
-helpers (stdlib only), and the analytics service (``python -m analytics``) as a child."""
+"""Real service processes for tests: free ports, plain HTTP helpers (stdlib only), a child
+process ready once a URL answers 200, and the analytics service (``python -m analytics``) —
+the one way tests start it and wait for its ``/healthz``."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from typing import Any
 
 from tests.known_secrets import secret
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[1]
 #: The read token of every analytics service these helpers start (reads need one).
 READ_TOKEN = secret("read")
 
@@ -84,38 +85,57 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 @contextlib.contextmanager
 def child(
-    cmd: list[str], env: Mapping[str, str | None], ready_url: str, deadline_s: float = 60
+    cmd: list[str],
+    env: Mapping[str, str | None],
+    ready_url: str,
+    deadline_s: float = 60,
+    *,
+    log: Path | None = None,
 ) -> Iterator[subprocess.Popen[bytes]]:
     """Run ``cmd`` until the block ends; enter once ``ready_url`` answers 200. ``env``
-    overrides the inherited environment (``None`` removes a variable)."""
+    overrides the inherited environment (``None`` removes a variable); ``log``: the file
+    its stdout and stderr go to (else they are the test's)."""
     full = {**os.environ, **{k: v for k, v in env.items() if v is not None}}
     for key in [k for k, v in env.items() if v is None]:
         full.pop(key, None)
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=full)
-    try:
-        wait_http(ready_url, deadline_s, proc)
-        yield proc
-    finally:
-        stop(proc)
+    with contextlib.ExitStack() as stack:
+        out = stack.enter_context(log.open("ab")) if log is not None else None
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=full, stdout=out, stderr=out)
+        try:
+            wait_http(ready_url, deadline_s, proc)
+            yield proc
+        finally:
+            stop(proc)
+
+
+def service_env(**settings: str | None) -> dict[str, str | None]:
+    """The environment of a service child: no inherited ``LIFTGATE_*`` variable (the test's
+    own, e.g. a Kafka bootstrap, would change what the service starts), then ``settings``
+    as ``LIFTGATE_<NAME>`` (lower-case names without the prefix; ``None`` leaves one unset)."""
+    env: dict[str, str | None] = {k: None for k in os.environ if k.startswith("LIFTGATE_")}
+    env |= {f"LIFTGATE_{k.upper()}": v for k, v in settings.items()}
+    return env
 
 
 @contextlib.contextmanager
-def analytics_service(database_url: str, admin_token: str, **settings: str) -> Iterator[str]:
-    """``python -m analytics`` on a free port; yields its base URL. ``settings`` are extra
-    LIFTGATE_* variables (lower-case names without the prefix); the read token is
-    ``READ_TOKEN`` unless ``read_token`` is given."""
+def analytics_service(
+    database_url: str, admin_token: str, *, log: Path | None = None, **settings: str | None
+) -> Iterator[str]:
+    """``python -m analytics`` on a free port, ready once ``/healthz`` answers 200; yields its
+    base URL and stops it after the block. ``settings`` are LIFTGATE_* variables (lower-case
+    names without the prefix; ``None`` leaves one unset); nothing else is inherited. The
+    read token is ``READ_TOKEN`` unless ``read_token`` is given."""
     port = free_port()
-    env: dict[str, str | None] = {
-        "LIFTGATE_DATABASE_URL": database_url,
-        "LIFTGATE_ADMIN_TOKEN": admin_token,
-        "LIFTGATE_READ_TOKEN": READ_TOKEN,
-        "LIFTGATE_ANALYTICS_PORT": str(port),
-        "LIFTGATE_LOG_LEVEL": "warning",
-        **{f"LIFTGATE_{k.upper()}": v for k, v in settings.items()},
-    }
-    if "kafka_bootstrap" not in settings:
-        # An inherited bootstrap would start a consumer these tests do not want.
-        env["LIFTGATE_KAFKA_BOOTSTRAP"] = None
+    env = service_env(
+        **{
+            "database_url": database_url,
+            "admin_token": admin_token,
+            "read_token": READ_TOKEN,
+            "analytics_port": str(port),
+            "log_level": "warning",
+            **settings,
+        }
+    )
     url = f"http://127.0.0.1:{port}"
-    with child([sys.executable, "-m", "analytics"], env, f"{url}/healthz"):
+    with child([sys.executable, "-m", "analytics"], env, f"{url}/healthz", log=log):
         yield url
