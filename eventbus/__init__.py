@@ -13,6 +13,7 @@ import logging
 from eventbus.interface import (
     Bus,
     BusError,
+    BusFatal,
     BusUnavailable,
     ClientChoice,
     CommitFailed,
@@ -28,6 +29,7 @@ from eventbus.interface import (
 __all__ = [
     "Bus",
     "BusError",
+    "BusFatal",
     "BusUnavailable",
     "ClientChoice",
     "CommitFailed",

@@ -20,6 +20,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from eventbus.interface import (
     BusError,
+    BusFatal,
     BusUnavailable,
     CommitFailed,
     ConsumerOptions,
@@ -32,6 +33,14 @@ from eventbus.interface import (
 log = logging.getLogger("eventbus.librdkafka")
 
 _UNREACHABLE = {ck.KafkaError._TRANSPORT, ck.KafkaError._ALL_BROKERS_DOWN, ck.KafkaError._TIMED_OUT}
+# The member was fenced by another with its group.instance.id: librdkafka raises a fatal
+# error (_FATAL, on a consumed message whose error does not say fatal()) and from then on
+# fails every call, or returns nothing from consume().
+_FATAL = {ck.KafkaError._FATAL, ck.KafkaError.FENCED_INSTANCE_ID}
+
+
+def _is_fatal(err: object) -> bool:
+    return isinstance(err, ck.KafkaError) and (err.fatal() or err.code() in _FATAL)
 
 
 def _error(exc: ck.KafkaException) -> BusError:
@@ -135,24 +144,49 @@ class ConfluentConsumer:
         self._consumer = ck.Consumer(conf)
         self._timeout_s = o.request_timeout_ms / 1000
         self._topics: list[str] = []
+        self._dead: str | None = None  # why the client can no longer be used
+
+    def _alive(self) -> None:
+        if self._dead is not None:
+            raise BusFatal(self._dead)
+
+    def _failure(self, exc: ck.KafkaException, kind: type[BusError] | None = None) -> BusError:
+        """The bus error for ``exc``; a fatal one marks this client dead for every later call."""
+        err = exc.args[0] if exc.args else None
+        if _is_fatal(err):
+            self._dead = str(err)
+            return BusFatal(self._dead)
+        return _error(exc) if kind is None else kind(str(err if err is not None else exc))
 
     def subscribe(self, topics: Sequence[str]) -> None:
+        self._alive()
         self._topics = list(topics)
-        self._consumer.subscribe(self._topics)
+        try:
+            self._consumer.subscribe(self._topics)
+        except ck.KafkaException as exc:
+            raise self._failure(exc) from exc
 
     def assign(self, partitions: Sequence[TopicPartition]) -> None:
-        self._consumer.assign([ck.TopicPartition(t, p) for t, p in partitions])
+        self._alive()
+        try:
+            self._consumer.assign([ck.TopicPartition(t, p) for t, p in partitions])
+        except ck.KafkaException as exc:
+            raise self._failure(exc) from exc
 
     def poll_batch(self, max_records: int, timeout_s: float) -> list[Message]:
+        self._alive()
         try:
             batch = self._consumer.consume(max_records, timeout_s)
         except ck.KafkaException as exc:
-            raise _error(exc) from exc
+            raise self._failure(exc) from exc
         out: list[Message] = []
         append = out.append
         for m in batch:
             err = m.error()
             if err is not None:
+                if _is_fatal(err):
+                    self._dead = str(err)
+                    raise BusFatal(self._dead)
                 # e.g. a subscribed topic that does not exist yet: nothing to read, not fatal.
                 log.warning("consume: %s", err)
                 continue
@@ -160,27 +194,44 @@ class ConfluentConsumer:
         return out
 
     def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+        self._alive()
         parts = [ck.TopicPartition(t, p, o) for (t, p), o in offsets.items()]
         try:
             done = self._consumer.commit(offsets=parts, asynchronous=False)
         except ck.KafkaException as exc:
-            raise CommitFailed(str(exc)) from exc
+            raise self._failure(exc, CommitFailed) from exc
         failed = [tp for tp in done or () if tp.error is not None]
         if failed:
+            if _is_fatal(failed[0].error):
+                self._dead = str(failed[0].error)
+                raise BusFatal(self._dead)
             raise CommitFailed(f"offsets refused: {failed[0].error}")
 
     def assignment(self) -> list[TopicPartition]:
-        return [TopicPartition(tp.topic, tp.partition) for tp in self._consumer.assignment()]
+        self._alive()
+        try:
+            return [TopicPartition(tp.topic, tp.partition) for tp in self._consumer.assignment()]
+        except ck.KafkaException as exc:
+            raise self._failure(exc) from exc
 
     def pause(self, partitions: Sequence[TopicPartition]) -> None:
+        self._alive()
         if partitions:
-            self._consumer.pause([ck.TopicPartition(t, p) for t, p in partitions])
+            try:
+                self._consumer.pause([ck.TopicPartition(t, p) for t, p in partitions])
+            except ck.KafkaException as exc:
+                raise self._failure(exc) from exc
 
     def resume(self, partitions: Sequence[TopicPartition]) -> None:
+        self._alive()
         if partitions:
-            self._consumer.resume([ck.TopicPartition(t, p) for t, p in partitions])
+            try:
+                self._consumer.resume([ck.TopicPartition(t, p) for t, p in partitions])
+            except ck.KafkaException as exc:
+                raise self._failure(exc) from exc
 
     def lag(self, partitions: Sequence[TopicPartition], timeout_s: float) -> dict[TopicPartition, int]:
+        self._alive()
         out: dict[TopicPartition, int] = {}
         parts = [ck.TopicPartition(t, p) for t, p in partitions]
         try:
@@ -201,14 +252,20 @@ class ConfluentConsumer:
                     position = marks[0]
                 out[TopicPartition(tp.topic, tp.partition)] = max(0, marks[1] - position)
         except ck.KafkaException as exc:
-            raise _error(exc) from exc
+            raise self._failure(exc) from exc
         return out
 
     def partition_count(self, topic: str, timeout_s: float) -> int:
+        self._alive()
         return _partition_count(self._consumer, topic, timeout_s)
 
     def close(self) -> None:
-        self._consumer.close()  # auto-commit is off: leaves the group, commits nothing
+        try:
+            self._consumer.close()  # auto-commit is off: leaves the group, commits nothing
+        except ck.KafkaException as exc:
+            if self._dead is None:
+                raise self._failure(exc) from exc
+            log.debug("closing a dead client: %s", exc)  # its resources are freed all the same
 
 
 class ConfluentBus:

@@ -41,6 +41,12 @@ class CommitFailed(BusError):
     """Offsets were not committed, e.g. the partitions moved to another group member."""
 
 
+class BusFatal(BusError):
+    """The client can no longer be used, e.g. a static group member fenced by another member
+    with its ``group.instance.id``: every later call fails (or, worse, quietly returns nothing).
+    Close it and make a new one, which resumes from the committed offsets."""
+
+
 # Called once per produced record with None (acknowledged by all in-sync replicas) or the
 # error; from the thread that calls poll/flush (confluent) or the client's network thread
 # (kafka-python), so it must only record the outcome.
@@ -110,10 +116,13 @@ class Consumer(Protocol):
         """Read these partitions without a group (from the committed offset, else the earliest)."""
 
     def poll_batch(self, max_records: int, timeout_s: float) -> list[Message]:
-        """Up to ``max_records`` records, waiting up to ``timeout_s`` for the first ones."""
+        """Up to ``max_records`` records, waiting up to ``timeout_s`` for the first ones.
+
+        Any call of a consumer raises BusFatal once its client is dead (and for good)."""
 
     def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
-        """Commit the next offsets to read, synchronously; CommitFailed when the group refused them."""
+        """Commit the next offsets to read, synchronously; CommitFailed when the group refused
+        them, BusFatal when this member was fenced."""
 
     def assignment(self) -> list[TopicPartition]: ...
 
@@ -127,7 +136,7 @@ class Consumer(Protocol):
     def partition_count(self, topic: str, timeout_s: float) -> int: ...
 
     def close(self) -> None:
-        """Leave the group without committing anything."""
+        """Leave the group without committing anything (also after BusFatal, to free the client)."""
 
 
 class Bus(Protocol):

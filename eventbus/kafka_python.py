@@ -20,10 +20,17 @@ from typing import Any
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, OffsetAndMetadata
 from kafka import TopicPartition as KafkaTopicPartition
 from kafka.admin import NewTopic
-from kafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError, TopicAlreadyExistsError
+from kafka.errors import (
+    FencedInstanceIdError,
+    KafkaConnectionError,
+    KafkaError,
+    KafkaTimeoutError,
+    TopicAlreadyExistsError,
+)
 
 from eventbus.interface import (
     BusError,
+    BusFatal,
     BusUnavailable,
     CommitFailed,
     ConsumerOptions,
@@ -133,35 +140,57 @@ class PythonConsumer:
     def __init__(self, options: ConsumerOptions) -> None:
         o = options
         self._timeout_ms = o.request_timeout_ms
-        self._consumer = KafkaConsumer(
-            bootstrap_servers=o.bootstrap,
-            group_id=o.group_id,
-            client_id=o.client_id,
-            group_instance_id=o.group_instance_id,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            session_timeout_ms=o.session_timeout_ms,
-            heartbeat_interval_ms=o.heartbeat_interval_ms,
-            fetch_min_bytes=o.fetch_min_bytes,
-            fetch_max_wait_ms=o.fetch_max_wait_ms,
-            max_partition_fetch_bytes=o.max_partition_fetch_bytes,
-            metadata_max_age_ms=o.metadata_max_age_ms,
-            reconnect_backoff_max_ms=o.reconnect_backoff_max_ms,
-            **o.extra,
-        )
+        try:
+            self._consumer = KafkaConsumer(
+                bootstrap_servers=o.bootstrap,
+                group_id=o.group_id,
+                client_id=o.client_id,
+                group_instance_id=o.group_instance_id,
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",
+                session_timeout_ms=o.session_timeout_ms,
+                heartbeat_interval_ms=o.heartbeat_interval_ms,
+                fetch_min_bytes=o.fetch_min_bytes,
+                fetch_max_wait_ms=o.fetch_max_wait_ms,
+                max_partition_fetch_bytes=o.max_partition_fetch_bytes,
+                metadata_max_age_ms=o.metadata_max_age_ms,
+                reconnect_backoff_max_ms=o.reconnect_backoff_max_ms,
+                **o.extra,
+            )
+        except KafkaError as exc:  # e.g. NoBrokersAvailable: it bootstraps in the constructor
+            raise BusUnavailable(str(exc)) from exc
+        self._dead: str | None = None  # why the client can no longer be used
+
+    def _alive(self) -> None:
+        if self._dead is not None:
+            raise BusFatal(self._dead)
+
+    def _failure(self, exc: KafkaError, kind: type[BusError] = BusError) -> BusError:
+        """The bus error for ``exc``; a fenced member's client is dead for every later call.
+
+        kafka-python learns of the fence from a commit, a heartbeat (which it then stops,
+        leaving the client assigned partitions another member owns) or a rejoin: a new
+        client is the way back into the group."""
+        if isinstance(exc, FencedInstanceIdError):
+            self._dead = f"fenced by another member with this group.instance.id ({exc})"
+            return BusFatal(self._dead)
+        return kind(str(exc))
 
     def subscribe(self, topics: Sequence[str]) -> None:
+        self._alive()
         self._consumer.unsubscribe()
         self._consumer.subscribe(list(topics))
 
     def assign(self, partitions: Sequence[TopicPartition]) -> None:
+        self._alive()
         self._consumer.assign([KafkaTopicPartition(t, p) for t, p in partitions])
 
     def poll_batch(self, max_records: int, timeout_s: float) -> list[Message]:
+        self._alive()
         try:
             fetched = self._consumer.poll(timeout_ms=int(timeout_s * 1000), max_records=max_records)
         except KafkaError as exc:
-            raise BusError(str(exc)) from exc
+            raise self._failure(exc) from exc
         return [
             Message(r.topic, r.partition, r.offset, r.key, r.value)
             for records in fetched.values()
@@ -169,24 +198,29 @@ class PythonConsumer:
         ]
 
     def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+        self._alive()
         try:
             self._consumer.commit(
                 {KafkaTopicPartition(t, p): OffsetAndMetadata(o, "", -1) for (t, p), o in offsets.items()},
                 timeout_ms=self._timeout_ms,
             )
         except KafkaError as exc:
-            raise CommitFailed(str(exc)) from exc
+            raise self._failure(exc, CommitFailed) from exc
 
     def assignment(self) -> list[TopicPartition]:
+        self._alive()
         return [TopicPartition(tp.topic, tp.partition) for tp in self._consumer.assignment()]
 
     def pause(self, partitions: Sequence[TopicPartition]) -> None:
+        self._alive()
         self._consumer.pause(*(KafkaTopicPartition(t, p) for t, p in partitions))
 
     def resume(self, partitions: Sequence[TopicPartition]) -> None:
+        self._alive()
         self._consumer.resume(*(KafkaTopicPartition(t, p) for t, p in partitions))
 
     def lag(self, partitions: Sequence[TopicPartition], timeout_s: float) -> dict[TopicPartition, int]:
+        self._alive()
         parts = [KafkaTopicPartition(t, p) for t, p in partitions]
         ms = int(timeout_s * 1000)
         out: dict[TopicPartition, int] = {}
@@ -199,14 +233,15 @@ class PythonConsumer:
                 if pos is not None and tp in ends:
                     out[TopicPartition(tp.topic, tp.partition)] = max(0, int(ends[tp]) - int(pos))
         except KafkaError as exc:
-            raise BusError(str(exc)) from exc
+            raise self._failure(exc) from exc
         return out
 
     def partition_count(self, topic: str, timeout_s: float) -> int:
+        self._alive()
         try:
             return len(self._consumer.partitions_for_topic(topic) or ())
         except KafkaError as exc:
-            raise BusUnavailable(str(exc)) from exc
+            raise self._failure(exc, BusUnavailable) from exc
 
     def close(self) -> None:
         self._consumer.close(autocommit=False, timeout_ms=self._timeout_ms)

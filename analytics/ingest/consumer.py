@@ -8,6 +8,13 @@ topic/partition/offset, reason) in the same transaction. Offsets are committed o
 after that transaction committed, so a crash anywhere redelivers the batch and the
 ``event_id`` keys make the replay a no-op.
 
+Kafka client dead for good (a fatal error, e.g. this static member fenced by another with its
+``group.instance.id``): the batch in flight is written but not committed, the client is
+closed and a new one joins after a backoff, resuming from the committed offsets (the replay
+is a no-op, as after a crash). More than ``consumer_max_client_restarts`` new clients within
+``consumer_client_restart_window_s`` raise ``ConsumerGaveUp``: the thread ends with the reason
+(the service's ``/healthz`` turns 503, a standalone process exits non-zero).
+
 Postgres unavailable: the batch is held, partitions are paused (the main thread keeps
 polling so the group membership stays alive), the write is retried with exponential backoff up to
 ``consumer_max_backoff_s``; nothing is committed meanwhile. Several processes share the
@@ -25,6 +32,7 @@ import logging
 import signal
 import threading
 import time
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
@@ -48,7 +56,17 @@ from contracts.events import (
     JudgeEvent,
     decode,
 )
-from eventbus import Bus, BusError, ClientChoice, ConsumerOptions, Message, TopicPartition, open_bus
+from eventbus import (
+    Bus,
+    BusError,
+    BusFatal,
+    ClientChoice,
+    ConsumerOptions,
+    Message,
+    TopicPartition,
+    open_bus,
+)
+from eventbus import Consumer as BusConsumer
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +136,15 @@ class ConsumerSettings(BaseSettings):
     # interpreter's setting.
     # Process-wide; a lower threshold set elsewhere is raised.
     consumer_gc_gen0: int = Field(default=1_000_000, ge=0)
+    # A client that failed for good (fatal error: e.g. fenced by another member with this
+    # process's consumer_instance_id) is replaced, at most this many times within the window;
+    # one more failure raises (a duplicate instance id fences both processes without end).
+    consumer_max_client_restarts: int = Field(default=5, ge=0, le=1000)
+    consumer_client_restart_window_s: float = Field(default=600.0, gt=0)
+
+
+class ConsumerGaveUp(RuntimeError):
+    """The Kafka client kept failing for good although replaced: ingest cannot go on here."""
 
 
 class _HasConnection(Protocol):
@@ -160,6 +187,11 @@ class ConsumerMetrics:
         self._lag_by_member: dict[tuple[int, str], int] = {}
         self.db_retries = Counter(
             "liftgate_analytics_db_retries", "Batch writes retried after a database error", registry=r
+        )
+        self.client_restarts = Counter(
+            "liftgate_analytics_consumer_client_restarts",
+            "Kafka clients replaced after a fatal error (e.g. this static member fenced)",
+            registry=r,
         )
 
     def set_lag(self, member: int, topic: str, value: int) -> None:
@@ -264,11 +296,13 @@ class Consumer:
         for topic in (settings.interactions_topic, settings.feedback_topic, settings.judgements_topic):
             self.metrics.consumed.labels(topic)
             self.metrics.dead_lettered.labels(topic)
-        bus = bus if bus is not None else open_bus(settings.kafka_client)
-        self.kafka = bus.consumer(consumer_options(settings, member))
-        self.kafka.subscribe(
-            [settings.interactions_topic, settings.feedback_topic, settings.judgements_topic]
-        )
+        self._bus = bus if bus is not None else open_bus(settings.kafka_client)
+        self._topics = [settings.interactions_topic, settings.feedback_topic, settings.judgements_topic]
+        self.kafka = self._open_client()
+        self._kafka_open = True
+        self._restarts: deque[float] = deque()  # when clients were replaced, within the window
+        # The batch the writer thread is writing (its offsets committed once it is written).
+        self._inflight: tuple[Batch, Future[IngestResult | None]] | None = None
         # Records a keep-alive poll returned while partitions were paused (none expected):
         # kept, in order, for the next batch rather than skipped.
         self._held: list[Message] = []
@@ -328,8 +362,9 @@ class Consumer:
                 return None
             backoff = min(backoff * 2, self.s.consumer_max_backoff_s)
 
-    def _await(self, fut: Future[IngestResult | None]) -> IngestResult | None:
-        """Main thread: wait for the writer; while it fails, pause and keep the membership alive."""
+    def _await(self, fut: Future[IngestResult | None], keepalive: bool = True) -> IngestResult | None:
+        """Main thread: wait for the writer; while it fails, pause and keep the membership alive
+        (``keepalive`` False: the client is dead, just wait)."""
         paused: list[TopicPartition] = []
         stop_deadline: float | None = None
         try:
@@ -345,7 +380,7 @@ class Consumer:
                         elif now > stop_deadline:
                             self._cancel_write()
                             stop_deadline = now + self.s.consumer_stop_grace_s
-                    if self._failing.is_set():
+                    if keepalive and self._failing.is_set():
                         if not paused:
                             paused = self.kafka.assignment()
                             self.kafka.pause(paused)
@@ -372,9 +407,66 @@ class Consumer:
 
     # -- kafka ------------------------------------------------------------------------------
 
+    def _open_client(self) -> BusConsumer:
+        client = self._bus.consumer(consumer_options(self.s, self.member))
+        try:
+            client.subscribe(self._topics)
+        except BaseException:
+            client.close()
+            raise
+        return client
+
+    def _close_client(self) -> None:
+        if self._kafka_open:
+            self._kafka_open = False
+            try:
+                self.kafka.close()
+            except BusError as exc:
+                log.warning("closing the Kafka client: %s", exc)
+
+    def _replace_client(self, cause: BusError) -> bool:
+        """Close the dead client and join with a new one, after a backoff that grows with the
+        replacements within the window; False if stopped meanwhile. Raises ConsumerGaveUp once
+        ``consumer_max_client_restarts`` replacements within the window were not enough.
+
+        The new client starts from the committed offsets: what the dead one read but did not
+        commit is redelivered, and ingest ignores events it already stored."""
+        self._close_client()
+        self._held = []  # read by the dead client, redelivered to the new one
+        self._unassigned_since = None
+        window = self.s.consumer_client_restart_window_s
+        while True:
+            now = time.monotonic()
+            while self._restarts and self._restarts[0] < now - window:
+                self._restarts.popleft()
+            if len(self._restarts) >= self.s.consumer_max_client_restarts:
+                raise ConsumerGaveUp(
+                    f"Kafka client failed for good although replaced {len(self._restarts)} times"
+                    f" within {window:.0f}s (a consumer_instance_id shared by two live processes?): {cause}"
+                ) from cause
+            delay = min(0.5 * 2 ** len(self._restarts), self.s.consumer_max_backoff_s)
+            self._restarts.append(now)
+            self.metrics.client_restarts.inc()
+            log.error(
+                "Kafka client failed for good (%s): replacing it in %.1fs; it resumes from the committed offsets",
+                cause,
+                delay,
+            )
+            if self.stop.wait(delay):
+                return False
+            try:
+                self.kafka = self._open_client()
+            except BusError as exc:
+                cause = exc
+                continue
+            self._kafka_open = True
+            return True
+
     def _commit(self, offsets: dict[TopicPartition, int]) -> None:
         try:
             self.kafka.commit(offsets)
+        except BusFatal:
+            raise  # the client is dead: the batch is redelivered to its successor
         except BusError as exc:
             # The partitions moved to another member: it re-reads from the last committed
             # offset and ingest ignores what this batch already stored.
@@ -393,6 +485,8 @@ class Consumer:
         lag: dict[str, int] = {}
         try:
             by_partition = self.kafka.lag(parts, self.s.consumer_kafka_timeout_ms / 1000)
+        except BusFatal:
+            raise
         except BusError as exc:
             log.debug("lag unavailable: %s", exc)
             return
@@ -421,11 +515,12 @@ class Consumer:
             return
         if now - self._unassigned_since < self._rejoin_after:
             return
-        topics = [self.s.interactions_topic, self.s.feedback_topic, self.s.judgements_topic]
         timeout_s = self.s.consumer_kafka_timeout_ms / 1000
         try:
-            if not any(self.kafka.partition_count(t, timeout_s) for t in topics):
+            if not any(self.kafka.partition_count(t, timeout_s) for t in self._topics):
                 return  # the topics do not exist (yet): nothing to rejoin for
+        except BusFatal:
+            raise
         except BusError as exc:
             log.debug("metadata unavailable: %s", exc)
             return
@@ -433,7 +528,7 @@ class Consumer:
             "no partition assigned for %.0fs although the topics have partitions: rejoining the group",
             now - self._unassigned_since,
         )
-        self.kafka.subscribe(topics)
+        self.kafka.subscribe(self._topics)
         self._unassigned_since = now
         self._rejoin_after = min(self._rejoin_after * 2, 600.0)
 
@@ -451,13 +546,44 @@ class Consumer:
             log.warning("feedback sweep failed: %s", exc)
             self._reset_connection()
 
-    def _finish(self, batch: Batch, res: IngestResult) -> None:
-        self._commit(batch.offsets)
+    def _finish(self, batch: Batch, res: IngestResult, commit: bool = True) -> None:
+        """Count a written batch and commit its offsets (``commit`` False: the client is dead)."""
         for topic, n in batch.per_topic.items():
             self.metrics.consumed.labels(topic).inc(n)
         for topic in [*(d.topic for d in batch.dead), *res.refused]:
             self.metrics.dead_lettered.labels(topic).inc()
         self.metrics.duplicates.inc(res.duplicates)
+        if commit:
+            self._commit(batch.offsets)
+
+    def _step(self, writer: ThreadPoolExecutor) -> bool:
+        """One poll: the batch before it committed, this one handed to the writer. False when
+        stopped while the database was down (the batch in flight stays uncommitted)."""
+        records = self.kafka.poll_batch(self.s.consumer_max_records, self.s.consumer_poll_ms / 1000)
+        if self._held:
+            records, self._held = self._held + records, []
+        batch = decode_batch(records) if records else None
+        if self._inflight is not None:
+            res = self._await(self._inflight[1])
+            if res is None:
+                return False
+            done, self._inflight = self._inflight[0], None
+            self._finish(done, res)
+        if batch is not None:
+            self._inflight = (batch, writer.submit(self._write, batch))
+        self._update_lag()
+        self._check_assignment()
+        return True
+
+    def _settle(self) -> None:
+        """Wait for the batch in flight without the (dead) client: written, counted, not
+        committed; the next client reads it again from the committed offsets."""
+        if self._inflight is not None:
+            batch, fut = self._inflight
+            self._inflight = None
+            res = self._await(fut, keepalive=False)
+            if res is not None:
+                self._finish(batch, res, commit=False)
 
     def run(self) -> None:
         """Poll and decode batch k+1 while the writer thread writes batch k (two cores busy).
@@ -472,31 +598,28 @@ class Consumer:
             self.s.judgements_topic,
         )
         writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest-writer")
-        inflight: tuple[Batch, Future[IngestResult | None]] | None = None
         try:
             while not self.stop.is_set():
-                records = self.kafka.poll_batch(self.s.consumer_max_records, self.s.consumer_poll_ms / 1000)
-                if self._held:
-                    records, self._held = self._held + records, []
-                batch = decode_batch(records) if records else None
-                if inflight is not None:
-                    res = self._await(inflight[1])
-                    if res is None:
-                        break  # stopped while the database was down: nothing committed
-                    self._finish(inflight[0], res)
-                    inflight = None
-                if batch is not None:
-                    inflight = (batch, writer.submit(self._write, batch))
-                self._update_lag()
-                self._check_assignment()
-            if inflight is not None:
-                res = self._await(inflight[1])
-                if res is not None:
-                    self._finish(inflight[0], res)
+                try:
+                    going = self._step(writer)
+                except BusFatal as exc:
+                    self._settle()
+                    going = not self.stop.is_set() and self._replace_client(exc)
+                if not going:
+                    break
+            if self._inflight is not None:
+                batch, fut = self._inflight
+                self._inflight = None
+                try:
+                    res = self._await(fut, keepalive=self._kafka_open)
+                    if res is not None:
+                        self._finish(batch, res, commit=self._kafka_open)
+                except BusFatal as exc:
+                    log.warning("offsets not committed at stop (%s); redelivered on restart", exc)
         finally:
             self._closing.set()  # a writer still retrying gives up; its batch stays uncommitted
             writer.shutdown(wait=True)
-            self.kafka.close()
+            self._close_client()
             if self.pg is not None:
                 self.pg.close()
 

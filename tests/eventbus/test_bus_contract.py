@@ -9,7 +9,9 @@ import pytest
 from eventbus import (
     Bus,
     BusError,
+    BusFatal,
     BusUnavailable,
+    Consumer,
     ConsumerOptions,
     Message,
     ProducerOptions,
@@ -124,6 +126,40 @@ def test_a_new_member_resumes_after_the_committed_offsets_and_pause_holds_record
         assert values == list(range(60, 110))
         lag = second.lag(second.assignment(), 10)
         assert lag == {TopicPartition(topic, 0): 0}
+    finally:
+        second.close()
+
+
+def test_a_fenced_static_member_raises_bus_fatal_on_every_later_call_and_still_closes(
+    bus: Bus, kafka_bootstrap: str, unique_name: str
+) -> None:
+    topic = f"t-{unique_name}"
+    bus.ensure_topics(kafka_bootstrap, [topic], 1, 30)
+    options = ConsumerOptions(
+        kafka_bootstrap, group_id=f"g-{unique_name}", group_instance_id="one", session_timeout_ms=6_000
+    )
+
+    def joined(consumer: Consumer) -> Consumer:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + 60
+        while not consumer.assignment():
+            assert time.monotonic() < deadline, "never assigned"
+            consumer.poll_batch(10, 0.2)
+        return consumer
+
+    first = joined(bus.consumer(options))
+    second = joined(bus.consumer(options))  # the same instance id: the broker fences the first
+    try:
+        with pytest.raises(BusFatal):
+            first.commit({TopicPartition(topic, 0): 0})
+        with pytest.raises(BusFatal):
+            first.poll_batch(10, 0.1)
+        with pytest.raises(BusFatal):
+            first.assignment()
+        with pytest.raises(BusFatal):
+            first.subscribe([topic])
+        first.close()
+        second.commit({TopicPartition(topic, 0): 0})  # the member that holds the id is unharmed
     finally:
         second.close()
 
