@@ -28,7 +28,7 @@ import psycopg
 from sqlalchemy import Connection, create_engine, text
 
 from analytics.report.examples import ExampleFilter, examples, shadow_pairs
-from liftgate import db as dbmod
+from bench.report.scratch import log, scratch_database
 
 DB_NAME = os.environ.get("LIFTGATE_BENCH_EXAMPLES_DB", "liftgate_bench_examples")
 CHUNK = 250_000
@@ -73,28 +73,14 @@ FROM interactions WHERE status = 'ok' AND abs(hashtext('j' || request_id)) %% 10
 """
 
 
-def _log(msg: str) -> None:
-    sys.stderr.write(f"[{datetime.now(UTC):%H:%M:%S}] {msg}\n")
-    sys.stderr.flush()
-
-
 def prepare(admin_url: str, interactions: int, reuse: bool) -> str:
-    base = admin_url.rsplit("/", 1)[0]
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DB_NAME,)).fetchone()
-        if exists and not reuse:
-            conn.execute(f'DROP DATABASE "{DB_NAME}" WITH (FORCE)')
-            exists = None
-        if not exists:
-            conn.execute(f'CREATE DATABASE "{DB_NAME}"')
-    url = f"{base}/{DB_NAME}"
-    dbmod.upgrade(url.replace("postgresql://", "postgresql+psycopg://", 1))
+    url = scratch_database(admin_url, DB_NAME, reuse)
     with psycopg.connect(url, autocommit=True) as conn:
         row = conn.execute("SELECT id FROM experiments WHERE name = 'bench'").fetchone()
         if row is not None:
             n = conn.execute("SELECT count(*) FROM interactions").fetchone()
             if n is not None and n[0] == interactions:
-                _log(f"reusing {interactions:,} interactions in {DB_NAME}")
+                log(f"reusing {interactions:,} interactions in {DB_NAME}")
                 return url
             raise SystemExit(f"{DB_NAME} holds other data; run without --reuse")
         up_id = conn.execute(
@@ -116,13 +102,13 @@ def prepare(admin_url: str, interactions: int, reuse: bool) -> str:
             hi = min(interactions, lo + CHUNK)
             conn.execute(INTERACTIONS_SQL, {"eid": eid, "lo": lo, "hi": hi, "start": START,
                                             "step": SPAN_S / interactions})  # fmt: skip
-            _log(f"interactions {hi:,} ({time.perf_counter() - started:.0f} s, indexes included)")
+            log(f"interactions {hi:,} ({time.perf_counter() - started:.0f} s, indexes included)")
         conn.execute(FEEDBACK_SQL, {})
         conn.execute(JUDGEMENTS_SQL, {})
         conn.execute("VACUUM ANALYZE interactions")
         conn.execute("VACUUM ANALYZE feedback")
         conn.execute("VACUUM ANALYZE judgements")
-        _log(f"data ready in {time.perf_counter() - started:.0f} s")
+        log(f"data ready in {time.perf_counter() - started:.0f} s")
     return url
 
 
@@ -175,7 +161,7 @@ def measure(url: str, repeats: int) -> dict[str, Any]:
         }  # fmt: skip
         for label, run in cases.items():
             results[label] = _timed(run, repeats)
-            _log(f"{label}: {results[label]}")
+            log(f"{label}: {results[label]}")
         # Side by side: the first page without the examples index.
         conn.execute(text("SET enable_indexscan = off"))
         conn.execute(text("SET enable_indexonlyscan = off"))
@@ -183,7 +169,7 @@ def measure(url: str, repeats: int) -> dict[str, Any]:
         results[label] = _timed(
             lambda: examples(conn, eid, ExampleFilter(variant="candidate")), max(3, repeats // 3)
         )
-        _log(f"{label}: {results[label]}")
+        log(f"{label}: {results[label]}")
         conn.rollback()
     engine.dispose()
     return results
@@ -237,7 +223,7 @@ def main() -> None:
     results = measure(url, args.repeats)
     if args.ingest_rows:
         results["insert cost, seconds"] = ingest_cost(url, args.ingest_rows, 3)
-        _log(f"insert cost: {results['insert cost, seconds']}")
+        log(f"insert cost: {results['insert cost, seconds']}")
     results["measured_at"] = datetime.now(UTC).isoformat(timespec="seconds")
     sys.stdout.write(json.dumps(results, indent=2) + "\n")
     if args.drop:

@@ -22,7 +22,6 @@ import os
 import statistics
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg
@@ -30,7 +29,7 @@ from sqlalchemy import create_engine, text
 
 from analytics.report.assembly import ReportOptions, build_report
 from analytics.report.snapshots import latest_snapshot, load_timeseries, save_snapshot
-from liftgate import db as dbmod
+from bench.report.scratch import log, scratch_database
 
 DB_NAME = "liftgate_bench_report"
 CHUNK = 1_000_000
@@ -101,28 +100,14 @@ GROUP BY experiment_id, m, seg, variant, b
 """
 
 
-def _log(msg: str) -> None:
-    sys.stderr.write(f"[{datetime.now(UTC):%H:%M:%S}] {msg}\n")
-    sys.stderr.flush()
-
-
 def prepare(admin_url: str, interactions: int, units: int, reuse: bool) -> str:
-    base = admin_url.rsplit("/", 1)[0]
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DB_NAME,)).fetchone()
-        if exists and not reuse:
-            conn.execute(f'DROP DATABASE "{DB_NAME}" WITH (FORCE)')
-            exists = None
-        if not exists:
-            conn.execute(f'CREATE DATABASE "{DB_NAME}"')
-    url = f"{base}/{DB_NAME}"
-    dbmod.upgrade(url.replace("postgresql://", "postgresql+psycopg://", 1))
+    url = scratch_database(admin_url, DB_NAME, reuse)
     with psycopg.connect(url, autocommit=True) as conn:
         row = conn.execute("SELECT id FROM experiments WHERE name = 'bench'").fetchone()
         if row is not None:
             n = conn.execute("SELECT count(*) FROM interactions").fetchone()
             if n is not None and n[0] == interactions:
-                _log(f"reusing {interactions} interactions in {DB_NAME}")
+                log(f"reusing {interactions} interactions in {DB_NAME}")
                 return url
             raise SystemExit(f"{DB_NAME} holds other data; run without --reuse")
         up = conn.execute(
@@ -144,18 +129,18 @@ def prepare(admin_url: str, interactions: int, units: int, reuse: bool) -> str:
             conn.execute(
                 INTERACTIONS_SQL, {"eid": eid, "units": units, "lo": lo, "hi": min(interactions, lo + CHUNK)}
             )
-            _log(f"interactions {min(interactions, lo + CHUNK):,} ({time.perf_counter() - started:.0f} s)")
+            log(f"interactions {min(interactions, lo + CHUNK):,} ({time.perf_counter() - started:.0f} s)")
         conn.execute("ANALYZE interactions")
         for label, sql in (("unit_rollups", ROLLUPS_SQL), ("segment_rollups", SEGMENTS_SQL),
                            ("latency_histograms", HISTOGRAMS_SQL)):  # fmt: skip
             t = time.perf_counter()
             conn.execute("SET work_mem = '256MB'")
             conn.execute(sql, {"eid": eid})
-            _log(f"{label} built in {time.perf_counter() - t:.0f} s")
+            log(f"{label} built in {time.perf_counter() - t:.0f} s")
         conn.execute("VACUUM ANALYZE unit_rollups")
         conn.execute("VACUUM ANALYZE segment_rollups")
         conn.execute("VACUUM ANALYZE latency_histograms")
-        _log(f"data ready in {time.perf_counter() - started:.0f} s")
+        log(f"data ready in {time.perf_counter() - started:.0f} s")
     return url
 
 
@@ -202,7 +187,7 @@ def measure(url: str, repeats: int, snapshots: int) -> dict[str, object]:
                           "runs": len(times), "units": report.units, "metrics": len(report.metrics),
                           "segments": len(report.segments), "verdict": report.headline(),
                           "loadavg_1m": [load_before, os.getloadavg()[0]]}  # fmt: skip
-        _log(f"{label}: median {statistics.median(times):.3f} s over {len(times)} runs")
+        log(f"{label}: median {statistics.median(times):.3f} s over {len(times)} runs")
     # Load-independent figure: CPU seconds spent, serially (no parallel workers), by the
     # database backend (from /proc, so the DB must be on this machine) and by this process.
     for label, opts in variants.items():
@@ -218,7 +203,7 @@ def measure(url: str, repeats: int, snapshots: int) -> dict[str, object]:
         assert isinstance(entry, dict)
         entry["serial_cpu_s"] = {"database": statistics.median(c[0] for c in cpu),
                                  "python": statistics.median(c[1] for c in cpu)}  # fmt: skip
-        _log(f"{label}: CPU database {entry['serial_cpu_s']['database']:.2f} s, python "
+        log(f"{label}: CPU database {entry['serial_cpu_s']['database']:.2f} s, python "
              f"{entry['serial_cpu_s']['python']:.2f} s (serial)")  # fmt: skip
     # What GET /report does while the latest snapshot is fresh: read it + the time series.
     times = []
@@ -230,7 +215,7 @@ def measure(url: str, repeats: int, snapshots: int) -> dict[str, object]:
             load_timeseries(conn, eid, ReportOptions().max_timeseries_points)
             times.append(time.perf_counter() - t)
     results["served from snapshot"] = {"median_s": statistics.median(times), "runs": len(times)}
-    _log(f"served from snapshot: median {statistics.median(times):.3f} s")
+    log(f"served from snapshot: median {statistics.median(times):.3f} s")
     engine.dispose()
     return results
 

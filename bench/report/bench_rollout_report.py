@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from datetime import UTC, datetime
 
@@ -28,7 +27,7 @@ from sqlalchemy import create_engine, text
 
 from analytics.report.assembly import ReportOptions, build_report
 from analytics.rollout import view
-from liftgate import db as dbmod
+from bench.report.scratch import log, scratch_database
 
 DB_NAME = "liftgate_bench_rollout_report"
 PLAN = {"stages": [5, 25, 50, 100], "planned_units": 10_000}
@@ -59,25 +58,11 @@ FROM segment_rollups WHERE experiment_id = %(eid)s GROUP BY variant, unit_id
 """
 
 
-def _log(msg: str) -> None:
-    sys.stderr.write(f"[{datetime.now(UTC):%H:%M:%S}] {msg}\n")
-    sys.stderr.flush()
-
-
 def prepare(admin_url: str, units: int, reuse: bool) -> str:
-    base = admin_url.rsplit("/", 1)[0]
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DB_NAME,)).fetchone()
-        if exists and not reuse:
-            conn.execute(f'DROP DATABASE "{DB_NAME}" WITH (FORCE)')
-            exists = None
-        if not exists:
-            conn.execute(f'CREATE DATABASE "{DB_NAME}"')
-    url = f"{base}/{DB_NAME}"
-    dbmod.upgrade(url.replace("postgresql://", "postgresql+psycopg://", 1))
+    url = scratch_database(admin_url, DB_NAME, reuse)
     with psycopg.connect(url, autocommit=True) as conn:
         if conn.execute("SELECT 1 FROM experiments WHERE name = 'bench-rollout'").fetchone() is not None:
-            _log(f"reusing the data in {DB_NAME}")
+            log(f"reusing the data in {DB_NAME}")
             return url
         up = conn.execute(
             "INSERT INTO upstreams (name, base_url) VALUES ('sim', 'http://127.0.0.1:9') RETURNING id"
@@ -98,9 +83,9 @@ def prepare(admin_url: str, units: int, reuse: bool) -> str:
         started = time.perf_counter()
         conn.execute("SET work_mem = '256MB'")
         conn.execute(SEGMENTS_SQL, {"eid": eid, "units": units})
-        _log(f"segment_rollups ({time.perf_counter() - started:.0f} s)")
+        log(f"segment_rollups ({time.perf_counter() - started:.0f} s)")
         conn.execute(UNITS_SQL, {"eid": eid})
-        _log(f"unit_rollups ({time.perf_counter() - started:.0f} s)")
+        log(f"unit_rollups ({time.perf_counter() - started:.0f} s)")
         conn.execute("VACUUM ANALYZE segment_rollups")
         conn.execute("VACUUM ANALYZE unit_rollups")
     return url

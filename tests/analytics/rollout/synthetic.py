@@ -13,7 +13,7 @@ import secrets
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from hashlib import blake2b
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
@@ -22,6 +22,9 @@ from sqlalchemy import Engine, text
 from analytics.ingest.write import ingest
 from contracts.events import ROLLOUT_STAGE_TAG, Event, FeedbackEvent, InteractionEvent
 from gateway.assignment import choose, layout_from_weights
+
+if TYPE_CHECKING:
+    from analytics.rollout.controller import Controller
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -226,3 +229,24 @@ def make_traffic(
     names = [f"u{seed}-{i:05d}" for i in range(units)]
     profiles = {"control": control or Profile(), "candidate": candidate}
     return SyntheticTraffic(engine, eid, salt, names, profiles, rng, fresh_units=fresh_units)
+
+
+def drive(
+    controller: Controller,
+    clock: Clock,
+    traffic: SyntheticTraffic,
+    steps: int,
+    requests: int,
+    step_s: float = 5.0,
+) -> str:
+    """Traffic then a look, every ``step_s`` simulated seconds, until the rollout ends or
+    ``steps`` looks were taken; the experiment's status at the end."""
+    status = "running"
+    for _ in range(steps):
+        clock.step(step_s)
+        traffic.step(clock.now, requests)
+        controller.evaluate(traffic.experiment_id)
+        status = experiment_state(traffic.engine, traffic.experiment_id)["status"]
+        if status != "running":
+            break
+    return status

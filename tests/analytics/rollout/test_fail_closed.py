@@ -14,28 +14,14 @@ from tests.analytics.rollout.synthetic import (
     FAST_PLAN,
     Clock,
     Profile,
-    SyntheticTraffic,
     create_rollout,
     decisions,
+    drive,
     experiment_state,
     make_traffic,
 )
 
 TESTED = {"harm", "noninferior", "inconclusive"}
-
-
-def _drive(controller: Controller, clock: Clock, traffic: SyntheticTraffic, steps: int, requests: int,
-           step_s: float = 2.0) -> str:  # fmt: skip
-    """Traffic then a look, every ``step_s`` simulated seconds, until the rollout ends."""
-    status = "running"
-    for _ in range(steps):
-        clock.step(step_s)
-        traffic.step(clock.now, requests)
-        controller.evaluate(traffic.experiment_id)
-        status = experiment_state(traffic.engine, traffic.experiment_id)["status"]
-        if status != "running":
-            break
-    return status
 
 
 def _guardrail(decision: dict[str, Any], metric: str) -> dict[str, Any]:
@@ -53,7 +39,7 @@ def test_a_candidate_failing_30_percent_of_requests_is_rolled_back_at_the_first_
     traffic = make_traffic(engine, eid, salt, Profile(error_p=0.30), control=Profile(error_p=baseline),
                            seed=int(baseline * 100) + 20, fresh_units=True)  # fmt: skip
     controller.evaluate(eid)
-    assert _drive(controller, clock, traffic, steps=200, requests=40) == "rolled_back"
+    assert drive(controller, clock, traffic, steps=200, requests=40, step_s=2.0) == "rolled_back"
     rollback = decisions(engine, eid)[-1]
     assert rollback["decision"] == "rollback" and rollback["stage"] == 0, rollback["reason"]
     assert rollback["evidence"]["elapsed_s"] <= 325 + 30
@@ -75,7 +61,7 @@ def test_a_candidate_worse_than_its_margin_is_never_promoted_on_inconclusive_evi
     eid, _, salt = create_rollout(engine, plan)
     traffic = make_traffic(engine, eid, salt, Profile(latency_ms=460.0), units=1500, seed=31)
     controller.evaluate(eid)
-    status = _drive(controller, clock, traffic, steps=120, requests=60)
+    status = drive(controller, clock, traffic, steps=120, requests=60, step_s=2.0)
     assert status != "completed", decisions(engine, eid)[-1]["reason"]
     rows = decisions(engine, eid)
     assert not [d for d in rows if d["decision"] == "promote"]
@@ -98,7 +84,7 @@ def test_a_stage_never_advances_while_a_guardrail_is_untested(
     eid, _, salt = create_rollout(engine, plan)
     traffic = make_traffic(engine, eid, salt, Profile(), units=500, seed=32)
     controller.evaluate(eid)
-    _drive(controller, clock, traffic, steps=60, requests=12)
+    drive(controller, clock, traffic, steps=60, requests=12, step_s=2.0)
     rows = decisions(engine, eid)
     moves = [d for d in rows if d["decision"] in ("advance", "promote")]
     for d in moves:
@@ -118,7 +104,7 @@ def test_a_relative_margin_at_a_zero_control_rate_holds_and_says_why(
     traffic = make_traffic(engine, eid, salt, Profile(error_p=0.0), control=Profile(error_p=0.0), units=2000,
                            seed=33)  # fmt: skip
     controller.evaluate(eid)
-    assert _drive(controller, clock, traffic, steps=30, requests=600) == "running"
+    assert drive(controller, clock, traffic, steps=30, requests=600, step_s=2.0) == "running"
     state = experiment_state(engine, eid)
     assert state["stage"] == 0
     last = decisions(engine, eid)[-1]
@@ -133,7 +119,7 @@ def test_an_equal_candidate_is_promoted_from_the_last_stage_with_control_on_show
     eid, _, salt = create_rollout(engine, {**FAST_PLAN, "stages": [10, 50, 100]})
     traffic = make_traffic(engine, eid, salt, Profile(), units=3000, seed=34)
     controller.evaluate(eid)
-    assert _drive(controller, clock, traffic, steps=150, requests=1500) == "completed"
+    assert drive(controller, clock, traffic, steps=150, requests=1500, step_s=2.0) == "completed"
     rows = decisions(engine, eid)
     assert [d["decision"] for d in rows if d["decision"] != "hold"] == ["start", "advance", "promote"]
     promote = rows[-1]
@@ -151,7 +137,7 @@ def test_a_control_holdback_keeps_control_traffic_in_the_final_stage_where_promo
     eid, _, salt = create_rollout(engine, plan)
     traffic = make_traffic(engine, eid, salt, Profile(), units=3000, seed=35)
     controller.evaluate(eid)
-    status = _drive(controller, clock, traffic, steps=200, requests=1500)
+    status = drive(controller, clock, traffic, steps=200, requests=1500, step_s=2.0)
     rows = decisions(engine, eid)
     advances = [d for d in rows if d["decision"] == "advance"]
     assert [d["to_stage"] for d in advances] == [1, 2]

@@ -12,12 +12,11 @@ from analytics.rollout.controller import Controller
 from tests.analytics.rollout.synthetic import (
     Clock,
     Profile,
-    SyntheticTraffic,
     create_rollout,
     decisions,
+    drive,
     make_traffic,
 )
-from tests.analytics.rollout.synthetic import experiment_state as state
 
 PLAN: dict[str, Any] = {
     "stages": [50, 100],
@@ -32,18 +31,6 @@ SAME = Profile(error_p=0.0)
 SLOWER = Profile(error_p=0.0, latency_ms=400.0 * 1.3)
 
 
-def _drive(controller: Controller, clock: Clock, traffic: SyntheticTraffic, steps: int) -> str:
-    status = "running"
-    for _ in range(steps):
-        clock.step(5.0)
-        traffic.step(clock.now, 150)
-        controller.evaluate(traffic.experiment_id)
-        status = state(traffic.engine, traffic.experiment_id)["status"]
-        if status != "running":
-            break
-    return status
-
-
 def _latency(decision: dict[str, Any]) -> dict[str, Any]:
     return next(g for g in decision["evidence"]["guardrails"] if g["metric"] == "latency_mean")
 
@@ -54,7 +41,7 @@ def test_an_equal_candidate_is_promoted_at_a_group_look_whose_looks_are_recorded
     eid, _, salt = create_rollout(engine, PLAN)
     traffic = make_traffic(engine, eid, salt, SAME, control=SAME, units=3000, seed=81)
     controller.evaluate(eid)  # start
-    assert _drive(controller, clock, traffic, steps=40) == "completed"
+    assert drive(controller, clock, traffic, steps=40, requests=150) == "completed"
     rows = decisions(engine, eid)
     looks = [r["evidence"]["group_looks"]["latency_mean"] for r in rows if "group_looks" in r["evidence"]]
     assert looks == sorted(looks) and looks[-1] >= 2, looks  # look 1 inconclusive, then shown
@@ -79,7 +66,7 @@ def test_a_30_percent_slower_candidate_is_rolled_back_at_a_group_look(
     eid, _, salt = create_rollout(engine, PLAN)
     traffic = make_traffic(engine, eid, salt, SLOWER, control=SAME, units=3000, seed=82)
     controller.evaluate(eid)
-    assert _drive(controller, clock, traffic, steps=40) == "rolled_back"
+    assert drive(controller, clock, traffic, steps=40, requests=150) == "rolled_back"
     rollback = decisions(engine, eid)[-1]
     assert rollback["decision"] == "rollback" and rollback["stage"] == 0
     assert "group look" in rollback["reason"] and "adjusted to" in rollback["reason"], rollback["reason"]

@@ -16,12 +16,11 @@ from analytics.rollout.plan import PlanError, parse_plan
 from tests.analytics.rollout.synthetic import (
     Clock,
     Profile,
-    SyntheticTraffic,
     create_rollout,
     decisions,
+    drive,
     make_traffic,
 )
-from tests.analytics.rollout.synthetic import experiment_state as state
 
 PLAN: dict[str, Any] = {
     "stages": [25, 50, 100],
@@ -38,18 +37,6 @@ PLAN: dict[str, Any] = {
 SIGMA_T = 0.6325
 TAIL_HEAVY = Profile(error_p=0.0, latency_ms=400.0 * math.exp(-0.12), latency_sigma=SIGMA_T)
 CONTROL = Profile(error_p=0.0)
-
-
-def _drive(controller: Controller, clock: Clock, traffic: SyntheticTraffic, steps: int, requests: int) -> str:
-    status = "running"
-    for _ in range(steps):
-        clock.step(5.0)
-        traffic.step(clock.now, requests)
-        controller.evaluate(traffic.experiment_id)
-        status = state(traffic.engine, traffic.experiment_id)["status"]
-        if status != "running":
-            break
-    return status
 
 
 def _guardrail(decision: dict[str, Any], metric: str) -> dict[str, Any]:
@@ -71,7 +58,7 @@ def test_a_candidate_with_a_30_percent_worse_p95_and_the_same_mean_is_rolled_bac
     eid, _, salt = create_rollout(engine, PLAN)
     traffic = make_traffic(engine, eid, salt, TAIL_HEAVY, control=CONTROL, units=2000, seed=71)
     controller.evaluate(eid)
-    assert _drive(controller, clock, traffic, steps=60, requests=400) == "rolled_back"
+    assert drive(controller, clock, traffic, steps=60, requests=400) == "rolled_back"
     rows = decisions(engine, eid)
     rollback = rows[-1]
     assert rollback["decision"] == "rollback" and rollback["stage"] == 0, rollback["reason"]
@@ -92,7 +79,7 @@ def test_an_equal_candidate_passes_the_rank_guardrail_and_advances(
     eid, _, salt = create_rollout(engine, PLAN)
     traffic = make_traffic(engine, eid, salt, CONTROL, control=CONTROL, units=2000, seed=72)
     controller.evaluate(eid)
-    _drive(controller, clock, traffic, steps=16, requests=400)
+    drive(controller, clock, traffic, steps=16, requests=400)
     rows = decisions(engine, eid)
     advanced = [d for d in rows if d["decision"] == "advance"]
     assert advanced, rows[-1]["reason"]
