@@ -21,7 +21,9 @@ def main() -> int:
         sys.stderr.write(f"analytics: invalid settings ({reasons}); set LIFTGATE_ADMIN_TOKEN etc.\n")
         return 2
     # Before anything logs: no configured secret may reach a log line.
-    redaction.install(settings.admin_token, settings.read_token, database_url=settings.database_url)
+    redaction.install(
+        settings.admin_token, settings.read_token, settings.ngram_key, database_url=settings.database_url
+    )
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )

@@ -25,7 +25,7 @@ import orjson
 from sqlalchemy import String
 
 from contracts.ids import uuid7
-from contracts.tables import Feedback, Interaction, Judgement
+from contracts.tables import Feedback, Interaction, Judgement, ResponseNgrams
 
 SCHEMA_VERSION: Final = 1
 
@@ -37,6 +37,7 @@ INTERACTIONS_TOPIC: Final = "liftgate.interactions"
 #: time would otherwise look like a difference between the variants).
 ROLLOUT_STAGE_TAG: Final = "rollout_stage"
 FEEDBACK_TOPIC: Final = "liftgate.feedback"
+#: The sampled, off-the-hot-path records of a response: judge scores and hashed n-grams.
 JUDGEMENTS_TOPIC: Final = "liftgate.judgements"
 
 #: primary: the call whose answer the user got; shadow: a mirrored call (never returned);
@@ -191,7 +192,44 @@ def judge_event_id(request_id: str, judge: str) -> str:
     return str(uuid.uuid5(_JUDGE_NAMESPACE, f"{request_id}\x00{judge}"))
 
 
-Event = InteractionEvent | FeedbackEvent | JudgeEvent
+@dataclass(slots=True)
+class NgramsEvent:
+    """The keyed hashes of one response's word 1–3-grams (content logging ``hashed``,
+    :mod:`contracts.ngrams`): never the text. Linked to its call by ``request_id``;
+    ``key_id`` names the key that made them. ``event_id`` is derived from the request id
+    (:func:`ngrams_event_id`), so a re-delivered event is stored once."""
+
+    request_id: str
+    unit_id: str
+    role: Role
+    key_id: str
+    grams: list[int]
+    experiment_id: int | None = None
+    variant: str | None = None
+    category: str | None = None
+    event_id: str = field(default_factory=new_event_id)
+    ts: float = field(default_factory=now)
+    schema_version: int = SCHEMA_VERSION
+    type: Literal["ngrams"] = "ngrams"
+
+    @property
+    def key(self) -> bytes:
+        return self.unit_id.encode()
+
+
+_NGRAMS_NAMESPACE: Final = uuid.UUID("0d7e1c52-3b8f-4a1e-8f6d-2a9b5c7e4f31")
+
+
+def ngrams_event_id(request_id: str) -> str:
+    """The idempotency key of a response's hashed grams: one per call."""
+    return str(uuid.uuid5(_NGRAMS_NAMESPACE, request_id))
+
+
+#: Bounds of ``NgramsEvent.grams``: signed 64-bit values, at most this many per response.
+GRAMS_MAX: Final = 8192
+_INT8: Final = (-(2**63), 2**63 - 1)
+
+Event = InteractionEvent | FeedbackEvent | JudgeEvent | NgramsEvent
 
 
 def encode(event: Event) -> bytes:
@@ -200,13 +238,14 @@ def encode(event: Event) -> bytes:
 
 # --- decoding -------------------------------------------------------------------------
 
-_STR, _INT, _FLOAT, _BOOL, _DICT = "str", "int", "float", "bool", "dict"
+_STR, _INT, _FLOAT, _BOOL, _DICT, _LIST = "str", "int", "float", "bool", "dict", "list"
 _PY_TYPES: dict[str, tuple[type, ...]] = {
     _STR: (str,),
     _INT: (int,),
     _FLOAT: (int, float),
     _BOOL: (bool,),
     _DICT: (dict,),
+    _LIST: (list,),
 }
 
 
@@ -230,7 +269,7 @@ def _field_kinds(cls: type) -> dict[str, tuple[str, bool, bool]]:
     for f in dataclasses.fields(cls):
         parts = {p.strip().split("[", 1)[0] for p in str(f.type).split("|")}
         optional = "None" in parts
-        kind = next((k for k in (_DICT, _BOOL, _FLOAT, _INT) if k in parts), _STR)
+        kind = next((k for k in (_DICT, _LIST, _BOOL, _FLOAT, _INT) if k in parts), _STR)
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         out[f.name] = (kind, optional, required)
     return out
@@ -239,6 +278,7 @@ def _field_kinds(cls: type) -> dict[str, tuple[str, bool, bool]]:
 _INTERACTION_FIELDS = _field_kinds(InteractionEvent)
 _FEEDBACK_FIELDS = _field_kinds(FeedbackEvent)
 _JUDGE_FIELDS = _field_kinds(JudgeEvent)
+_NGRAMS_FIELDS = _field_kinds(NgramsEvent)
 _NAME_MAX = 256
 
 # What decode accepts can be stored: PostgreSQL refuses a whole batch for one value it
@@ -264,6 +304,7 @@ _TEXT_MAX: Final = {
     "interaction": _text_limits(Interaction),
     "feedback": _text_limits(Feedback),
     "judge": _text_limits(Judgement),
+    "ngrams": _text_limits(ResponseNgrams),
 }
 _RANGES: Final[dict[str, dict[str, tuple[float, float]]]] = {
     "interaction": {
@@ -287,6 +328,7 @@ _RANGES: Final[dict[str, dict[str, tuple[float, float]]]] = {
         "score": (-FEEDBACK_VALUE_MAX, FEEDBACK_VALUE_MAX),
         "experiment_id": _INT4,
     },
+    "ngrams": {"ts": (0.0, _TS_MAX), "experiment_id": _INT4},
 }
 
 
@@ -304,6 +346,12 @@ def _check_storable(what: str, name: str, kind: str, value: Any) -> None:
         lo, hi = _RANGES[what].get(name, (-math.inf, math.inf))
         if not lo <= value <= hi:
             raise DecodeError(f"{what}: field '{name}' must be between {lo:g} and {hi:g}, got {value:.6g}")
+    elif kind == _LIST:  # NgramsEvent.grams
+        if len(value) > GRAMS_MAX:
+            raise DecodeError(f"{what}: field '{name}' has more than {GRAMS_MAX} entries")
+        lo, hi = _INT8
+        if not all(type(v) is int and lo <= v <= hi for v in value):
+            raise DecodeError(f"{what}: field '{name}' must hold signed 64-bit integers")
     elif kind == _DICT:
         if len(value) > TAGS_MAX:
             raise DecodeError(f"{what}: field '{name}' has more than {TAGS_MAX} entries")
@@ -358,6 +406,9 @@ def _bounded(what: str, name: str, t: Any) -> Any:
     elif base in (int, float) and name in _RANGES[what]:
         lo, hi = _RANGES[what][name]
         base = Annotated[base, msgspec.Meta(ge=lo, le=hi)]
+    elif get_origin(base) is list:
+        item = Annotated[int, msgspec.Meta(ge=_INT8[0], le=_INT8[1])]
+        base = Annotated[list[item], msgspec.Meta(max_length=GRAMS_MAX)]
     elif get_origin(base) is dict:
         key = Annotated[str, msgspec.Meta(max_length=TAG_KEY_MAX)]
         val = Annotated[str, msgspec.Meta(max_length=TAG_VALUE_MAX)]
@@ -399,7 +450,8 @@ def _wire_struct(cls: type, tag: str) -> Any:
 _WIRE_INTERACTION: Final = _wire_struct(InteractionEvent, "interaction")
 _WIRE_FEEDBACK: Final = _wire_struct(FeedbackEvent, "feedback")
 _WIRE_JUDGE: Final = _wire_struct(JudgeEvent, "judge")
-_WIRE_DECODER: Final = msgspec.json.Decoder(_WIRE_INTERACTION | _WIRE_FEEDBACK | _WIRE_JUDGE)
+_WIRE_NGRAMS: Final = _wire_struct(NgramsEvent, "ngrams")
+_WIRE_DECODER: Final = msgspec.json.Decoder(_WIRE_INTERACTION | _WIRE_FEEDBACK | _WIRE_JUDGE | _WIRE_NGRAMS)
 _astuple: Final = msgspec.structs.astuple
 
 
@@ -424,6 +476,11 @@ def decode(raw: bytes | str) -> Event:
             return InteractionEvent(*_astuple(w))
     elif type(w) is _WIRE_JUDGE:
         return _decode_checked(raw)  # rare (a few % of calls): the full check, NaN included
+    elif type(w) is _WIRE_NGRAMS:
+        # msgspec checked every gram's range and the count; the texts are ids and names
+        if w.event_id and w.key_id:
+            return NgramsEvent(*_astuple(w))
+        return _decode_checked(raw)
     elif w.event_id and w.kind and len(w.kind) <= _NAME_MAX:
         return FeedbackEvent(*_astuple(w))
     return _decode_checked(raw)
@@ -454,10 +511,15 @@ def _decode_checked(raw: bytes | str) -> Event:
         if not data["judge"]:
             raise DecodeError("judge: 'judge' must be a non-empty name")
         return JudgeEvent(**data)
+    if kind == "ngrams":
+        _check(data, _NGRAMS_FIELDS, "ngrams")
+        if not data["key_id"]:
+            raise DecodeError("ngrams: 'key_id' must be a non-empty key fingerprint")
+        return NgramsEvent(**data)
     raise DecodeError(f"unknown event type {kind!r}")
 
 
 def topic_for(event: Event) -> str:
     if isinstance(event, InteractionEvent):
         return INTERACTIONS_TOPIC
-    return JUDGEMENTS_TOPIC if isinstance(event, JudgeEvent) else FEEDBACK_TOPIC
+    return JUDGEMENTS_TOPIC if isinstance(event, (JudgeEvent, NgramsEvent)) else FEEDBACK_TOPIC

@@ -27,7 +27,7 @@ from sqlalchemy import (
     func,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 NAMING = {
@@ -215,6 +215,26 @@ class Judgement(Base):
     category: Mapped[str | None] = mapped_column(String(32))
     score: Mapped[float | None] = mapped_column(Double)
     error_type: Mapped[str | None] = mapped_column(String(64))
+    ingested_at: Mapped[datetime] = _created()
+
+
+class ResponseNgrams(Base):
+    """The keyed hashes of a sampled response's word 1–3-grams (``contracts.events.NgramsEvent``,
+    content logging ``hashed``): never its text. ``event_id`` is derived from the request id."""
+
+    __tablename__ = "response_ngrams"
+    __table_args__ = (Index("ix_response_ngrams_experiment_variant_ts", "experiment_id", "variant", "ts"),)
+
+    event_id: Mapped[Any] = mapped_column(UUID(as_uuid=False), primary_key=True)
+    ts: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    request_id: Mapped[str] = mapped_column(String(64))
+    unit_id: Mapped[str] = mapped_column(String(256))
+    role: Mapped[str] = mapped_column(String(16))
+    key_id: Mapped[str] = mapped_column(String(32))
+    experiment_id: Mapped[int | None] = mapped_column(Integer)
+    variant: Mapped[str | None] = mapped_column(String(64))
+    category: Mapped[str | None] = mapped_column(String(32))
+    grams: Mapped[list[int]] = mapped_column(ARRAY(BigInteger))
     ingested_at: Mapped[datetime] = _created()
 
 

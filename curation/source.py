@@ -146,6 +146,10 @@ def counts(conn: Connection, exp: Experiment, spec: CurationSpec) -> dict[str, i
     return {str(r[0]): int(r[1]) for r in rows}
 
 
+#: Memory for the by-time sort of the matching calls (per sort node, one transaction).
+SORT_MEMORY = "128MB"
+
+
 def rows(
     conn: Connection, exp: Experiment, spec: CurationSpec, *, category: str | None = None, batch: int = 2000,
     limit: int | None = None, offset: int = 0,
@@ -160,6 +164,10 @@ def rows(
         where += f" AND {cat_sql} = :only_category"
         params["only_category"] = category
     order = "md5(CAST(:seed AS text) || i.request_id), i.request_id" if spec.sample else "i.ts, i.request_id"
+    if not spec.sample:
+        # Every matching call is sorted by time with its text (~60 MB for 100,000 calls):
+        # in memory rather than in temporary files (this transaction only).
+        conn.execute(text(f"SET LOCAL work_mem = '{SORT_MEMORY}'"))
     query = text(
         f"SELECT i.request_id, i.ts, i.variant, i.unit_id, i.conversation_id, i.status, {cat_sql}, i.prompt,"
         f" i.response, COALESCE(fb.kinds, ARRAY[]::text[]), fb.rating, fb.judge"

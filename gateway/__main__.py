@@ -56,7 +56,7 @@ def app_factory() -> GatewayApp:
     settings = GatewaySettings()
     # Before anything logs: no configured secret may reach a log line (upstream API keys are
     # added as the config snapshot loads them).
-    redaction.install(settings.admin_token, database_url=settings.database_url)
+    redaction.install(settings.admin_token, settings.ngram_key, database_url=settings.database_url)
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

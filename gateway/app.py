@@ -30,6 +30,7 @@ from starlette.responses import Response
 
 from contracts import redaction
 from contracts.config_rules import key_problem, url_problem
+from contracts.ngrams import NgramKey
 from control.auth import admin_denial
 from gateway import errors
 from gateway.auth import client_key_digest, header, peer
@@ -48,8 +49,10 @@ from gateway.bodies import (
 )
 from gateway.category import CategoryRules, default_rules
 from gateway.config_source import ConfigSource, DatabaseConfigSource, SnapshotHolder
+from gateway.feedback import parse_kinds
 from gateway.judge import DEFAULT_RUBRIC, JudgeConfig, JudgeSampler
 from gateway.limits import ConcurrencyLimit, RateLimit
+from gateway.ngrams import NgramConfig, NgramSampler
 from gateway.proxy import CompletionProxy, send_json
 from gateway.recorder import Recorder
 from gateway.server import ReadLimits
@@ -78,6 +81,7 @@ class Runtime:
     recorder: Recorder | None = None
     shadow: ShadowMirror | None = None
     judge: JudgeSampler | None = None
+    ngrams: NgramSampler | None = None
     proxy: CompletionProxy | None = None
     started: float = field(default_factory=time.monotonic)
     extra: dict[str, Any] = field(default_factory=dict)
@@ -195,6 +199,7 @@ def create_app(
         CategoryRules.load(Path(settings.category_rules)) if settings.category_rules else default_rules()
     )
     judge_config = _judge_config(settings)
+    ngram_config = _ngram_config(settings)
     gm = metrics if metrics is not None else GatewayMetrics()
     pool = UpstreamPool()
 
@@ -219,6 +224,7 @@ def create_app(
 
     holder = SnapshotHolder(source, settings.refresh_interval_s, apply=apply, on_tick=on_tick)
     runtime = Runtime(settings=settings, sink=sink, metrics=gm, source=source, holder=holder, pool=pool)
+    runtime.extra["feedback_kinds"] = parse_kinds(settings.feedback_kinds)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -246,6 +252,9 @@ def create_app(
             runtime.judge = JudgeSampler(judge_config, make_client(upstream), recorder, gm)
             runtime.judge.start()
             runtime.shadow.judge = runtime.judge
+        if ngram_config is not None:
+            runtime.ngrams = NgramSampler(ngram_config, recorder, gm)
+            runtime.ngrams.start()
         try:
             await runtime.holder.refresh()
         except Exception as exc:  # start anyway; /readyz says not ready until a snapshot loads
@@ -263,6 +272,7 @@ def create_app(
             concurrency=ConcurrencyLimit(settings.client_max_concurrency),
             categories=categories,
             judge=runtime.judge,
+            ngrams=runtime.ngrams,
         )
         # Everything built so far lives as long as the process: move it out of the cyclic
         # GC's reach so full collections stay short on the request path.
@@ -274,6 +284,8 @@ def create_app(
             refresher.cancel()
             await asyncio.gather(refresher, return_exceptions=True)
             await runtime.shadow.close()
+            if runtime.ngrams is not None:
+                await runtime.ngrams.close()
             if runtime.judge is not None:
                 await runtime.judge.close()
                 await runtime.judge.client.http.close()
@@ -360,6 +372,19 @@ def errors_json(message: str) -> dict[str, Any]:
             "code": "invalid_request",
         }
     }
+
+
+def _ngram_config(settings: GatewaySettings) -> NgramConfig | None:
+    """The n-gram sampler's config, or None without a key (then nothing is hashed). A weak
+    key stops the gateway at start; the key is masked in every log record from here on."""
+    if not settings.ngram_key or settings.ngram_sample_rate <= 0.0:
+        return None
+    redaction.remember(settings.ngram_key)
+    return NgramConfig(
+        key=NgramKey(settings.ngram_key),
+        sample_rate=settings.ngram_sample_rate,
+        queue_size=settings.ngram_queue_size,
+    )
 
 
 def _judge_config(settings: GatewaySettings) -> JudgeConfig | None:

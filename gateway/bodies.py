@@ -22,7 +22,8 @@ CLOSE = (b"connection", b"close")
 #: unread data makes the kernel reset it, and a reset destroys an answer the client has not
 #: read yet — clients such as Python's http.client write the headers and the body
 #: separately, so the body often lands just before the close. A larger or chunked body is
-#: refused with ``connection: close`` and never read.
+#: refused with ``connection: close`` and never parsed or buffered: its connection is closed
+#: in stages (``gateway.server``), dropping what the client still sends, within bounds.
 DRAIN_BYTES = 64 * 1024
 
 

@@ -1,9 +1,10 @@
 """Where the config snapshot comes from: PostgreSQL (refreshed in the background) or a fixed one.
 
 The refresh loop first asks the database for a cheap *version* — an md5 over the rows of the
-four config tables — and rebuilds the snapshot only when it changed. The fingerprint covers
-every column, so a writer that forgets ``updated_at`` (e.g. a controller changing weights)
-is still picked up. Both queries run in a worker thread; the event loop never blocks on I/O.
+config tables (metric definitions included: they declare the custom feedback kinds) — and
+rebuilds the snapshot only when it changed. The fingerprint covers every column, so a writer
+that forgets ``updated_at`` (e.g. a controller changing weights) is still picked up. Both
+queries run in a worker thread; the event loop never blocks on I/O.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any, Protocol
 from sqlalchemy import Engine, create_engine, text
 
 from contracts import redaction
+from gateway.feedback import declared_kinds
 from gateway.snapshot import (
     EMPTY,
     SERVING_STATUSES,
@@ -37,6 +39,8 @@ _VERSION_SQL = text(
       || (SELECT md5(coalesce(string_agg(u::text, ',' ORDER BY u.id), '')) FROM upstreams u)
       || (SELECT md5(coalesce(string_agg(k.key_hash || k.revoked::text, ',' ORDER BY k.id), ''))
           FROM api_keys k)
+      || (SELECT md5(coalesce(string_agg(m.definition::text, ',' ORDER BY m.id), ''))
+          FROM metric_definitions m)
     """
 )
 _UPSTREAMS_SQL = text(
@@ -58,6 +62,7 @@ _VARIANTS_SQL = text(
     """
 )
 _KEYS_SQL = text("SELECT key_hash FROM api_keys WHERE NOT revoked")
+_METRICS_SQL = text("SELECT definition FROM metric_definitions")
 
 
 class ConfigSource(Protocol):
@@ -108,12 +113,13 @@ class DatabaseConfigSource:
                 m = dict(r._mapping)
                 variants.setdefault(m.pop("experiment_id"), []).append(VariantConfig(**m))
             keys = frozenset(str(r[0]) for r in conn.execute(_KEYS_SQL))
+            kinds = declared_kinds(r[0] for r in conn.execute(_METRICS_SQL))
         experiments: list[ExperimentConfig] = []
         order: dict[int, float] = {}
         for row in rows:
             order[row["id"]] = float(row.pop("updated") or 0.0)
             experiments.append(_experiment(row, tuple(variants.get(row["id"], ()))))
-        return _build(experiments, upstreams, keys, version, order)
+        return _build(experiments, upstreams, keys, version, order, kinds)
 
     def dispose(self) -> None:
         self.engine.dispose()

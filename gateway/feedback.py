@@ -13,6 +13,19 @@ Values by kind:
   ``|value| ≤ 1e9`` (default 1): sums of custom values are stored per unit, and one absurd
   value must not overflow every later report.
 
+Which kinds are accepted: the built-in ones, and a custom kind only once something declares
+it — a metric definition that reads it (``counters['kind']`` or ``counters['kind:n']``,
+carried by the config snapshot) or the gateway's ``feedback_kinds`` setting (kinds collected
+before a metric uses them). Any other kind is refused with a 400 (``unknown_feedback_kind``):
+a typo (``thumbs-up``, ``thumb_up``) would otherwise be stored as a signal nobody reads.
+
+Whether the request id is known is *not* a reason to refuse: events are asynchronous and
+feedback may legitimately arrive before its interaction is stored, from another gateway
+replica, or after this process restarted. The gateway answers 202 with a warning when its
+bounded memory of recent request ids (``feedback_memory``) does not hold the id; ingest
+attributes feedback only by joining the stored interaction, and the analytics service counts
+what never joins (``analytics.report.data_quality``).
+
 ``request_id``, ``unit_id`` and tags must not contain control characters.
 """
 
@@ -20,6 +33,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from contracts.events import FEEDBACK_KINDS
@@ -27,6 +41,8 @@ from gateway.inputs import has_control
 from gateway.routing import MAX_TAGS, parse_tags
 
 CUSTOM_KIND = re.compile(r"^[a-z][a-z0-9_.\-]{0,63}$")
+# A counter a metric expression reads: counters['kind'] or counters['kind:n'] (its count).
+_COUNTER_REF = re.compile(r"""counters\[\s*(['"])([^'"]{1,256})\1\s*\]""")
 YES_NO_KINDS = frozenset({"thumbs_up", "thumbs_down", "regenerate", "copy", "edit", "continued"})
 OUTCOME_KINDS = frozenset({"task_success"})
 RATING_RANGE = (0.0, 10.0)
@@ -120,3 +136,41 @@ def validate_feedback(data: Any) -> Feedback | str:
     if any(has_control(k) or has_control(v) for k, v in tags.items()):
         return "tags must not contain control characters"
     return rid, kind, value, unit, {k[:MAX_TAG_TEXT]: v[:MAX_TAG_TEXT] for k, v in tags.items()}
+
+
+def declared_kinds(definitions: Iterable[Any]) -> frozenset[str]:
+    """The custom feedback kinds metric definitions read (their ``counters['kind']``)."""
+    kinds: set[str] = set()
+    for spec in definitions:
+        if not isinstance(spec, dict):
+            continue
+        for field in ("numerator", "denominator"):
+            expr = spec.get(field)
+            if isinstance(expr, str):
+                for _, name in _COUNTER_REF.findall(expr):
+                    name = name.removesuffix(":n")
+                    if CUSTOM_KIND.match(name) and name not in FEEDBACK_KINDS:
+                        kinds.add(name)
+    return frozenset(kinds)
+
+
+def parse_kinds(text: str) -> frozenset[str]:
+    """A comma-separated list of custom kinds (the ``feedback_kinds`` setting), checked."""
+    kinds = frozenset(k.strip() for k in text.split(",") if k.strip())
+    bad = sorted(k for k in kinds if not CUSTOM_KIND.match(k))
+    if bad:
+        raise ValueError(f"feedback_kinds: not a valid kind name: {', '.join(bad)}")
+    return kinds
+
+
+def undefined_kind(kind: str, declared: frozenset[str], configured: frozenset[str]) -> str | None:
+    """Why ``kind`` is refused (no metric or setting declares it), or None."""
+    if kind in FEEDBACK_KINDS or kind in declared or kind in configured:
+        return None
+    known = sorted(declared | configured)
+    return (
+        f"kind {kind!r} is not defined: use a built-in kind ({', '.join(sorted(FEEDBACK_KINDS))})"
+        + (f" or a declared custom kind ({', '.join(known[:20])})" if known else "")
+        + "; a custom kind is declared by a metric definition that reads it (counters['kind'])"
+        " or by the gateway's LIFTGATE_FEEDBACK_KINDS setting"
+    )

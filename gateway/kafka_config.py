@@ -11,6 +11,7 @@ from contracts.events import (
     Event,
     InteractionEvent,
     JudgeEvent,
+    NgramsEvent,
 )
 from eventbus import Bus, open_bus
 from gateway.delivery import DeliverySettings
@@ -27,7 +28,7 @@ class Topics:
     def of(self, event: Event) -> str:
         if isinstance(event, InteractionEvent):
             return self.interactions
-        return self.judgements if isinstance(event, JudgeEvent) else self.feedback
+        return self.judgements if isinstance(event, (JudgeEvent, NgramsEvent)) else self.feedback
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import re
 from collections.abc import Callable
 from time import perf_counter
 from typing import Any
@@ -35,12 +34,15 @@ from contracts.events import ROLLOUT_STAGE_TAG
 from contracts.ids import request_id
 from gateway import errors
 from gateway.auth import peer
+from gateway.blinding import model_echo
 from gateway.bodies import CLOSE, BodyTooLarge, ClientGone, Receive, Scope, Send, read_body, refusal_headers
 from gateway.category import CategoryRules
 from gateway.http_client import StreamResponse
 from gateway.inputs import MAX_DEPTH, completion_problem, header_problem, too_deep
 from gateway.judge import TEXT_MAX, JudgeSampler, job_for
 from gateway.limits import ConcurrencyLimit
+from gateway.ngrams import NgramSampler
+from gateway.ngrams import job_for as ngram_job_for
 from gateway.recorder import CallInfo, Recorder, prompt_text
 from gateway.relay import CallResult, SseFilter, call_json, classify, open_stream, summarize_json
 from gateway.routing import Decision, RequestFacts, api_key_of, decide, parse_tags
@@ -68,19 +70,6 @@ async def send_json(send: Send, status: int, body: bytes, headers: list[tuple[by
         }
     )
     await send({"type": "http.response.body", "body": body})
-
-
-# The top-level ``"model": "…"`` of an OpenAI response (or of each SSE event): the first key
-# spelled exactly so outside a string. Inside generated text a quote is escaped (``\\"``),
-# so text that mentions "model" never matches.
-_MODEL_FIELD = re.compile(rb'(?<!\\)"model"\s*:\s*"(?:[^"\\]|\\.)*"')
-
-
-def echo_model(body: bytes, route: str, *, every: bool = False) -> bytes:
-    """``body`` with its ``model`` set to the route the client asked for (blinding: the client
-    cannot tell the arms apart by the model name). ``every``: each SSE event of a block."""
-    value = b'"model":' + orjson.dumps(route)
-    return _MODEL_FIELD.sub(lambda _: value, body, count=0 if every else 1)
 
 
 def error_for(res: CallResult, upstream: str) -> tuple[int, bytes]:
@@ -112,6 +101,7 @@ class CompletionProxy:
         concurrency: ConcurrencyLimit | None = None,
         categories: CategoryRules | None = None,
         judge: JudgeSampler | None = None,
+        ngrams: NgramSampler | None = None,
     ) -> None:
         self.snapshot = snapshot
         self.pool = pool
@@ -125,6 +115,7 @@ class CompletionProxy:
         self._too_large = errors.too_large(max_body)
         self.categories = categories
         self.judge = judge
+        self.ngrams = ngrams
         self._key_cache: dict[bytes, str] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send, endpoint: str) -> None:
@@ -368,6 +359,11 @@ class CompletionProxy:
             job = job_for(info, d.variant.name, res, "primary")
             if job is not None:
                 self.judge.submit(job)
+        # Hashed n-grams of a sample of responses (content logging ``hashed`` only).
+        if info.content_logging == "hashed" and self.ngrams is not None and self.rng() < self.ngrams.rate:
+            gram_job = ngram_job_for(info, d.variant.name, res)
+            if gram_job is not None:
+                self.ngrams.submit(gram_job)
 
     async def _json(
         self,
@@ -394,7 +390,7 @@ class CompletionProxy:
         else:
             status, body = error_for(res, variant.upstream)
         if status == 200 and route.experiment.echo_model:
-            body = echo_model(body, info.route)
+            body = model_echo(info.route).first(body, variant.model)
         await send_json(send, status, body, self._headers(info, route, d.variant))
         if res.error_type is None:
             summarize_json(res, info.endpoint, info.keep_text)
@@ -442,14 +438,14 @@ class CompletionProxy:
             res = CallResult()
             resp = await self._open(variant, info.endpoint, orjson.dumps(req), res)
         headers = self._headers(info, route, d.variant)
-        echo = route.experiment.echo_model
         if resp is None:
             status, body = error_for(res, variant.upstream)
             await send_json(send, status, body, headers)
             self._record_served(info, d, variant, res, status, perf_counter() - t0, fallback_from, prompt)
             return
         await send({"type": "http.response.start", "status": 200, "headers": [_SSE, _NO_CACHE, *headers]})
-        flt = SseFilter(res, info.endpoint == "chat", keep_usage, info.keep_text, t0)
+        echo = model_echo(info.route) if route.experiment.echo_model else None
+        flt = SseFilter(res, info.endpoint == "chat", keep_usage, info.keep_text, t0, echo)
         # Resolves when the client goes away: then stop relaying and drop the upstream
         # connection, so vLLM aborts the generation instead of finishing it for nobody.
         gone = asyncio.ensure_future(receive())
@@ -460,14 +456,10 @@ class CompletionProxy:
                     res.finish_reason = "client_closed"
                     break
                 out = flt.feed(chunk)
-                if out and echo:
-                    out = echo_model(out, info.route, every=True)
                 if out:
                     await send({"type": "http.response.body", "body": out, "more_body": True})
             else:
                 tail = flt.flush()
-                if tail and echo:
-                    tail = echo_model(tail, info.route, every=True)
                 if not res.done:
                     res.error_type = "stream"
                     tail += _mid_stream_error(res)

@@ -11,11 +11,11 @@ import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from contracts.events import FeedbackEvent
+from contracts.events import FEEDBACK_KINDS, FeedbackEvent
 from contracts.ids import uuid7
 from gateway import errors
 from gateway.feedback import SCHEMA as FEEDBACK_SCHEMA
-from gateway.feedback import validate_feedback
+from gateway.feedback import undefined_kind, validate_feedback
 from gateway.inputs import MAX_DEPTH, too_deep
 from gateway.snapshot import RouteConfig, Snapshot
 from gateway.upstreams import UpstreamPool
@@ -23,6 +23,13 @@ from gateway.upstreams import UpstreamPool
 public_router = APIRouter()
 
 _FALLBACK_MODES = ("ab", "rollout")
+_NOT_LOADED = "The gateway has not loaded its configuration yet; retry shortly."
+_UNKNOWN_ID = (
+    "This gateway has not served this request id among its last {} calls. The feedback is "
+    "stored, and counted for a variant only once its interaction is stored (ingest joins by "
+    "request id); feedback that never joins is reported by the analytics service "
+    "(GET /api/data-quality)."
+)
 _PROBE_TTL_S = 2.0
 
 
@@ -70,11 +77,28 @@ async def feedback(request: Request) -> Response:
         return _bad(request, checked)
     rid, kind, value, unit, tags = checked
     rt = _runtime(request)
-    known = rt.recorder.recent.get(rid) if rt.recorder is not None else None
+    if kind not in FEEDBACK_KINDS:
+        if not rt.holder.loaded_at:
+            # Which custom kinds are declared is not known yet: a refusal would be final for
+            # a kind that may be valid; a 503 asks the client to retry.
+            rt.metrics.refused["not_ready"].inc()
+            return _error(503, errors.error_body(_NOT_LOADED, "server_error", "config_not_loaded"))
+        why = undefined_kind(kind, rt.snapshot().feedback_kinds, rt.extra["feedback_kinds"])
+        if why is not None:
+            rt.metrics.refused["invalid_request"].inc()
+            return _error(
+                400, errors.error_body(why, "invalid_request_error", "unknown_feedback_kind", "kind")
+            )
+    recorder = rt.recorder
+    known = recorder.recent.get(rid) if recorder is not None else None
     experiment_id = variant = None
+    warnings: list[dict[str, str]] = []
     if known is not None:
         unit = unit or known[0]
         experiment_id, variant = known[1], known[2]
+    elif recorder is not None and recorder.memory:
+        warnings.append({"code": "unknown_request_id", "message": _UNKNOWN_ID.format(recorder.memory)})
+        rt.metrics.feedback_unknown_request.inc()
     event = FeedbackEvent(
         request_id=rid,
         unit_id=unit or "",
@@ -86,11 +110,8 @@ async def feedback(request: Request) -> Response:
         event_id=uuid7(),
     )
     rt.recorder.emit(event)
-    return Response(
-        orjson.dumps({"status": "accepted", "event_id": event.event_id, "request_id": rid}),
-        status_code=202,
-        media_type="application/json",
-    )
+    body = {"status": "accepted", "event_id": event.event_id, "request_id": rid, "warnings": warnings}
+    return Response(orjson.dumps(body), status_code=202, media_type="application/json")
 
 
 @public_router.get("/healthz")

@@ -1,8 +1,9 @@
 """Turns finished calls into events (handed to the sink) and metric observations.
 
 Content logging per experiment: ``none`` (default), ``hashed`` (SHA-256 of the redacted
-text: lets analytics count identical prompts without storing them) or ``full`` (text after
-the redaction hook, by default e-mail addresses and digit runs replaced).
+text: lets analytics count identical prompts without storing them; a sample of responses
+also gets its keyed n-gram hashes, :mod:`gateway.ngrams`) or ``full`` (text after the
+redaction hook, by default e-mail addresses and digit runs replaced).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from hashlib import sha256
 from typing import Any
 
 from contracts.content import redact_content
-from contracts.events import InteractionEvent, JudgeEvent
+from contracts.events import InteractionEvent, JudgeEvent, NgramsEvent
 from contracts.ids import uuid7
 from gateway.relay import CallResult
 from gateway.sink import EventSink
@@ -156,7 +157,8 @@ class Recorder:
             event_id=uuid7(),
         )
         self.emit(event)
-        if role == "primary" and ok and self.memory:
+        # Failed calls too: a thumbs-down on an error is feedback about a call this gateway served.
+        if role == "primary" and self.memory:
             recent = self.recent
             recent[info.request_id] = (
                 info.unit_id,
@@ -176,5 +178,7 @@ class Recorder:
             self.metrics.interaction_events.inc()
         elif isinstance(event, JudgeEvent):
             self.metrics.judge_events.inc()
+        elif isinstance(event, NgramsEvent):
+            self.metrics.ngrams_events.inc()
         else:
             self.metrics.feedback_events.inc()

@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from gateway.blinding import ModelEcho
 from gateway.http_client import StreamResponse, UpstreamError
 from gateway.upstreams import UpstreamClient
 
@@ -137,13 +138,15 @@ async def open_stream(
 
 @dataclass(slots=True)
 class SseFilter:
-    """Parses complete SSE events, records usage/TTFT/length, drops the usage chunk if asked."""
+    """Parses complete SSE events, records usage/TTFT/length, drops the usage chunk if asked,
+    and (``echo``: blinding) sets each event's ``model`` to the route."""
 
     res: CallResult
     chat: bool
     keep_usage: bool
     keep_text: bool
     t0: float
+    echo: ModelEcho | None = None
     buf: bytes = b""
     sep: bytes = _SEP  # switched to CRLF framing if the upstream uses it
     _parts: list[bytes] = field(default_factory=list)
@@ -159,7 +162,7 @@ class SseFilter:
                 return self.feed(data)
             if len(data) > _MAX_PENDING:  # no event boundary at all: relay as is, never buffer unboundedly
                 self.buf = b""
-                return data
+                return data if self.echo is None else self.echo.every(data)
             self.buf = data
             return b""
         end = cut + len(self.sep)
@@ -172,7 +175,7 @@ class SseFilter:
 
     def _events(self, block: bytes) -> bytes:
         res = self.res
-        dropped = False
+        edited = False
         kept: list[bytes] = self._parts
         kept.clear()
         sep = self.sep
@@ -183,23 +186,33 @@ class SseFilter:
                 payload = ev[5:].strip()
                 if payload == b"[DONE]":
                     res.done = True
-                elif not self._record(payload):
-                    dropped = True
-                    continue
+                else:
+                    out = self._record(ev, payload)
+                    if out is not ev:
+                        edited = True
+                        if out is None:
+                            continue
+                        ev = out
             kept.append(ev)
-        if not dropped:
+        if not edited:
             return block
         return b"".join(ev + sep for ev in kept)
 
-    def _record(self, payload: bytes) -> bool:
-        """Record one data event; False when it is a usage-only chunk to drop."""
+    def _record(self, ev: bytes, payload: bytes) -> bytes | None:
+        """Record one data event; returns it (edited when its model must be blinded), or None
+        when it is a usage-only chunk to drop."""
         res = self.res
         try:
             obj = orjson.loads(payload)
         except orjson.JSONDecodeError:
-            return True
+            return ev if self.echo is None else self.echo.every(ev)
         if not isinstance(obj, dict):
-            return True
+            return ev if self.echo is None else self.echo.every(ev)
+        echo = self.echo
+        if echo is not None:
+            model = obj.get("model")
+            if model != echo.route:
+                ev = echo.first(ev, model) if isinstance(model, str) else echo.every(ev)
         choices = obj.get("choices")
         usage = obj.get("usage")
         if "error" in obj and res.error_type is None:  # the upstream reported a mid-stream failure
@@ -207,7 +220,7 @@ class SseFilter:
         if usage:
             _usage(res, usage)
         if not choices:
-            return bool(self.keep_usage or not usage or "error" in obj)
+            return ev if self.keep_usage or not usage or "error" in obj else None
         for choice in choices:
             if self.chat:
                 delta = choice.get("delta")
@@ -225,4 +238,4 @@ class SseFilter:
             fr = choice.get("finish_reason")
             if fr:
                 res.finish_reason = _finish_reason(fr) or res.finish_reason
-        return True
+        return ev

@@ -12,6 +12,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from eventbus import ClientChoice
+from gateway.feedback import parse_kinds
 
 _WEAK_TOKENS = frozenset({"changeme", "change-me", "admin", "secret", "token", "password", "liftgate"})
 MIN_TOKEN_LENGTH = 16
@@ -44,7 +45,12 @@ class GatewaySettings(BaseSettings):
     shadow_queue_size: int = Field(default=1000, ge=1, le=1_000_000)
     # Bytes of mirrored request bodies queued or in flight; a mirror that would exceed it is dropped.
     shadow_queue_bytes: int = Field(default=64 * MiB, ge=64 * KiB, le=16 * 1024 * MiB)
+    # Request ids of recent calls kept per process: feedback for an id not among them is
+    # accepted with a warning (it may be older, or served by another replica).
     feedback_memory: int = Field(default=100_000, ge=0, le=10_000_000)
+    # Custom feedback kinds accepted besides those metric definitions read (comma-separated):
+    # kinds collected before a metric uses them. Any other custom kind is refused (400).
+    feedback_kinds: str = Field(default="judge_score", max_length=10_000)
     # Request bodies: the completion paths, /v1/feedback, everything else (admin, ...).
     max_body_bytes: int = Field(default=32 * MiB, ge=KiB, le=1024 * MiB)
     max_feedback_body_bytes: int = Field(default=64 * KiB, ge=KiB, le=16 * MiB)
@@ -57,6 +63,12 @@ class GatewaySettings(BaseSettings):
     header_timeout_s: float = Field(default=10.0, gt=0, le=600)
     body_timeout_s: float = Field(default=60.0, gt=0, le=3600)
     keep_alive_timeout_s: int = Field(default=5, ge=1, le=600)
+    # Staged close of a connection refused while its client may still be sending (a body past
+    # its limit, a refusal with `connection: close`, 431): the answer and a FIN go out, then
+    # what the client still sends is read and dropped for up to linger_s / linger_bytes.
+    # linger_s = 0: close at once (the kernel may then reset the connection, see gateway.server).
+    linger_s: float = Field(default=2.0, ge=0, le=30)
+    linger_bytes: int = Field(default=4 * MiB, ge=0, le=1024 * MiB)
     # Per client (its API key, or its IP address when keys are off), per worker process:
     # completion requests in flight (0 = no limit) and /v1/feedback calls per second
     # (token bucket of feedback_burst; 0 = no limit).
@@ -79,6 +91,12 @@ class GatewaySettings(BaseSettings):
     judge_queue_size: int = Field(default=1000, ge=1, le=1_000_000)
     judge_queue_bytes: int = Field(default=16 * MiB, ge=64 * KiB, le=4 * 1024 * MiB)
     judge_timeout_s: float = Field(default=30.0, gt=0, le=600)
+    # Hashed n-grams (gateway.ngrams) of a share of the responses of experiments with content
+    # logging ``hashed``: the per-deployment key (also the analytics service's, to resolve an
+    # operator's phrase list); unset = no n-grams are hashed.
+    ngram_key: str | None = Field(default=None, repr=False)
+    ngram_sample_rate: float = Field(default=0.01, ge=0.0, le=1.0)
+    ngram_queue_size: int = Field(default=1000, ge=1, le=1_000_000)
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
     workers: int = Field(default=1, ge=1, le=64)
@@ -89,4 +107,10 @@ class GatewaySettings(BaseSettings):
     def _refuse_weak_token(cls, value: str) -> str:
         if value.lower() in _WEAK_TOKENS or len(set(value)) < 6:
             raise ValueError("admin token is a default or trivially weak value; generate a random one")
+        return value
+
+    @field_validator("feedback_kinds")
+    @classmethod
+    def _check_kinds(cls, value: str) -> str:
+        parse_kinds(value)  # a bad name stops the gateway at start, never a request
         return value

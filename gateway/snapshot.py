@@ -128,6 +128,9 @@ class Snapshot:
     upstreams: Mapping[str, UpstreamConfig]
     api_key_hashes: frozenset[str] = frozenset()
     version: str = ""
+    # Custom feedback kinds something declares (a metric definition's ``counters['kind']``):
+    # /v1/feedback refuses any other custom kind (gateway.feedback).
+    feedback_kinds: frozenset[str] = frozenset()
 
 
 EMPTY = Snapshot(routes={}, upstreams={})
@@ -139,6 +142,7 @@ def build_snapshot(
     api_key_hashes: frozenset[str] = frozenset(),
     version: str = "",
     updated_order: Mapping[int, float] | None = None,
+    feedback_kinds: frozenset[str] = frozenset(),
 ) -> Snapshot:
     """Pick the serving experiment per route (see module docstring) and precompute its layout."""
     order = updated_order or {}
@@ -159,4 +163,5 @@ def build_snapshot(
         upstreams={u.name: u for u in upstreams},
         api_key_hashes=api_key_hashes,
         version=version,
+        feedback_kinds=feedback_kinds,
     )

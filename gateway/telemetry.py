@@ -14,9 +14,12 @@ liftgate_gateway_fallbacks_total               counter    route, experiment, var
 liftgate_gateway_shadow_total                  counter    route, experiment, variant, outcome
                                                           (sent|dropped|ok|failed)
 liftgate_gateway_refused_total                 counter    reason (unauthorized|body_too_large|rate_limited|
-                                                          invalid_request|model_not_found): requests
-                                                          answered by the gateway itself, no upstream called
+                                                          invalid_request|model_not_found|not_ready):
+                                                          requests answered by the gateway itself, no
+                                                          upstream called
 liftgate_gateway_events_emitted_total          counter    type (interaction|feedback)
+liftgate_gateway_feedback_unknown_request_total counter   —  (feedback accepted with the warning
+                                                          ``unknown_request_id``)
 liftgate_gateway_sink_events                   gauge      state (queued|spooled|delivered|dropped|...)
                                                           as reported by ``sink.stats()``
 liftgate_gateway_variant_weight                gauge      route, experiment, variant (normalised share)
@@ -57,7 +60,14 @@ from prometheus_client.multiprocess import MultiProcessCollector
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 _STATUS_CLASSES = ("2xx", "4xx", "5xx")
-REFUSALS = ("unauthorized", "body_too_large", "rate_limited", "invalid_request", "model_not_found")
+REFUSALS = (
+    "unauthorized",
+    "body_too_large",
+    "rate_limited",
+    "invalid_request",
+    "model_not_found",
+    "not_ready",
+)
 
 
 def multiprocess_enabled() -> bool:
@@ -117,6 +127,12 @@ class GatewayMetrics:
             [*variant, "outcome"],
             registry=r,
         )
+        self.ngrams = Counter(
+            "liftgate_gateway_ngrams",
+            "Hashed n-gram sampler jobs by outcome (queued, dropped, hashed)",
+            [*variant, "outcome"],
+            registry=r,
+        )
         self.events = Counter(
             "liftgate_gateway_events_emitted", "Events handed to the sink", ["type"], registry=r
         )
@@ -157,10 +173,16 @@ class GatewayMetrics:
             registry=r,
             multiprocess_mode="max",
         )
+        self.feedback_unknown_request = Counter(
+            "liftgate_gateway_feedback_unknown_request",
+            "Feedback accepted for a request id this process has not served recently",
+            registry=r,
+        )
         self._children: dict[tuple[str, str, str, str], VariantChildren] = {}
         self.interaction_events = self.events.labels("interaction")
         self.feedback_events = self.events.labels("feedback")
         self.judge_events = self.events.labels("judge")
+        self.ngrams_events = self.events.labels("ngrams")
 
     def children(self, route: str, experiment: str, variant: str, role: str) -> VariantChildren:
         key = (route, experiment, variant, role)

@@ -2,8 +2,16 @@
 
 Each line is one JSON object: ``{"request_id": "...", "kind": "thumbs_up", "value": 1}``
 (``value`` optional, default 1; ``unit_id`` optional, sent as ``X-Liftgate-Unit``). Lines
-are checked locally first; the gateway may still reject a line (unknown request id, bad
-kind). Every rejected line is reported with its number and the reason.
+are checked locally first; the gateway may still reject a line (a kind no metric or setting
+declares, a value the kind does not allow). Every rejected line is reported with its number
+and the reason, and the command exits 1.
+
+A line the gateway accepts with a warning — a request id it has not served recently
+(``unknown_request_id``) — is reported too (number and warning) and counted in the summary;
+it is stored, and counted for a variant only if its interaction is stored (the analytics
+service's ``GET /api/data-quality`` counts what never joins). Old feedback naturally refers
+to calls the gateway no longer remembers, so warnings alone exit 0; ``--strict`` makes them
+exit 1 as well.
 """
 
 from __future__ import annotations
@@ -41,6 +49,19 @@ class Line:
 class Rejected:
     number: int
     reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Warned:
+    number: int
+    reason: str
+
+
+@dataclass(slots=True)
+class Outcome:
+    rejected: list[Rejected]
+    warned: list[Warned]
+    meanings: dict[str, str]  # warning code -> the gateway's explanation (printed once)
 
 
 def parse_line(number: int, text: str) -> Line | Rejected:
@@ -84,6 +105,20 @@ def read_lines(path: Path) -> tuple[list[Line], list[Rejected]]:
     return good, bad
 
 
+def _warnings(raw: bytes) -> dict[str, str]:
+    """The warnings of an accepted line: code -> message (empty when there are none)."""
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return {}
+    found = data.get("warnings") if isinstance(data, dict) else None
+    if not isinstance(found, list):
+        return {}
+    return {
+        str(w.get("code") or "warning"): str(w.get("message") or "") for w in found if isinstance(w, dict)
+    }
+
+
 def _reason(status: int, raw: bytes) -> str:
     try:
         data = json.loads(raw)
@@ -98,11 +133,13 @@ def _reason(status: int, raw: bytes) -> str:
 
 async def post_all(
     gateway: str, lines: list[Line], *, api_key: str | None, concurrency: int, progress: Progress
-) -> list[Rejected]:
+) -> Outcome:
     import aiohttp
 
     task = progress.add_task("import", total=len(lines))
     rejected: list[Rejected] = []
+    warned: list[Warned] = []
+    meanings: dict[str, str] = {}
     sem = asyncio.Semaphore(concurrency)
     url = gateway.rstrip("/") + "/v1/feedback"
 
@@ -118,6 +155,9 @@ async def post_all(
                     raw = await resp.read()
                     if resp.status >= 300:
                         rejected.append(Rejected(line.number, _reason(resp.status, raw)))
+                    elif warnings := _warnings(raw):
+                        warned.append(Warned(line.number, ", ".join(sorted(warnings))))
+                        meanings.update(warnings)
             except (aiohttp.ClientError, TimeoutError) as exc:
                 rejected.append(Rejected(line.number, f"{type(exc).__name__}: {exc}"))
         progress.advance(task)
@@ -125,7 +165,7 @@ async def post_all(
     timeout = aiohttp.ClientTimeout(total=30)
     async with aiohttp.ClientSession(timeout=timeout) as session:
         await asyncio.gather(*(one(session, line) for line in lines))
-    return rejected
+    return Outcome(rejected, warned, meanings)
 
 
 @app.command("import")
@@ -148,14 +188,18 @@ def import_(
         str | None, typer.Option(envvar="LIFTGATE_API_KEY", help="Client API key, if required.")
     ] = None,
     concurrency: Annotated[int, typer.Option(min=1, max=256, help="Requests in flight.")] = 16,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="Exit 1 also when a line was accepted with a warning.")
+    ] = False,
 ) -> None:
-    """Post every line of FILE to /v1/feedback; report rejected lines; exit 1 if any was rejected."""
+    """Post every line of FILE to /v1/feedback; report rejected lines and lines accepted with a
+    warning (unknown request id); exit 1 if any was rejected (or, with --strict, warned)."""
     good, bad = read_lines(file)
     progress = Progress(
         TextColumn("[bold]feedback"), BarColumn(), MofNCompleteColumn(), console=err, transient=False
     )
     with progress:
-        refused = asyncio.run(
+        outcome = asyncio.run(
             post_all(
                 resolve_gateway_url(gateway, state_dir),
                 good,
@@ -164,13 +208,20 @@ def import_(
                 progress=progress,
             )
         )
-    accepted = len(good) - len(refused)
-    bad += refused
+    accepted = len(good) - len(outcome.rejected)
+    bad += outcome.rejected
     bad.sort(key=lambda r: r.number)
+    warned = sorted(outcome.warned, key=lambda w: w.number)
     for r in bad[:100]:
-        err.print(f"line {r.number}: rejected: {r.reason}")
+        err.print(f"line {r.number}: rejected: {r.reason}", markup=False, highlight=False, soft_wrap=True)
     if len(bad) > 100:
         err.print(f"... and {len(bad) - 100} more rejected lines")
-    err.print(f"{accepted} accepted, {len(bad)} rejected")
-    if bad:
+    for w in warned[:100]:
+        err.print(f"line {w.number}: warning: {w.reason}", markup=False, highlight=False, soft_wrap=True)
+    if len(warned) > 100:
+        err.print(f"... and {len(warned) - 100} more lines with warnings")
+    for code, meaning in sorted(outcome.meanings.items()):
+        err.print(f"{code}: {meaning}", markup=False, highlight=False, soft_wrap=True)
+    err.print(f"{accepted} accepted ({len(warned)} with warnings), {len(bad)} rejected")
+    if bad or (strict and warned):
         raise typer.Exit(1)

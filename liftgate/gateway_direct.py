@@ -25,7 +25,9 @@ def make_direct_sink(settings: GatewaySettings) -> EventSink:
 
 def app_factory() -> GatewayApp:
     settings = GatewaySettings()
-    redaction.install(settings.admin_token, database_url=settings.database_url)  # before anything logs
+    redaction.install(
+        settings.admin_token, settings.ngram_key, database_url=settings.database_url
+    )  # before anything logs
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

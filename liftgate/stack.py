@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 DATABASE_NAME = "liftgate"
 TOKEN_FILE = "admin_token"
 READ_TOKEN_FILE = "read_token"
+NGRAM_KEY_FILE = "ngram_key"
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +176,13 @@ def admin_token(state_dir: Path) -> str:
 def read_token(state_dir: Path) -> str:
     """The stack's read token (reports, dashboard), kept like the admin token."""
     return _secret(state_dir / READ_TOKEN_FILE)
+
+
+def ngram_key(state_dir: Path) -> str:
+    """The key of the hashed n-grams (content logging ``hashed``), shared by the gateway and
+    the analytics service: ``LIFTGATE_NGRAM_KEY`` when set, else generated once (mode 0600)
+    and reused, so hashes stay comparable across restarts."""
+    return os.environ.get("LIFTGATE_NGRAM_KEY") or _secret(state_dir / NGRAM_KEY_FILE)
 
 
 def sign_in_url(stack: RunningStack) -> str:
@@ -324,9 +332,12 @@ def _start_services(stack: RunningStack) -> None:
     opts = stack.options
     sup = stack.supervisor
     logs = opts.state_dir / "logs"
+    key = ngram_key(opts.state_dir)
+    redaction.remember(key)
     common = {
         "LIFTGATE_DATABASE_URL": stack.database_url,
         "LIFTGATE_ADMIN_TOKEN": stack.admin_token,
+        "LIFTGATE_NGRAM_KEY": key,
         "LIFTGATE_STATE_DIR": str(opts.state_dir),
         "LIFTGATE_LOG_LEVEL": opts.log_level,
     }

@@ -62,6 +62,7 @@ class TrafficStats:
     conversations: int = 0
     feedback_sent: int = 0
     feedback_failed: int = 0
+    feedback_retried: int = 0  # 429s from the gateway's per-client feedback rate, sent again
     requests_by_user: dict[str, int] = field(default_factory=dict)
     by_variant: dict[str, VariantStats] = field(default_factory=dict)
     last_error: str | None = None
@@ -279,20 +280,47 @@ class TrafficRun:
             "unit_id": user.user_id,
         }
         vs = self.stats.variant(answer.variant)
-        try:
-            async with session.post(
-                f"{self._base}/v1/feedback", data=orjson.dumps(body), headers=self._headers(user, None, None)
-            ) as resp:
-                await resp.read()
-                ok = resp.status < 300
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            ok = False
-            self.stats.last_error = f"feedback: {type(exc).__name__}: {exc}"
+        ok = False
+        # All simulated users share one client address, so an unpaced run meets the gateway's
+        # per-client feedback rate: a 429 is waited out (its Retry-After, bounded) and sent
+        # again, a bounded number of times, rather than silently thinning the signals.
+        for attempt in range(_FEEDBACK_ATTEMPTS):
+            try:
+                async with session.post(
+                    f"{self._base}/v1/feedback",
+                    data=orjson.dumps(body),
+                    headers=self._headers(user, None, None),
+                ) as resp:
+                    await resp.read()
+                    ok = resp.status < 300
+                    wait = _retry_after(resp) if resp.status == 429 else None
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                self.stats.last_error = f"feedback: {type(exc).__name__}: {exc}"
+                break
+            if wait is None or attempt == _FEEDBACK_ATTEMPTS - 1:
+                if not ok:
+                    self.stats.last_error = f"feedback: HTTP {resp.status}"
+                break
+            self.stats.feedback_retried += 1
+            await asyncio.sleep(min(wait, max(0.0, self._deadline - time.monotonic())))
         if ok:
             self.stats.feedback_sent += 1
             vs.feedback[signal.kind] = vs.feedback.get(signal.kind, 0) + 1
         else:
             self.stats.feedback_failed += 1
+
+
+_FEEDBACK_ATTEMPTS = 5
+_MAX_RETRY_AFTER_S = 5.0
+
+
+def _retry_after(resp: aiohttp.ClientResponse) -> float:
+    """The 429's Retry-After in seconds (1 s when absent or unreadable), at most 5 s."""
+    try:
+        wait = float(resp.headers.get("Retry-After", "1"))
+    except ValueError:
+        wait = 1.0
+    return min(_MAX_RETRY_AFTER_S, max(0.0, wait)) if wait == wait else 1.0
 
 
 async def _join(aws: Sequence[Awaitable[object]]) -> None:

@@ -312,7 +312,7 @@ static int render_event(Buf *rows, Buf *fold, Buf *seg, PyObject *e, int flag) {
     if (putc_(rows, '\n') < 0) goto done;
     if (flag) {
         /* lg_fold: experiment_id, variant, unit_id, ts, status, fallback, latency_ms, ttft_ms,
-         * prompt_tokens, completion_tokens, response_chars, segments, conv */
+         * prompt_tokens, completion_tokens, response_chars, segments, conv, category */
         if (put_int(fold, v[A_EXPERIMENT_ID]) < 0 || putc_(fold, '\t') < 0) goto done;
         if (put_str(fold, v[A_VARIANT]) < 0 || putc_(fold, '\t') < 0) goto done;
         if (put_str(fold, v[A_UNIT_ID]) < 0 || putc_(fold, '\t') < 0) goto done;
@@ -325,7 +325,8 @@ static int render_event(Buf *rows, Buf *fold, Buf *seg, PyObject *e, int flag) {
         if (put_int(fold, v[A_COMPLETION_TOKENS]) < 0 || putc_(fold, '\t') < 0) goto done;
         if (put_int(fold, v[A_RESPONSE_CHARS]) < 0 || putc_(fold, '\t') < 0) goto done;
         if (put(fold, seg->p, seg->n) < 0 || putc_(fold, '\t') < 0) goto done;
-        if (put(fold, flag == 2 ? "t\n" : "f\n", 2) < 0) goto done;
+        if (put(fold, flag == 2 ? "t\t" : "f\t", 2) < 0) goto done;
+        if (put_str(fold, v[A_CATEGORY]) < 0 || putc_(fold, '\n') < 0) goto done;
     }
     rc = 0;
 done:

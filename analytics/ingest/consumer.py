@@ -54,6 +54,7 @@ from contracts.events import (
     DecodeError,
     InteractionEvent,
     JudgeEvent,
+    NgramsEvent,
     decode,
 )
 from eventbus import (
@@ -263,7 +264,7 @@ def decode_batch(records: list[Message]) -> Batch:
         else:
             if isinstance(ev, InteractionEvent):
                 b.interactions.append(Raw(payload, topic, partition, offset, key, ev))
-            elif isinstance(ev, JudgeEvent):
+            elif isinstance(ev, (JudgeEvent, NgramsEvent)):
                 b.judgements.append(Raw(payload, topic, partition, offset, key, ev))
             else:
                 b.feedback.append(Raw(payload, topic, partition, offset, key))

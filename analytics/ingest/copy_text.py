@@ -254,6 +254,7 @@ def python_rows(
                 e.response_chars,
                 _segments_cached(row[_TAGS], e.tags),
                 e.conversation_id is None or id(e) in firsts,
+                e.category,
             ),
         )
 

@@ -4,10 +4,10 @@ Both ways of storing a batch's interactions — the COPY fast path (``copy_text`
 ``ON CONFLICT`` path (``write``) — put the rows they actually inserted and that count
 (primary calls in an experiment arm), narrowed to what the rollups read, into the session
 temp table ``lg_fold``; :func:`fold_interactions` then folds ``lg_fold`` into
-``unit_rollups``, ``segment_rollups``, ``latency_histograms`` and ``latency_samples``.
+``unit_rollups``, ``segment_rollups``, ``rl_rollups``, ``latency_histograms`` and ``latency_samples``.
 Feedback attributed by the batch is in ``lg_new_f``, folded by :func:`fold_feedback`.
 Nothing else defines how an event changes a rollup: the formulas are the two tables
-``INTERACTION_DELTAS`` and ``FEEDBACK_DELTAS``, the histogram bucket is :func:`bucket_sql`,
+``INTERACTION_DELTAS`` and ``FEEDBACK_DELTAS`` (``RL_*_DELTAS`` for ``rl_rollups``), the histogram bucket is :func:`bucket_sql`,
 an event's segments are :func:`segments_of`.
 
 Each row there is counted exactly once because it only appears when its raw row was
@@ -36,6 +36,7 @@ from typing import Any, Final
 import psycopg
 
 from analytics.ingest import samples
+from analytics.risks.curve import LENGTH_BINS_PER_DOUBLING
 from analytics.stats.quantile import BUCKETS_PER_E, MIN_BUCKETED
 from contracts.events import FEEDBACK_KINDS
 from contracts.tables import FEEDBACK_MEASURES, INTERACTION_MEASURES
@@ -69,19 +70,21 @@ CREATE TEMP TABLE IF NOT EXISTS lg_stage_i (
 CREATE TEMP TABLE IF NOT EXISTS lg_stage_f (doc json) ON COMMIT DELETE ROWS;
 CREATE TEMP TABLE IF NOT EXISTS lg_new_f (
     request_id text, kind text, value float8, ts timestamptz, experiment_id int, variant text,
-    unit_id text, tags jsonb
+    unit_id text, tags jsonb, status text, category text, completion_tokens int
 ) ON COMMIT DELETE ROWS;
 CREATE TEMP TABLE IF NOT EXISTS lg_fold (
     experiment_id int, variant text COLLATE "C", unit_id text COLLATE "C", ts timestamptz, status text,
     fallback bool, latency_ms float8, ttft_ms float8, prompt_tokens int, completion_tokens int,
-    response_chars int, segments text COLLATE "C", conv bool, tags_with_sep jsonb
+    response_chars int, segments text COLLATE "C", conv bool, tags_with_sep jsonb, category text COLLATE "C"
 ) ON COMMIT DELETE ROWS;
 """
 #: The ``lg_fold`` columns both paths write (``tags_with_sep`` only the ON CONFLICT path).
 FOLD_COLUMNS: Final = (
     "experiment_id, variant, unit_id, ts, status, fallback, latency_ms, ttft_ms, prompt_tokens,"
-    " completion_tokens, response_chars, segments, conv"
+    " completion_tokens, response_chars, segments, conv, category"
 )
+#: What ``lg_new_f`` rows carry of their response (the RL-risk fold's key), in this order.
+RESPONSE_COLUMNS: Final = ("status", "category", "completion_tokens")
 
 
 def segments_of(row: str) -> str:
@@ -138,6 +141,61 @@ FEEDBACK_DELTAS: Final = {
     "task_success_n": _rate("task_success"),
     "task_success_sum": _sum("task_success"),
 }
+#: The RL-risk detectors' rollup (``rl_rollups``): per (experiment, variant, unit, category,
+#: length bin) of primary ``ok`` responses, their count and completion tokens (from
+#: ``lg_fold``) and their counted thumbs (from ``lg_new_f``, once per response and kind).
+RL_INTERACTION_DELTAS: Final = {
+    "responses": "count(*)::float8",
+    "tokens": "sum(greatest(coalesce(completion_tokens, 0), 0))::float8",
+}
+RL_FEEDBACK_DELTAS: Final = {"thumbs_up": _rate("thumbs_up"), "thumbs_down": _rate("thumbs_down")}
+
+
+def length_bin_sql(tokens: str) -> str:
+    """The length bin of ``tokens`` completion tokens in SQL: ``analytics.risks.curve.length_bin``'s
+    rule, two bins per doubling (tests/analytics/ingest/test_rl_rollups.py checks both agree)."""
+    return (
+        f"floor({LENGTH_BINS_PER_DOUBLING} * ln(1 + greatest(coalesce({tokens}, 0), 0)::float8)"
+        " / ln(2.0::float8))::int"
+    )
+
+
+def _rl_upsert(deltas: dict[str, str], source: str) -> str:
+    cols = ", ".join(deltas)
+    add = ", ".join(f"{m} = t.{m} + EXCLUDED.{m}" for m in deltas)
+    return f"""
+INSERT INTO rl_rollups AS t (experiment_id, variant, unit_id, category, lbin, {cols})
+SELECT experiment_id, variant, unit_id, coalesce(category, 'other'), {length_bin_sql("completion_tokens")},
+    {", ".join(deltas.values())}
+FROM {source} WHERE status = 'ok'
+GROUP BY 1, 2, 3, 4, 5 ORDER BY 1, 2, 3, 4, 5
+ON CONFLICT (experiment_id, variant, unit_id, category, lbin) DO UPDATE SET {add}
+"""
+
+
+RL_FOLD: Final = _rl_upsert(RL_INTERACTION_DELTAS, "lg_fold").encode()
+RL_FEEDBACK_FOLD: Final = _rl_upsert(
+    RL_FEEDBACK_DELTAS, "(SELECT * FROM lg_new_f WHERE kind IN ('thumbs_up', 'thumbs_down')) f"
+).encode()
+
+#: The same rollup defined on the stored rows: one experiment's primary ``ok`` responses,
+#: each with its counted thumbs (the first attributed one with a value > 0 per kind, as
+#: ``feedback_counted`` keeps). The migration backfills with it; the report's per-row
+#: check (tests) and the benchmark read it in place of ``rl_rollups``.
+RL_ROWS: Final = f"""
+SELECT i.experiment_id, i.variant, i.unit_id, coalesce(i.category, 'other') AS category,
+    {length_bin_sql("i.completion_tokens")} AS lbin, count(*)::float8 AS responses,
+    sum(greatest(coalesce(i.completion_tokens, 0), 0))::float8 AS tokens,
+    count(*) FILTER (WHERE f.up)::float8 AS thumbs_up, count(*) FILTER (WHERE f.down)::float8 AS thumbs_down
+FROM interactions i LEFT JOIN (
+    SELECT request_id, bool_or(kind = 'thumbs_up') AS up, bool_or(kind = 'thumbs_down') AS down
+    FROM feedback WHERE experiment_id = :e AND kind IN ('thumbs_up', 'thumbs_down') AND value > 0
+    GROUP BY request_id
+) f USING (request_id)
+WHERE i.experiment_id = :e AND i.role = 'primary' AND i.status = 'ok' AND i.variant IS NOT NULL
+GROUP BY 1, 2, 3, 4, 5
+"""
+
 # A measure added to contracts.tables without its formula here fails at import, not later.
 assert tuple(INTERACTION_DELTAS) == INTERACTION_MEASURES, "one delta per interaction measure, in order"
 assert tuple(FEEDBACK_DELTAS) == FEEDBACK_MEASURES, "one delta per feedback measure, in order"
@@ -274,6 +332,7 @@ WHERE f.kind = ANY({_ONCE}) AND f.ctid NOT IN (SELECT c.row FROM cand c JOIN won
 def fold_interactions(pg: psycopg.Connection[Any]) -> None:
     """Fold ``lg_fold`` into the rollups, the latency samples and histograms (caller's transaction)."""
     pg.execute(FOLD)
+    pg.execute(RL_FOLD)
     pg.execute(SAMPLES)
     pg.execute(HISTOGRAMS)
 
@@ -282,4 +341,5 @@ def fold_feedback(pg: psycopg.Connection[Any]) -> None:
     """Fold ``lg_new_f`` (feedback attributed by this batch) into the rollups (caller's transaction)."""
     pg.execute(ONCE)
     pg.execute(FEEDBACK_FOLD)
+    pg.execute(RL_FEEDBACK_FOLD)
     pg.execute(COUNTERS)

@@ -47,7 +47,7 @@ from sqlalchemy.orm import Session
 from analytics.ingest import copy_text, rollups
 from analytics.ingest.dead_letters import DeadLetterRow, write_dead_letters
 from contracts import redaction
-from contracts.events import DecodeError, Event, InteractionEvent, JudgeEvent, decode, topic_for
+from contracts.events import DecodeError, Event, InteractionEvent, JudgeEvent, NgramsEvent, decode, topic_for
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +104,7 @@ WITH src AS (
     FROM src
     ON CONFLICT (event_id) DO NOTHING
     RETURNING event_id, request_id, ts, experiment_id, variant, unit_id, role, status, fallback, latency_ms,
-        ttft_ms, prompt_tokens, completion_tokens, response_chars, conversation_id, tags
+        ttft_ms, prompt_tokens, completion_tokens, response_chars, conversation_id, tags, category
 ), counted AS (
     SELECT * FROM ins WHERE role = 'primary' AND experiment_id IS NOT NULL AND variant IS NOT NULL
 ), fold AS (
@@ -120,7 +120,7 @@ WITH src AS (
                     SELECT x.experiment_id, x.role FROM interactions x
                     WHERE x.conversation_id = c.conversation_id OFFSET 0) x
                 WHERE x.role = 'primary' AND x.experiment_id = c.experiment_id)),
-        CASE WHEN s.sep THEN c.tags END
+        category, CASE WHEN s.sep THEN c.tags END
     FROM counted c CROSS JOIN LATERAL (
         SELECT string_agg(t.key || '=' || t.value, E'\\x1f') AS joined,
             coalesce(bool_or(strpos(t.key || t.value, E'\\x1f') > 0), false) AS sep
@@ -140,7 +140,7 @@ SELECT (SELECT count(*) FROM ins), (SELECT coalesce(array_agg(request_id), '{{}}
 def _primary_of(request_id: str) -> str:
     """LATERAL body: the primary interaction in an experiment of ``request_id`` (an SQL expression)."""
     return (
-        "SELECT x.experiment_id, x.variant, x.unit_id, x.tags"
+        "SELECT x.experiment_id, x.variant, x.unit_id, x.tags, x.status, x.category, x.completion_tokens"
         f" FROM (SELECT * FROM interactions y WHERE y.request_id = {request_id} OFFSET 0) x"
         " WHERE x.role = 'primary' AND x.experiment_id IS NOT NULL AND x.variant IS NOT NULL LIMIT 1"
     )
@@ -159,9 +159,10 @@ WITH src AS (
     RETURNING request_id, kind, value, ts, experiment_id, variant
 ), attributed AS (
     INSERT INTO lg_new_f
-    SELECT ins.request_id, ins.kind, ins.value, ins.ts, ins.experiment_id, ins.variant, i.unit_id, i.tags
+    SELECT ins.request_id, ins.kind, ins.value, ins.ts, ins.experiment_id, ins.variant, i.unit_id, i.tags,
+        i.status, i.category, i.completion_tokens
     FROM ins LEFT JOIN LATERAL (
-        SELECT x.unit_id, x.tags
+        SELECT x.unit_id, x.tags, x.status, x.category, x.completion_tokens
         FROM (SELECT * FROM interactions y WHERE y.request_id = ins.request_id OFFSET 0) x
         WHERE x.role = 'primary' AND x.experiment_id = ins.experiment_id
         LIMIT 1) i ON true
@@ -183,13 +184,14 @@ _AWAITING_FEEDBACK: Final = (
 # Then those rows, by primary key: attributed once (only while experiment_id is NULL).
 _ATTRIBUTE: Final = f"""
 WITH m AS (
-    SELECT f.event_id, i.experiment_id, i.variant, i.unit_id, i.tags
+    SELECT f.event_id, i.experiment_id, i.variant, i.unit_id, i.tags, i.status, i.category, i.completion_tokens
     FROM feedback f CROSS JOIN LATERAL ({_primary_of("f.request_id")}) i
     WHERE f.event_id = ANY(%s::uuid[]) AND f.experiment_id IS NULL
 ), upd AS (
     UPDATE feedback f SET experiment_id = m.experiment_id, variant = m.variant
     FROM m WHERE f.event_id = m.event_id AND f.experiment_id IS NULL
-    RETURNING f.request_id, f.kind, f.value, f.ts, m.experiment_id, m.variant, m.unit_id, m.tags
+    RETURNING f.request_id, f.kind, f.value, f.ts, m.experiment_id, m.variant, m.unit_id, m.tags, m.status,
+        m.category, m.completion_tokens
 )
 INSERT INTO lg_new_f SELECT * FROM upd
 """.encode()
@@ -225,7 +227,8 @@ WITH upd AS (
     FROM interactions i
     WHERE f.experiment_id IS NULL AND i.request_id = f.request_id
         AND i.role = 'primary' AND i.experiment_id IS NOT NULL AND i.variant IS NOT NULL
-    RETURNING f.request_id, f.kind, f.value, f.ts, i.experiment_id, i.variant, i.unit_id, i.tags
+    RETURNING f.request_id, f.kind, f.value, f.ts, i.experiment_id, i.variant, i.unit_id, i.tags, i.status,
+        i.category, i.completion_tokens
 )
 INSERT INTO lg_new_f SELECT * FROM upd
 """
@@ -464,11 +467,26 @@ ON CONFLICT (event_id) DO NOTHING
 """
 
 
+_NGRAMS_INSERT: Final = b"""
+INSERT INTO response_ngrams (event_id, ts, request_id, unit_id, role, key_id, experiment_id, variant, category,
+    grams)
+VALUES (%s, to_timestamp(%s), %s, %s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (event_id) DO NOTHING
+"""
+
+
 def write_judgements(pg: psycopg.Connection[Any], judgements: Sequence[Raw]) -> int:
-    """Store judge scores, once per (request, judge): their event id is derived from both."""
-    rows = []
+    """Store the sampled records of responses: judge scores, once per (request, judge), and
+    hashed n-grams, once per request (their event ids are derived from those)."""
+    rows, grams = [], []
     for raw in judgements:
         e = raw.event if raw.event is not None else decode(raw.payload)
+        if isinstance(e, NgramsEvent):
+            grams.append(
+                (e.event_id, e.ts, e.request_id, e.unit_id, e.role, e.key_id, e.experiment_id, e.variant,
+                 e.category, e.grams)
+            )  # fmt: skip
+            continue
         assert isinstance(e, JudgeEvent)
         rows.append(
             (
@@ -476,11 +494,13 @@ def write_judgements(pg: psycopg.Connection[Any], judgements: Sequence[Raw]) -> 
                 e.experiment_id, e.variant, e.pair_id, e.category, e.score, e.error_type,
             )
         )  # fmt: skip
-    if not rows:
-        return 0
+    stored = 0
     with pg.cursor() as cur:
-        cur.executemany(_JUDGEMENT_INSERT, rows)
-        return max(0, cur.rowcount)
+        for statement, values in ((_JUDGEMENT_INSERT, rows), (_NGRAMS_INSERT, grams)):
+            if values:
+                cur.executemany(statement, values)
+                stored += max(0, cur.rowcount)
+    return stored
 
 
 def ingest_raw(
@@ -568,7 +588,7 @@ class Encoded:
     interactions: list[Raw]
     feedback: list[Raw]
     dead: list[DeadLetterRow]  # events ``decode`` refuses, with the reason
-    judgements: list[Raw] = field(default_factory=list)  # judge scores (their own table)
+    judgements: list[Raw] = field(default_factory=list)  # judge scores and hashed n-grams (own tables)
 
 
 def encode_for_ingest(events: Sequence[Event]) -> Encoded:
@@ -591,7 +611,7 @@ def encode_for_ingest(events: Sequence[Event]) -> Encoded:
             out.dead.append(DeadLetterRow(topic_for(ev), None, None, ev.key, payload, exc.reason))
             continue
         raw = Raw(payload, topic_for(ev), event=ev)
-        if isinstance(ev, JudgeEvent):
+        if isinstance(ev, (JudgeEvent, NgramsEvent)):
             out.judgements.append(raw)
         else:
             (out.interactions if isinstance(ev, InteractionEvent) else out.feedback).append(raw)

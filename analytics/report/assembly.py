@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Protocol
 
 from sqlalchemy import Connection, text
@@ -48,6 +49,7 @@ from analytics.risks import Guardrail
 from analytics.stats.correction import benjamini_hochberg, holm
 from analytics.stats.sequential import DEFAULT_PLANNED_UNITS
 from analytics.stats.sufficient import SampleStats
+from contracts.ngrams import NgramKey, phrase_lookup
 from contracts.rollout_plan import RolloutPlanSchema
 
 #: Statuses after which the current look is an experiment's last (fixed-horizon tests valid).
@@ -118,6 +120,8 @@ class _Settings(Protocol):
     rollout_srm_grace_s: float
     rl_risks: bool
     rl_risks_max_age_s: float
+    ngram_key: str | None
+    ngram_phrases: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +150,10 @@ class ReportOptions:
     rl_risks_max_age_s: float = 0.0  # reuse the latest snapshot's section while younger
     judge_score_min: float = 1.0
     judge_score_max: float = 10.0
+    # Hashed n-grams: the deployment's key (its rows are read, and phrases hashed with it) and
+    # hash → text of the operator's phrase list (contracts.ngrams.phrase_lookup).
+    ngram_key: NgramKey | None = None
+    phrase_lookup: Mapping[int, str] = field(default_factory=dict)
 
     @classmethod
     def from_settings(cls, s: _Settings, rollout: RolloutPartLoader | None = None) -> ReportOptions:
@@ -159,6 +167,7 @@ class ReportOptions:
             srm_grace_s=s.rollout_srm_grace_s,
             rl_risks=s.rl_risks,
             rl_risks_max_age_s=s.rl_risks_max_age_s,
+            **ngram_options(s.ngram_key, s.ngram_phrases),
         )
 
     @property
@@ -167,6 +176,21 @@ class ReportOptions:
             alpha=self.alpha, power=self.power, mde=self.mde, planned_units=self.planned_units,
             min_units=self.min_units, cuped_theta=self.cuped_theta, proportion_test=self.proportion_test,
         )  # fmt: skip
+
+
+def ngram_options(key: str | None, phrases_file: str | None) -> dict[str, Any]:
+    """The key and the phrase list's lookup (a bad key or an unreadable list stops the
+    service at start: it would otherwise show hashes an operator expects resolved)."""
+    if not key:
+        if phrases_file:
+            raise ValueError("LIFTGATE_NGRAM_PHRASES needs LIFTGATE_NGRAM_KEY (the gateway's key)")
+        return {}
+    ngram_key = NgramKey(key)
+    phrases = Path(phrases_file).read_text(encoding="utf-8").splitlines() if phrases_file else []
+    return {
+        "ngram_key": ngram_key,
+        "phrase_lookup": phrase_lookup(ngram_key, (p for p in phrases if p.strip())),
+    }
 
 
 class ExperimentNotFound(LookupError):
@@ -581,6 +605,8 @@ def risk_options(conn: Connection, eid: int, opts: ReportOptions, compare: Compa
     return RiskOptions(
         alpha=opts.alpha, planned_units=compare.planned_units, min_units=compare.min_units,
         guardrails=plan_risk_guardrails(raw), score_min=opts.judge_score_min, score_max=opts.judge_score_max,
+        ngram_key_id=opts.ngram_key.key_id if opts.ngram_key is not None else None,
+        phrase_lookup=opts.phrase_lookup,
     )  # fmt: skip
 
 

@@ -1,32 +1,39 @@
-"""The report's RL-risks section: stored interactions, feedback and judgements → the pure
-detectors of :mod:`analytics.risks` → :class:`~analytics.report.risks_schema.RlRisks`.
+"""The report's RL-risks section: the RL-risk rollup, judgements and stored responses → the
+pure detectors of :mod:`analytics.risks` → :class:`~analytics.report.risks_schema.RlRisks`.
 
-One aggregate query per experiment reads every primary response of the control and the
-candidates once and groups it to one row per (unit, variant, category, length bin, judge
-score bin) with the sums every detector needs; the cost of the statistics grows with those
-rows, not with responses. Phrases read the most recent ``max_phrase_responses`` stored
-response texts per arm (content logging ``full``/``redacted``); a bounded sample, never the
-whole table.
+What is read, and what bounds the cost (``docs/rl-risks.md``, ``bench/report/README.md``):
+
+* ``rl_rollups`` (folded at ingest by ``analytics.ingest.rollups``: per unit, category and
+  length bin, the responses, completion tokens and counted thumbs). One pass groups it per
+  unit and sums per arm the sufficient statistics of the category mix, the capability
+  matrix and the length shift: every unit, in a few rows out.
+* The length decomposition's unit-clustered bootstrap reads its cells (unit × category ×
+  length bin) of a hash sample of units, at most about ``max_units`` (``units_share``).
+* The judge part reads judged responses one by one (score, category, outcome) for a hash
+  sample of units, at most about ``max_judged`` responses (``judge.judged_share``).
+* Phrases read the most recent ``max_phrase_responses`` stored response texts per arm
+  (content logging ``full``/``redacted``).
 
 The user outcome of a response (``satisfaction``) is its thumbs-up minus its thumbs-down
-(each counted once per response): +1, 0 (no vote) or −1. The capability matrix tests the
-thumbs-up rate, the thumbs-down rate and satisfaction per category (ratio metrics per
-unit: a unit's sum over its responses of that category / its responses of that category).
+(each counted once per response, the first with a value > 0): +1, 0 (no vote) or −1. The
+capability matrix tests the thumbs-up rate, the thumbs-down rate and satisfaction per
+category (ratio metrics per unit: a unit's sum over its responses of that category / its
+responses of that category).
 """
 
 from __future__ import annotations
 
-import re
 import time
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from scipy import sparse
 from sqlalchemy import Connection, text
 
+from analytics.ingest.rollups import RL_ROWS
 from analytics.report.risks_schema import (
     CapabilityPart,
     CategoryGuardrailRow,
@@ -59,8 +66,9 @@ from analytics.risks import (
     stuffed_phrases,
     verbosity,
 )
-from analytics.risks.curve import LENGTH_BINS_PER_DOUBLING
+from analytics.risks.curve import LENGTH_BINS_PER_DOUBLING, score_bin
 from analytics.stats import DEFAULT_PLANNED_UNITS, Direction, ErrorCode, MetricKind, SampleStats
+from contracts.ngrams import TEXT_MAX, grams, hash_label
 
 #: The user outcome of the decomposition and judge parts.
 OUTCOME = "satisfaction"
@@ -72,8 +80,7 @@ MATRIX_METRICS: dict[str, tuple[Direction, str]] = {
 }
 SCORE_BINS = 10
 _INSUFFICIENT = {ErrorCode.TOO_FEW_UNITS, ErrorCode.EMPTY_VARIANT, ErrorCode.ZERO_VARIANCE, ErrorCode.NO_DATA}
-_WORD = re.compile(r"[a-z0-9]+(?:'[a-z0-9]+)?")
-_MAX_TEXT = 4000  # characters of a response tokenised for phrases
+_MAX_TEXT = TEXT_MAX  # characters of a response tokenised for phrases
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,47 +99,95 @@ class RiskOptions:
     # Above this many units the detectors read a random subset of units (by a hash of the
     # unit id, the same for both arms): the cost stays bounded, every test stays valid.
     max_units: int = 100_000
+    # The judge part reads at most about this many judged responses (a smaller unit sample).
+    max_judged: int = 200_000
+    # Hashed n-grams (content logging ``hashed``): read the rows made with this key (None: the
+    # key of the newest row), and show the text of hashes this lookup resolves.
+    ngram_key_id: str | None = None
+    phrase_lookup: Mapping[int, str] = field(default_factory=dict)
 
 
-_GROUPS = text(
+#: The rollup the detectors read: ``rl_rollups`` (folded at ingest), or the same relation
+#: computed from the stored rows (``rows=True``: the per-row definition, for checks).
+_ROLLUPS = "rl_rollups"
+_ROWS = f"({RL_ROWS})"
+_WORK_MEM = "256MB"
+#: Above this many categories the per-unit pivot (3 columns per category) would exceed
+#: PostgreSQL's column limit; the gateway assigns at most 64 rule categories and ``other``.
+MAX_CATEGORIES = 400
+
+_CATEGORIES = (
+    "SELECT DISTINCT category FROM {src} r WHERE r.experiment_id = :e AND r.variant = ANY(:variants)"
+)
+
+
+def _pivot_sql(src: str, k: int) -> str:
+    """One pass over the experiment's rollup rows: per unit (GROUP BY variant, unit) its
+    responses, tokens and, per category c0..c{k-1}, responses / thumbs up / thumbs down;
+    then per variant the sums over units the detectors' sufficient statistics need: six
+    scalars, 12 per category (an array) and the K(K−1)/2 cross-products of the mix (an
+    array: any number of categories stays within PostgreSQL's column limit).
+
+    Units are grouped by a 64-bit hash of their id (``_CELLS``): a sort or hash of integers,
+    not of collated text, and no index-ordered walk of the heap (rows are stored in arrival
+    order: an index scan in key order read 2.7M pages at 10M interactions)."""
+    per_unit = ["sum(responses) AS n", "sum(tokens) AS t"]
+    per_category: list[str] = []
+    cross: list[str] = []
+    for i in range(k):
+        per_unit += [f"sum({c}) FILTER (WHERE category = :c{i}) AS {a}{i}"
+                     for c, a in (("responses", "n"), ("thumbs_up", "u"), ("thumbs_down", "d"))]  # fmt: skip
+        per_category += [f"count(n{i})", f"sum(n{i})", f"sum(n{i} * n{i})"]
+        for x in (f"u{i}", f"d{i}", f"(u{i} - d{i})"):
+            per_category += [f"sum({x})", f"sum({x} * {x})", f"sum({x} * n{i})"]
+        cross += [f"sum(coalesce(n{i}, 0) * coalesce(n{j}, 0))" for j in range(i + 1, k)]
+    return f"""
+    WITH u AS (
+        SELECT variant, {", ".join(per_unit)}
+        FROM {src} r WHERE r.experiment_id = :e AND r.variant = ANY(:variants)
+        GROUP BY variant, hashtextextended(unit_id, 0)
+    )
+    SELECT variant, count(*), sum(n), sum(n * n), sum(t), sum(t * t), sum(t * n),
+           ARRAY[{", ".join(per_category)}]::float8[], ARRAY[{", ".join(cross) or "NULL"}]::float8[]
+    FROM u GROUP BY variant
     """
-    WITH r AS (
-        SELECT i.request_id, i.unit_id, i.variant, coalesce(i.category, 'other') AS category,
-               greatest(coalesce(i.completion_tokens, 0), 0) AS tokens
-        FROM interactions i
-        WHERE i.experiment_id = :e AND i.role = 'primary' AND i.status = 'ok'
-          AND i.variant = ANY(:variants)
-          AND (:ppm >= 1000000 OR (hashtext(i.unit_id) & 2147483647) % 1000000 < :ppm)
-    ), f AS (
-        SELECT request_id, max((kind = 'thumbs_up')::int) AS up, max((kind = 'thumbs_down')::int) AS down
-        FROM feedback
-        WHERE experiment_id = :e AND kind IN ('thumbs_up', 'thumbs_down')
-        GROUP BY request_id
-    ), j AS (
+
+
+# The cells of the length decomposition: one row per (unit, category, length bin), of a
+# hash sample of units (the same units in every arm); unit ids as 64-bit hashes (dense
+# codes in Python; a collision among a million units has probability ~3e-8).
+_CELLS = """
+SELECT variant, hashtextextended(unit_id, 0), category, lbin, responses, thumbs_up - thumbs_down
+FROM {src} r WHERE r.experiment_id = :e AND r.variant = ANY(:variants) AND responses > 0
+  AND (:ppm >= 1000000 OR (hashtext(unit_id) & 2147483647) % 1000000 < :ppm)
+"""
+
+# Judged responses (a hash sample of units, bounded): the judge score (mean over judges),
+# the response's category and its outcome (counted thumbs: the first with a value > 0).
+_JUDGED = text(
+    """
+    WITH j AS (
         SELECT request_id, avg(score) AS score
         FROM judgements
         WHERE experiment_id = :e AND role = 'primary' AND status = 'ok' AND score IS NOT NULL
+          AND (:ppm >= 1000000 OR (hashtext(unit_id) & 2147483647) % 1000000 < :ppm)
         GROUP BY request_id
-    ), x AS (
-        SELECT r.unit_id, r.variant, r.category, r.tokens, j.score,
-               coalesce(f.up, 0) AS up, coalesce(f.down, 0) AS down,
-               coalesce(f.up, 0) - coalesce(f.down, 0) AS y
-        FROM r LEFT JOIN f USING (request_id) LEFT JOIN j USING (request_id)
     )
-    SELECT unit_id, variant, category,
-           floor(:lb * ln(1 + tokens::float8) / ln(2.0::float8))::int AS lbin,
-           CASE WHEN score IS NULL THEN -1
-                ELSE least(:sb - 1, greatest(0, floor((score - :lo) / :sw)))::int END AS sbin,
-           count(*), sum(tokens), sum(up), sum(down), sum(y),
-           count(score), coalesce(sum(score), 0), coalesce(sum(score * score), 0),
-           coalesce(sum(score * y) FILTER (WHERE score IS NOT NULL), 0),
-           coalesce(sum(y) FILTER (WHERE score IS NOT NULL), 0),
-           coalesce(sum(y * y) FILTER (WHERE score IS NOT NULL), 0)
-    FROM x
-    GROUP BY 1, 2, 3, 4, 5
+    SELECT i.variant, hashtextextended(i.unit_id, 0), coalesce(i.category, 'other'), j.score,
+           (EXISTS (SELECT 1 FROM feedback f WHERE f.request_id = j.request_id AND f.experiment_id = :e
+                      AND f.kind = 'thumbs_up' AND f.value > 0))::int
+         - (EXISTS (SELECT 1 FROM feedback f WHERE f.request_id = j.request_id AND f.experiment_id = :e
+                      AND f.kind = 'thumbs_down' AND f.value > 0))::int
+    FROM j CROSS JOIN LATERAL (
+        SELECT x.variant, x.unit_id, x.category
+        FROM (SELECT * FROM interactions y WHERE y.request_id = j.request_id OFFSET 0) x
+        WHERE x.experiment_id = :e AND x.role = 'primary' AND x.status = 'ok' AND x.variant = ANY(:variants)
+        LIMIT 1) i
     """
 )
-_COLUMNS = ("n", "tokens", "up", "down", "y", "nj", "s", "ss", "sy", "yj", "yyj")
+_JUDGED_COUNT = text(
+    "SELECT count(*) FROM judgements WHERE experiment_id = :e AND role = 'primary' AND status = 'ok'"
+)
 
 _TEXTS = text(
     """
@@ -154,64 +209,104 @@ _TEXTS = text(
 )
 
 
-@dataclass(frozen=True, slots=True, eq=False)
-class _Groups:
-    """The aggregate rows as arrays: unit (dense over all arms), arm name, category code."""
+@dataclass(frozen=True, slots=True)
+class _Arm:
+    """One arm's sums over its units (``_pivot_sql``): the sufficient statistics of the
+    category mix, the capability matrix and the length shift."""
 
-    unit: np.ndarray
-    variant: np.ndarray  # object array of variant names
-    category: np.ndarray
+    units: int
+    length: SampleStats  # per unit: completion tokens / responses (a ratio metric)
+    mix: MixStats
+    ratio: dict[tuple[str, str], SampleStats]  # (category, "up"|"down"|"y") → Σ over units in it
+
+
+@dataclass(frozen=True, slots=True)
+class _Totals:
     categories: tuple[str, ...]
-    lbin: np.ndarray
-    sbin: np.ndarray
-    v: dict[str, np.ndarray]
+    arms: dict[str, _Arm]
+
+    def arm(self, variant: str) -> _Arm:
+        k = len(self.categories)
+        empty = _Arm(0, SampleStats(0, 0.0, 0.0), MixStats(0, (0.0,) * k, ((0.0,) * k,) * k), {})
+        return self.arms.get(variant, empty)
 
 
-def _units_share(conn: Connection, eid: int, opts: RiskOptions) -> float:
-    """The share of units the detectors read (1.0 up to ``max_units`` units)."""
-    units = conn.execute(
-        text("SELECT count(*) FROM unit_rollups WHERE experiment_id = :e"), {"e": eid}
-    ).scalar()
-    if not units:  # no rollups (tests, raw rows only): count the raw rows' units
-        units = conn.execute(
-            text("SELECT count(DISTINCT unit_id) FROM interactions WHERE experiment_id = :e"), {"e": eid}
-        ).scalar()
-    return min(1.0, opts.max_units / units) if units else 1.0
+def _f(v: Any) -> float:
+    return float(v) if v is not None else 0.0
 
 
-def _load_groups(
-    conn: Connection, eid: int, variants: Sequence[str], opts: RiskOptions, share: float = 1.0
-) -> _Groups:
-    width = (opts.score_max - opts.score_min) / SCORE_BINS
-    rows = conn.execute(
-        _GROUPS,
-        {"ppm": round(share * 1_000_000), "e": eid, "variants": list(variants), "lb": LENGTH_BINS_PER_DOUBLING,
-         "sb": SCORE_BINS, "lo": opts.score_min, "sw": width},
-    ).all()  # fmt: skip
+def _parse_arm(row: Sequence[Any], categories: tuple[str, ...]) -> _Arm:
+    units, n, nn, t, tt, tn = (_f(v) for v in row[1:7])
+    per_category, pairs = list(row[7]), iter(row[8])
+    k = len(categories)
+    sums = [0.0] * k
+    cross = [[0.0] * k for _ in range(k)]
+    ratio: dict[tuple[str, str], SampleStats] = {}
+    for i, c in enumerate(categories):
+        vals = [_f(v) for v in per_category[12 * i : 12 * (i + 1)]]
+        units_i, n_i, nn_i = int(vals[0]), vals[1], vals[2]
+        for m, col in enumerate(("up", "down", "y")):
+            x, xx, xn = vals[3 + 3 * m : 6 + 3 * m]
+            ratio[(c, col)] = SampleStats(units_i, x, xx, n_i, nn_i, xn)
+        sums[i] = n_i
+        cross[i][i] = nn_i
+        for j in range(i + 1, k):
+            cross[i][j] = cross[j][i] = _f(next(pairs))
+    mix = MixStats(int(units), tuple(sums), tuple(tuple(r) for r in cross))
+    return _Arm(int(units), SampleStats(int(units), t, tt, n, nn, tn), mix, ratio)
+
+
+def _load_totals(conn: Connection, eid: int, variants: Sequence[str], src: str) -> _Totals:
+    params: dict[str, Any] = {"e": eid, "variants": list(variants)}
+    categories = tuple(sorted(r[0] for r in conn.execute(text(_CATEGORIES.format(src=src)), params)))
+    if len(categories) > MAX_CATEGORIES:
+        raise TooManyCategories(len(categories))
+    if not categories:
+        return _Totals((), {})
+    params |= {f"c{i}": c for i, c in enumerate(categories)}
+    # One hash table of a million units fits in ~250 MB: granted to this statement only
+    # (PostgreSQL spills to disk beyond work_mem, so memory stays bounded either way).
+    previous = conn.execute(text("SELECT current_setting('work_mem')")).scalar_one()
+    conn.execute(text("SELECT set_config('work_mem', :m, true)"), {"m": _WORK_MEM})
+    try:
+        rows = conn.execute(text(_pivot_sql(src, len(categories))), params).all()
+    finally:
+        conn.execute(text("SELECT set_config('work_mem', :m, true)"), {"m": previous})
+    return _Totals(categories, {r[0]: _parse_arm(r, categories) for r in rows})
+
+
+class TooManyCategories(ValueError):
+    def __init__(self, k: int) -> None:
+        super().__init__(f"{k} task categories: the detectors handle at most {MAX_CATEGORIES}")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _Sample:
+    """Per-row arrays of a unit sample (cells or judged responses): ``arm`` 0 control, 1
+    candidate; ``unit`` dense codes over both arms; ``category`` codes into ``categories``."""
+
+    arm: np.ndarray
+    unit: np.ndarray
+    category: np.ndarray
+    bin: np.ndarray
+    n: np.ndarray
+    y: np.ndarray
+    x: np.ndarray  # the judge score (judged responses); empty for cells
+
+
+def _sample(rows: Sequence[Any], control: str, candidate: str, bins: Any) -> _Sample:
+    """Rows (variant, unit hash, category, bin-or-score, n, y) of the two arms → arrays."""
+    rows = [r for r in rows if r[0] in (control, candidate)]
     if not rows:
-        empty = np.zeros(0, dtype=np.int64)
-        return _Groups(empty, np.zeros(0, dtype=object), empty, (), empty, empty,
-                       {name: np.zeros(0) for name in _COLUMNS})  # fmt: skip
-    table = np.array(rows, dtype=object)  # column-wise conversion: no per-value Python loop
-    _, unit_codes = np.unique(table[:, 0].astype(str), return_inverse=True)
-    categories_all, cat_codes = np.unique(table[:, 2].astype(str), return_inverse=True)
-    cols = table[:, 5:].astype(float)
-    return _Groups(
-        unit=unit_codes.astype(np.int64).reshape(-1),
-        variant=table[:, 1].astype(str).astype(object),
-        category=cat_codes.astype(np.int64).reshape(-1),
-        categories=tuple(str(c) for c in categories_all),
-        lbin=table[:, 3].astype(np.int64),
-        sbin=table[:, 4].astype(np.int64),
-        v={name: cols[:, i] for i, name in enumerate(_COLUMNS)},
-    )
-
-
-def _unit_sums(g: _Groups, mask: np.ndarray, keys: np.ndarray, columns: Sequence[str]) -> list[np.ndarray]:
-    """Per distinct ``keys`` value among ``mask`` rows, the sums of ``columns`` (same order)."""
-    _, inv = np.unique(keys[mask], return_inverse=True)
-    inv = inv.reshape(-1)
-    return [np.bincount(inv, weights=g.v[c][mask]) for c in columns]
+        e = np.zeros(0, dtype=np.int64)
+        return _Sample(e, e, e, e, np.zeros(0), np.zeros(0), np.zeros(0))
+    variant, uh, cat, b, n, y = zip(*rows, strict=True)
+    arm = (np.array(variant, dtype=object) == candidate).astype(np.int64)
+    _, unit = np.unique(np.array(uh, dtype=np.int64), return_inverse=True)
+    _, category = np.unique(np.array(cat, dtype=object).astype(str), return_inverse=True)
+    raw = np.array(b, dtype=float)
+    return _Sample(arm, unit.reshape(-1).astype(np.int64), category.reshape(-1).astype(np.int64),
+                   bins(raw), np.array(n, dtype=float), np.array(y, dtype=float), raw)  # fmt: skip
 
 
 def _ratio_stats(x: np.ndarray, y: np.ndarray) -> SampleStats:
@@ -252,20 +347,10 @@ def _too_few(n_c: int, n_t: int, need: int, what: str = "units") -> str | None:
 # --- parts ---------------------------------------------------------------------------------
 
 
-def _mix(g: _Groups, arms: tuple[np.ndarray, np.ndarray], opts: RiskOptions) -> CategoryMixPart:
-    k = len(g.categories)
-    stats = []
-    n_units = []
-    for mask in arms:
-        _, unit = np.unique(g.unit[mask], return_inverse=True)
-        unit = unit.reshape(-1)
-        m = np.zeros((int(unit.max()) + 1 if len(unit) else 0, k))
-        np.add.at(m, (unit, g.category[mask]), g.v["n"][mask])
-        stats.append(MixStats.from_counts(m))
-        n_units.append(m.shape[0])
-    if (why := _too_few(n_units[0], n_units[1], opts.min_units)) is not None:
+def _mix(tot: _Totals, arms: tuple[_Arm, _Arm], opts: RiskOptions) -> CategoryMixPart:
+    if (why := _too_few(arms[0].units, arms[1].units, opts.min_units)) is not None:
         return CategoryMixPart(state="insufficient_data", reason=why)
-    res = category_mix(g.categories, stats[0], stats[1])
+    res = category_mix(tot.categories, arms[0].mix, arms[1].mix)
     shares = [
         CategoryShareRow(category=s.category, control=s.control, candidate=s.candidate,
                          difference=s.difference, std_error=s.std_error)
@@ -277,19 +362,15 @@ def _mix(g: _Groups, arms: tuple[np.ndarray, np.ndarray], opts: RiskOptions) -> 
     )  # fmt: skip
 
 
-def _capability(g: _Groups, arms: tuple[np.ndarray, np.ndarray], opts: RiskOptions) -> CapabilityPart:
+def _capability(tot: _Totals, arms: tuple[_Arm, _Arm], opts: RiskOptions) -> CapabilityPart:
     metrics = list(MATRIX_METRICS)
     inputs: list[MatrixInput] = []
     skipped: list[MatrixCellRow] = []
-    for code, category in enumerate(g.categories):
-        per_arm = []
-        for mask in arms:
-            m = mask & (g.category == code)
-            sums = _unit_sums(g, m, g.unit, ["n", "up", "down", "y"]) if m.any() else [np.zeros(0)] * 4
-            per_arm.append(dict(zip(["n", "up", "down", "y"], sums, strict=True)))
+    empty = SampleStats(0, 0.0, 0.0)
+    for category in tot.categories:
         for metric in metrics:
             direction, col = MATRIX_METRICS[metric]
-            sc, st = (_ratio_stats(a[col], a["n"]) for a in per_arm)
+            sc, st = (a.ratio.get((category, col), empty) for a in arms)
             if (why := _too_few(sc.n, st.n, opts.min_units)) is not None:
                 skipped.append(
                     MatrixCellRow(
@@ -333,25 +414,23 @@ def _capability(g: _Groups, arms: tuple[np.ndarray, np.ndarray], opts: RiskOptio
     state: RiskState = "ok" if inputs else "insufficient_data"
     reason = None if inputs else "no category has enough units in both arms yet"
     return CapabilityPart(
-        state=state, reason=reason, metrics=metrics, categories=list(g.categories), cells=cells,
+        state=state, reason=reason, metrics=metrics, categories=list(tot.categories), cells=cells,
         guardrails=sorted(guards, key=lambda r: (r.metric, r.category)),
         harmed=[f"{m}/{c}" for m, c in matrix.harmed_categories],
         breached=[f"{m}/{c}" for m, c in matrix.breached],
     )  # fmt: skip
 
 
-def _curve(
-    g: _Groups, arms: tuple[np.ndarray, np.ndarray], bins: np.ndarray, n: str, y: str, edges: Any
-) -> list[CurvePoint]:
+def _curve(s: _Sample, edges: Any) -> list[CurvePoint]:
     """Mean outcome per bin and arm, pooled over categories (the chart's points)."""
     out = []
-    for b in np.unique(bins[arms[0] | arms[1]]).tolist():
+    for b in np.unique(s.bin).tolist():
         if b < 0:
             continue
         vals = []
-        for mask in arms:
-            m = mask & (bins == b)
-            nn, yy = float(g.v[n][m].sum()), float(g.v[y][m].sum())
+        for a in (0, 1):
+            m = (s.arm == a) & (s.bin == b)
+            nn, yy = float(s.n[m].sum()), float(s.y[m].sum())
             vals.append((int(nn), yy / nn if nn > 0 else None))
         low, high = edges(b)
         out.append(CurvePoint(bin=int(b), low=low, high=high, control_n=vals[0][0], control_outcome=vals[0][1],
@@ -363,43 +442,14 @@ def _length_edges(b: int) -> tuple[float, float]:
     return 2 ** (b / LENGTH_BINS_PER_DOUBLING) - 1, 2 ** ((b + 1) / LENGTH_BINS_PER_DOUBLING) - 1
 
 
-def _cells(g: _Groups, arms: tuple[np.ndarray, np.ndarray], bins: np.ndarray, n: str, y: str) -> Cells:
-    both = (arms[0] | arms[1]) & (g.v[n] > 0)
-    _, unit = np.unique(g.unit[both], return_inverse=True)
-    return _aggregate_cells(
-        unit.reshape(-1),
-        arms[1][both].astype(np.int64),
-        g.category[both],
-        bins[both],
-        g.v[n][both],
-        g.v[y][both],
-    )
+def _cells(s: _Sample) -> Cells:
+    return Cells(s.unit, s.arm, s.category, s.bin, s.n, s.y)
 
 
-def _aggregate_cells(
-    unit: np.ndarray, arm: np.ndarray, category: np.ndarray, bins: np.ndarray, n: np.ndarray, y: np.ndarray
-) -> Cells:
-    """Rows already aggregated by SQL, merged to one per (unit, arm, category, bin)."""
-    keys = np.stack([unit, arm, category, bins], axis=1)
-    uniq, inv = np.unique(keys, axis=0, return_inverse=True)
-    inv = inv.reshape(-1)
-    return Cells(
-        uniq[:, 0], uniq[:, 1], uniq[:, 2], uniq[:, 3],
-        np.bincount(inv, weights=n, minlength=len(uniq)), np.bincount(inv, weights=y, minlength=len(uniq)),
-    )  # fmt: skip
-
-
-def _verbosity(
-    g: _Groups, arms: tuple[np.ndarray, np.ndarray], n_units: tuple[int, int], opts: RiskOptions
-) -> VerbosityPart:
-    if (why := _too_few(*n_units, opts.min_units)) is not None:
+def _verbosity(arms: tuple[_Arm, _Arm], cells: _Sample, opts: RiskOptions) -> VerbosityPart:
+    if (why := _too_few(arms[0].units, arms[1].units, opts.min_units)) is not None:
         return VerbosityPart(state="insufficient_data", reason=why, outcome=OUTCOME)
-    lengths = []
-    for mask in arms:
-        tokens, n = _unit_sums(g, mask, g.unit, ["tokens", "n"])
-        lengths.append(_ratio_stats(tokens, n))
-    cells = _cells(g, arms, g.lbin, "n", "y")
-    res = verbosity(lengths[0], lengths[1], cells, opts.alpha, opts.planned_units,
+    res = verbosity(arms[0].length, arms[1].length, _cells(cells), opts.alpha, opts.planned_units,
                     replicates=opts.replicates, seed=opts.seed)  # fmt: skip
     sh, dec = res.length, res.decomposition
     error = sh.error or dec.error
@@ -407,7 +457,7 @@ def _verbosity(
         state=_state_of(error), reason=sh.message or dec.message, outcome=OUTCOME, tokens_control=sh.control,
         tokens_candidate=sh.candidate, shift=_ev(sh.shift), relative_shift=sh.relative, longer=sh.longer,
         decomposition=_dec(dec), gain_is_length=res.gain_is_length, no_gain=res.no_gain, alarm=res.alarm,
-        curve=_curve(g, arms, g.lbin, "n", "y", _length_edges),
+        curve=_curve(cells, _length_edges),
     )  # fmt: skip
 
 
@@ -421,27 +471,30 @@ def _judges(conn: Connection, eid: int) -> list[str]:
     return [r[0] for r in rows]
 
 
-def _judge(
-    conn: Connection, eid: int, g: _Groups, arms: tuple[np.ndarray, np.ndarray], opts: RiskOptions
-) -> JudgePart:
-    judged = [mask & (g.v["nj"] > 0) for mask in arms]
-    counts = [int(g.v["nj"][m].sum()) for m in judged]
-    base: dict[str, Any] = {"outcome": OUTCOME, "judged_control": counts[0], "judged_candidate": counts[1]}
+def _judged_share(conn: Connection, eid: int, share: float, opts: RiskOptions) -> float:
+    """The unit share the judge part reads: the section's, lowered so that about
+    ``max_judged`` judged responses are read at most."""
+    judged = conn.execute(_JUDGED_COUNT, {"e": eid}).scalar() or 0
+    return min(share, opts.max_judged / judged) if judged else share
+
+
+def _judge(conn: Connection, eid: int, judged: _Sample, share: float, opts: RiskOptions) -> JudgePart:
+    masks = [judged.arm == 0, judged.arm == 1]
+    counts = [int(m.sum()) for m in masks]
+    base: dict[str, Any] = {"outcome": OUTCOME, "judged_control": counts[0], "judged_candidate": counts[1],
+                            "judged_share": share}  # fmt: skip
     if counts[0] + counts[1] == 0:
         return JudgePart(
             state="unavailable", reason="no judge scores: configure the gateway's judge sampler", **base
         )
     base["judges"] = _judges(conn, eid)
-    means = [float(g.v["s"][m].sum()) / c if c else None for m, c in zip(judged, counts, strict=True)]
+    means = [float(judged.x[m].mean()) if c else None for m, c in zip(masks, counts, strict=True)]
     base |= {"mean_score_control": means[0], "mean_score_candidate": means[1]}
-    units = [len(np.unique(g.unit[m])) for m in judged]
+    units = [len(np.unique(judged.unit[m])) for m in masks]
     if (why := _too_few(units[0], units[1], opts.min_units, "units with judged responses")) is not None:
         return JudgePart(state="insufficient_data", reason=why, **base)
-    cells = _cells(g, (judged[0], judged[1]), g.sbin, "nj", "yj")
-    pairs = []
-    for m in judged:
-        n, s, y, ss, yy, sy = _unit_sums(g, m, g.unit, ["nj", "s", "yj", "ss", "yyj", "sy"])
-        pairs.append(PairMoments(n, s, y, ss, yy, sy))
+    cells = Cells.from_responses(judged.unit, judged.arm, judged.category, judged.bin, judged.y)
+    pairs = [PairMoments.from_responses(judged.unit[m], judged.x[m], judged.y[m]) for m in masks]
     res = judge_divergence(
         cells, (pairs[0], pairs[1]), opts.alpha, opts.planned_units, opts.replicates, opts.seed
     )
@@ -457,24 +510,21 @@ def _judge(
         summary=res.summary, divergence=_ev(res.divergence), diverged=res.diverged, decomposition=_dec(dec),
         correlation_control=corr.control if corr else None, correlation_candidate=corr.candidate if corr else None,
         correlation_drop=_ev(corr.drop) if corr else None, correlation_dropped=bool(corr and corr.dropped),
-        alarm=res.alarm, curve=_curve(g, (judged[0], judged[1]), g.sbin, "nj", "yj", edges), **base,
+        alarm=res.alarm, curve=_curve(judged, edges), **base,
     )  # fmt: skip
 
 
 def ngrams(text_: str) -> set[str]:
-    """Word 1–3-grams of a response (lower-cased words of letters, digits and inner apostrophes)."""
-    words = _WORD.findall(text_[:_MAX_TEXT].lower())
-    out = set(words)
-    out.update(" ".join(words[i : i + 2]) for i in range(len(words) - 1))
-    out.update(" ".join(words[i : i + 3]) for i in range(len(words) - 2))
-    return out
+    """Word 1–3-grams of a response: the tokenisation of the gateway's hashed n-grams and of
+    an operator's phrase list (:mod:`contracts.ngrams`), so the two sources agree."""
+    return grams(text_)
 
 
 @dataclass(frozen=True, slots=True)
 class _Texts:
     unit: list[str]
     category: list[str]
-    grams: list[set[str]]
+    grams: list[set[Any]]  # gram texts, or their keyed hashes (content logging hashed)
     y: np.ndarray
     score: np.ndarray  # NaN: not judged
 
@@ -490,10 +540,58 @@ def _load_texts(conn: Connection, eid: int, variant: str, opts: RiskOptions) -> 
     )  # fmt: skip
 
 
-def _phrase_arm(t: _Texts, vocab: dict[str, int]) -> tuple[PhraseArm, sparse.csr_matrix]:
+_HASHED = text(
+    """
+    WITH r AS (
+        SELECT request_id, unit_id, coalesce(category, 'other') AS category, grams
+        FROM response_ngrams
+        WHERE experiment_id = :e AND variant = :v AND role = 'primary' AND key_id = :k
+        ORDER BY ts DESC LIMIT :n
+    )
+    SELECT r.unit_id, r.category, r.grams,
+           (SELECT coalesce(max((kind = 'thumbs_up')::int), 0) - coalesce(max((kind = 'thumbs_down')::int), 0)
+              FROM feedback f WHERE f.request_id = r.request_id AND f.experiment_id = :e
+               AND kind IN ('thumbs_up', 'thumbs_down')),
+           (SELECT avg(score) FROM judgements j WHERE j.request_id = r.request_id AND j.experiment_id = :e
+               AND j.role = 'primary' AND j.status = 'ok')
+    FROM r
+    """
+)
+
+
+def _load_hashed(conn: Connection, eid: int, variant: str, key_id: str | None, opts: RiskOptions) -> _Texts:
+    """The gateway's n-gram hashes of the most recent sampled responses (content logging
+    ``hashed``), made with ``key_id``'s key."""
+    rows = conn.execute(_HASHED, {"e": eid, "v": variant, "k": key_id, "n": opts.max_phrase_responses}).all()
+    return _Texts(
+        unit=[r[0] for r in rows], category=[r[1] for r in rows], grams=[set(r[2]) for r in rows],
+        y=np.array([float(r[3] or 0) for r in rows]),
+        score=np.array([float(r[4]) if r[4] is not None else np.nan for r in rows]),
+    )  # fmt: skip
+
+
+def _hashed_input(
+    conn: Connection, eid: int, control: str, candidate: str, opts: RiskOptions
+) -> tuple[_Texts, _Texts] | None:
+    """Both arms' hashed n-grams when the experiment logs content ``hashed`` (None otherwise:
+    its ``response`` column then holds text, never a digest)."""
+    mode = conn.execute(text("SELECT content_logging FROM experiments WHERE id = :e"), {"e": eid}).scalar()
+    if mode != "hashed":
+        return None
+    key_id = (
+        opts.ngram_key_id
+        or conn.execute(
+            text("SELECT key_id FROM response_ngrams WHERE experiment_id = :e ORDER BY ts DESC LIMIT 1"),
+            {"e": eid},
+        ).scalar()
+    )
+    return _load_hashed(conn, eid, control, key_id, opts), _load_hashed(conn, eid, candidate, key_id, opts)
+
+
+def _phrase_arm(t: _Texts, vocab: Mapping[Hashable, int]) -> tuple[PhraseArm, sparse.csr_matrix]:
     rows, cols = [], []
-    for i, grams in enumerate(t.grams):
-        for w in grams:
+    for i, response_grams in enumerate(t.grams):
+        for w in response_grams:
             j = vocab.get(w)
             if j is not None:
                 rows.append(i)
@@ -519,34 +617,59 @@ def _mean(values: np.ndarray) -> float | None:
 
 
 def _phrases(conn: Connection, eid: int, control: str, candidate: str, opts: RiskOptions) -> PhrasePart:
-    tc, tt = _load_texts(conn, eid, control, opts), _load_texts(conn, eid, candidate, opts)
-    base: dict[str, Any] = {"responses_control": len(tc.grams), "responses_candidate": len(tt.grams)}
+    hashed = _hashed_input(conn, eid, control, candidate, opts)
+    if hashed is None:
+        tc, tt = _load_texts(conn, eid, control, opts), _load_texts(conn, eid, candidate, opts)
+    else:
+        tc, tt = hashed
+    part = phrase_part(tc, tt, hashed is not None, opts)
+    if hashed is not None and part.state == "unavailable" and opts.ngram_key_id is not None:
+        other = conn.execute(
+            text("SELECT key_id FROM response_ngrams WHERE experiment_id = :e AND key_id <> :k LIMIT 1"),
+            {"e": eid, "k": opts.ngram_key_id},
+        ).scalar()
+        if other is not None:  # a key mismatch is not "nothing stored": say which
+            why = (f"the n-gram hashes were made with another key (key id {other}, the analytics service's is "
+                   f"{opts.ngram_key_id}): LIFTGATE_NGRAM_KEY must be the gateway's")  # fmt: skip
+            part = part.model_copy(update={"reason": why})
+    return part
+
+
+def phrase_part(tc: _Texts, tt: _Texts, hashed: bool, opts: RiskOptions) -> PhrasePart:
+    """The phrase table of two arms' responses (their gram texts, or their keyed hashes)."""
+    base: dict[str, Any] = {"responses_control": len(tc.grams), "responses_candidate": len(tt.grams),
+                            "source": "hashed" if hashed else "text"}  # fmt: skip
     if not tc.grams and not tt.grams:
-        return PhrasePart(
-            state="unavailable", reason="no response texts stored: content logging is off", **base
-        )
+        nothing = (
+            "no hashed n-grams stored: set LIFTGATE_NGRAM_KEY (and a sample rate) on the gateway" if hashed
+            else "no response texts stored: content logging is off"
+        )  # fmt: skip
+        return PhrasePart(state="unavailable", reason=nothing, **base)
     units = (len(set(tc.unit)), len(set(tt.unit)))
     if (why := _too_few(*units, opts.min_units, "units with stored responses")) is not None:
         return PhrasePart(state="insufficient_data", reason=why, **base)
-    df: Counter[str] = Counter()
-    for grams in (*tc.grams, *tt.grams):
-        df.update(grams)
-    kept = sorted(w for w, c in df.items() if c >= opts.min_phrase_responses)
+    df: Counter[Hashable] = Counter()
+    for response_grams in (*tc.grams, *tt.grams):
+        df.update(response_grams)
+    kept: list[Any] = sorted(w for w, c in df.items() if c >= opts.min_phrase_responses)
     vocab = {w: i for i, w in enumerate(kept)}
+    labels = [hash_label(w) for w in kept] if hashed else kept
+    column = {label: i for i, label in enumerate(labels)}
     arm_c, _ = _phrase_arm(tc, vocab)
     arm_t, x_t = _phrase_arm(tt, vocab)
-    res = stuffed_phrases(kept, arm_c, arm_t, opts.alpha, opts.planned_units,
+    res = stuffed_phrases(labels, arm_c, arm_t, opts.alpha, opts.planned_units,
                           min_responses=opts.min_phrase_responses, top=opts.phrase_top)  # fmt: skip
     x_t = x_t.tocsc()
     rows = []
     for p in res.phrases:
         has = np.zeros(len(tt.grams), dtype=bool)
-        col = x_t[:, vocab[p.phrase]]
+        j = column[p.phrase]
+        col = x_t[:, j]
         has[col.nonzero()[0]] = True
         cats = Counter(c for c, h in zip(tt.category, has, strict=True) if h)
         rows.append(
             PhraseRow(
-                phrase=p.phrase, rate_control=p.rate_control, rate_candidate=p.rate_candidate, log_odds=p.log_odds,
+                **_phrase_text(kept[j], hashed, opts.phrase_lookup), rate_control=p.rate_control, rate_candidate=p.rate_candidate, log_odds=p.log_odds,
                 z=p.z, p_value=p.p_value, q_value=p.q_value, flagged=p.flagged,
                 categories=[c for c, _ in cats.most_common(5)], responses_with=int(has.sum()),
                 outcome_with=_mean(tt.y[has]), outcome_without=_mean(tt.y[~has]),
@@ -557,6 +680,28 @@ def _phrases(conn: Connection, eid: int, control: str, candidate: str, opts: Ris
         state=_state_of(res.error), reason=res.message, tested=res.tested, phrases=rows,
         flagged=[r.phrase for r in rows if r.flagged], **base,
     )  # fmt: skip
+
+
+def _phrase_text(gram: Any, hashed: bool, lookup: Mapping[int, str]) -> dict[str, Any]:
+    if not hashed:
+        return {"phrase": gram}
+    known = lookup.get(gram)
+    return {"phrase": known if known is not None else hash_label(gram), "hash": hash_label(gram),
+            "resolved": known is not None}  # fmt: skip
+
+
+def resolve_phrases(part: PhrasePart, lookup: Mapping[int, str]) -> PhrasePart:
+    """``part`` with the text of the hashed phrases ``lookup`` (hash → text) resolves."""
+    if part.source != "hashed" or not lookup:
+        return part
+    rows = []
+    for row in part.phrases:
+        if row.hash is not None and not row.resolved:
+            known = lookup.get(int.from_bytes(bytes.fromhex(row.hash), "big", signed=True))
+            if known is not None:
+                row = row.model_copy(update={"phrase": known, "resolved": True})
+        rows.append(row)
+    return part.model_copy(update={"phrases": rows, "flagged": [r.phrase for r in rows if r.flagged]})
 
 
 def _alarms(mix: CategoryMixPart, cap: CapabilityPart, verb: VerbosityPart, judge: JudgePart,
@@ -600,27 +745,49 @@ def rl_risks(
     control: str,
     candidates: Sequence[str],
     opts: RiskOptions | None = None,
+    *,
+    rows: bool = False,
 ) -> list[RlRisks]:
-    """The RL-risks section of each candidate against ``control`` (module docstring)."""
+    """The RL-risks section of each candidate against ``control`` (module docstring).
+
+    ``rows``: read the per-row definition of the rollup (``analytics.ingest.rollups.RL_ROWS``)
+    instead of ``rl_rollups``: the same section from the raw rows, one pass over every
+    response (checks only)."""
     opts = opts or RiskOptions()
     if not candidates:
         return []
-    share = _units_share(conn, experiment_id, opts)
-    g = _load_groups(conn, experiment_id, [control, *candidates], opts, share)
+    src = _ROWS if rows else _ROLLUPS
+    variants = [control, *candidates]
+    tot = _load_totals(conn, experiment_id, variants, src)
+    units = sum(a.units for a in tot.arms.values())
+    share = min(1.0, opts.max_units / units) if units else 1.0
+    ppm = round(share * 1_000_000)
+    cell_rows = conn.execute(
+        text(_CELLS.format(src=src)), {"e": experiment_id, "variants": variants, "ppm": ppm}
+    ).all()
+    judge_share = _judged_share(conn, experiment_id, share, opts)
+    judged_rows = conn.execute(
+        _JUDGED, {"e": experiment_id, "variants": variants, "ppm": round(judge_share * 1_000_000)}
+    ).all()
+
+    def sbin(x: np.ndarray) -> np.ndarray:
+        return score_bin(x, opts.score_min, opts.score_max, SCORE_BINS)
+
     out = []
     for candidate in candidates:
         started = time.perf_counter()
-        arms = (g.variant == control, g.variant == candidate)
-        n_units = (len(np.unique(g.unit[arms[0]])), len(np.unique(g.unit[arms[1]])))
-        mix = _mix(g, arms, opts)
-        cap = _capability(g, arms, opts)
-        verb = _verbosity(g, arms, n_units, opts)
-        judge = _judge(conn, experiment_id, g, arms, opts)
+        arms = (tot.arm(control), tot.arm(candidate))
+        cells = _sample(cell_rows, control, candidate, lambda b: b.astype(np.int64))
+        judged = _sample([(v, u, c, x, 1.0, y) for v, u, c, x, y in judged_rows], control, candidate, sbin)
+        mix = _mix(tot, arms, opts)
+        cap = _capability(tot, arms, opts)
+        verb = _verbosity(arms, cells, opts)
+        judge = _judge(conn, experiment_id, judged, judge_share, opts)
         phrases = _phrases(conn, experiment_id, control, candidate, opts)
         out.append(
             RlRisks(
-                variant=candidate, control=control, outcome=OUTCOME, units_control=n_units[0],
-                units_candidate=n_units[1], min_units=opts.min_units, units_share=share,
+                variant=candidate, control=control, outcome=OUTCOME, units_control=arms[0].units,
+                units_candidate=arms[1].units, min_units=opts.min_units, units_share=share,
                 alarms=_alarms(mix, cap, verb, judge, phrases), category_mix=mix, capability=cap,
                 verbosity=verb, judge=judge, phrases=phrases, build_seconds=time.perf_counter() - started,
             )
@@ -628,4 +795,4 @@ def rl_risks(
     return out
 
 
-__all__ = ["MATRIX_METRICS", "OUTCOME", "RiskOptions", "ngrams", "rl_risks"]
+__all__ = ["MATRIX_METRICS", "OUTCOME", "RiskOptions", "ngrams", "resolve_phrases", "rl_risks"]

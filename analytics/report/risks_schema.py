@@ -171,6 +171,9 @@ class JudgePart(_Model):
     judges: list[str] = Field(default_factory=list)
     judged_control: int = 0
     judged_candidate: int = 0
+    # The share of units whose judged responses were read (a hash sample, the same units
+    # in every arm; below 1 above ``max_units`` units or ``max_judged`` judged responses).
+    judged_share: float = 1.0
     mean_score_control: float | None = None
     mean_score_candidate: float | None = None
     judge_says: float | None = None
@@ -188,7 +191,11 @@ class JudgePart(_Model):
 
 
 class PhraseRow(_Model):
+    # The phrase's text; with content logging ``hashed`` its hash (``hash``) unless the
+    # operator's phrase list resolves it (``resolved``).
     phrase: str
+    hash: str | None = None  # 16 hex digits of the keyed hash (content logging hashed)
+    resolved: bool = True
     rate_control: float
     rate_candidate: float
     log_odds: float
@@ -207,7 +214,7 @@ class PhraseRow(_Model):
 class PhrasePart(_Model):
     state: RiskState
     reason: str | None = None
-    source: Literal["text", "hashed"] = "text"
+    source: Literal["text", "hashed"] = "text"  # stored texts, or the gateway's n-gram hashes
     responses_control: int = 0
     responses_candidate: int = 0
     tested: int = 0

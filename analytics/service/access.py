@@ -157,7 +157,10 @@ def require_read_page(request: Request) -> Principal:
     except Denied as exc:
         if exc.status == 403:
             raise HTTPException(403, exc.reason) from None
-        target = quote(request.url.path, safe="/")
+        # The whole URL, query string included: a filtered page (examples?variant=…&feedback=…)
+        # must come back exactly as it was asked for once signed in.
+        wanted = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        target = quote(wanted, safe="/")
         raise HTTPException(
             303, "sign in first", headers={"Location": f"{LOGIN_PATH}?next={target}"}
         ) from None

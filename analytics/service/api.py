@@ -25,11 +25,14 @@ from sqlalchemy import Connection, text
 
 from analytics.report.catalogue import BUILTINS, spec_dict
 from analytics.report.probe import JudgeEndpoint, run_probe
+from analytics.report.risks import resolve_phrases
 from analytics.report.schema import ExperimentSummary, Report, Verdict, headline
 from analytics.report.snapshots import latest_snapshot, load_timeseries, save_snapshot, with_current_point
 from analytics.rollout.plan import PlanError, parse_plan
 from analytics.service.access import Admin, Operator, Reader
 from analytics.service.context import Ctx, ServiceContext
+from analytics.service.data_quality_api import refresh_gauges
+from contracts.ngrams import phrase_lookup
 from control import audit
 
 router = APIRouter()
@@ -74,6 +77,7 @@ def healthz(ctx: Ctx, response: Response) -> dict[str, Any]:
 
 @router.get("/metrics")
 def prometheus_metrics(ctx: Ctx) -> Response:
+    refresh_gauges(ctx)
     return Response(ctx.metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
@@ -189,16 +193,40 @@ def get_report(
     return Response(report.model_dump_json(), media_type="application/json")
 
 
+MAX_LOOKUP_PHRASES: Final = 100
+MAX_PHRASE_CHARS: Final = 200
+
+
 @router.get("/api/experiments/{id_or_name}/rl-risks")
-def get_rl_risks(ctx: Ctx, _: Reader, id_or_name: str) -> Response:
+def get_rl_risks(
+    ctx: Ctx,
+    _: Reader,
+    id_or_name: str,
+    phrase: Annotated[list[str] | None, Query()] = None,
+) -> Response:
     """The report's ``rl_risks`` section (the same numbers as ``/report``, from the same
-    snapshot or computation), one entry per candidate."""
+    snapshot or computation), one entry per candidate. With content logging ``hashed``,
+    ``phrase`` (repeatable) names candidate phrases: the service hashes them with the
+    deployment's key and shows the text of the hashes they match (as the configured phrase
+    list does); the phrases themselves are neither stored nor logged."""
+    lookup = dict(ctx.options.phrase_lookup)
+    if phrase:
+        if ctx.options.ngram_key is None:
+            raise HTTPException(409, "no n-gram key configured: set LIFTGATE_NGRAM_KEY (the gateway's key)")
+        if len(phrase) > MAX_LOOKUP_PHRASES:
+            raise HTTPException(422, f"at most {MAX_LOOKUP_PHRASES} phrases")
+        if not all(0 < len(p) <= MAX_PHRASE_CHARS and p.isprintable() for p in phrase):
+            raise HTTPException(
+                422, f"each phrase must be printable text of 1 to {MAX_PHRASE_CHARS} characters"
+            )
+        lookup |= phrase_lookup(ctx.options.ngram_key, phrase)
     with ctx.engine.connect() as conn:
         eid = resolve_experiment(conn, id_or_name)
         report = _served_report(ctx, conn, eid, False)
+    sections = [r.model_copy(update={"phrases": resolve_phrases(r.phrases, lookup)}) for r in report.rl_risks]
     body = {
         "experiment_id": report.experiment_id, "name": report.name, "generated_at": report.generated_at,
-        "alpha": report.alpha, "rl_risks": [r.model_dump(mode="json") for r in report.rl_risks],
+        "alpha": report.alpha, "rl_risks": [r.model_dump(mode="json") for r in sections],
     }  # fmt: skip
     return Response(orjson.dumps(body), media_type="application/json")
 

@@ -43,6 +43,7 @@ from analytics.rollout import view
 from analytics.rollout.settings import make_controller
 from analytics.service import (
     api,
+    data_quality_api,
     datasets,
     examples_api,
     login,
@@ -50,7 +51,7 @@ from analytics.service import (
     offline_gate_api,
     rollout_api,
 )
-from analytics.service.access import Access, require_read, require_read_page
+from analytics.service.access import Access, require_operator, require_read, require_read_page
 from analytics.service.context import BackgroundWorker, ServiceContext, WorkerFactory
 from analytics.service.datasets import retention_worker
 from analytics.service.guard import RequestGuard
@@ -275,7 +276,10 @@ def create_app(
     app.include_router(rollout_api.router, dependencies=[Depends(require_read)])
     app.include_router(offline_gate_api.router, dependencies=[Depends(require_read)])
     app.include_router(notifications_api.router, dependencies=[Depends(require_read)])
-    app.include_router(examples_api.router, dependencies=[Depends(require_read)])
+    # Examples are users' prompts and the models' answers (raw content): operators and admins
+    # only, not the read token or a viewer (docs/security.md).
+    app.include_router(examples_api.router, dependencies=[Depends(require_operator)])
+    app.include_router(data_quality_api.router, dependencies=[Depends(require_read)])
     app.include_router(datasets.router())
     app.include_router(control_api.router)
     app.include_router(control_api.legacy_router)

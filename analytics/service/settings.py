@@ -75,6 +75,11 @@ class AnalyticsSettings(BaseSettings):
     judge_score_min: float = 1.0
     judge_score_max: float = 10.0
     judge_timeout_s: float = Field(default=30.0, gt=0, le=600)
+    # Hashed n-grams (content logging ``hashed``): the gateway's key, so an operator's phrase
+    # list resolves the stuffing table's hashes to text (unset: hashes only), and that list
+    # (a text file, one phrase per line; ``?phrase=`` on the rl-risks API adds more).
+    ngram_key: str | None = Field(default=None, repr=False)
+    ngram_phrases: str | None = None
     # Bounds that keep a report cheap whatever the data: segments shown, snapshots in the
     # time series, and shadow pairs read for the paired comparison.
     max_segments: int = Field(default=12, ge=0, le=200)

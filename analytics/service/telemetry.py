@@ -9,6 +9,9 @@ liftgate_analytics_report_requests_total       counter    served (snapshot|compu
 liftgate_analytics_worker_up                   gauge      worker (1 while the thread runs)
 liftgate_analytics_rl_risk_alarm               gauge      experiment, variant, alarm
 liftgate_analytics_rl_risk_evaluable           gauge      experiment, variant, alarm
+liftgate_analytics_feedback_unjoined           gauge      state (unjoined|pending): feedback of the
+                                               last 7 days without its interaction
+                                               (``analytics.report.data_quality``)
 =============================================  =========  =================================
 
 The RL-risk gauges are set from every report built or served (``alarm`` is one of
@@ -25,6 +28,7 @@ registry; ``/metrics`` exposes both.
 from __future__ import annotations
 
 import threading
+import time
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -71,8 +75,21 @@ class ServiceMetrics:
             ["experiment", "variant", "alarm"],
             registry=r,
         )
+        feedback = Gauge(
+            "liftgate_analytics_feedback_unjoined",
+            "Feedback of the last 7 days whose request id joined no interaction",
+            ["state"],
+            registry=r,
+        )
+        self._unjoined, self._pending = feedback.labels("unjoined"), feedback.labels("pending")
+        self.feedback_quality_at = float("-inf")  # monotonic time of the last count
         self._risk_labels: dict[int, set[tuple[str, str]]] = {}
         self._risk_lock = threading.Lock()
+
+    def observe_feedback_quality(self, unjoined: int, pending: int) -> None:
+        self._unjoined.set(unjoined)
+        self._pending.set(pending)
+        self.feedback_quality_at = time.monotonic()
 
     def observe_risks(self, report: Report) -> None:
         """Set the RL-risk gauges of one experiment from its report (drops stale candidates)."""

@@ -13,7 +13,15 @@
 4. **near-duplicates** — MinHash signatures and LSH lookups+inserts for 100,000 prompts,
    µs per item.
 
-A scratch database (``liftgate_bench_curation``) is created, migrated and dropped.
+A scratch database (``liftgate_bench_curation``) is created, migrated and dropped
+(``--keep`` keeps it, ``--reuse`` uses a kept one instead of loading again;
+``--create-only`` runs the creations only, ``--repeat N`` times).
+
+CPU per creation is reported twice: this process's (Python: reading rows, redaction,
+hashing, MinHash, COPY encoding) and the PostgreSQL backends' serving the scratch database
+(``/proc/<pid>/stat`` of each backend in ``pg_stat_activity``, before and after; the server
+must run on this host). CPU time is what the code costs whatever the machine's load; wall
+time adds the wait for a core.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ import argparse
 import io
 import os
 import random
+import secrets
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -108,35 +117,72 @@ def load(url: str, calls: int, thumbs_down: float, seed: int) -> str:
     return "bench"
 
 
+def backend_cpu(url: str) -> dict[int, float]:
+    """CPU seconds (user + system) of every PostgreSQL backend serving the scratch database."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[int, float] = {}
+    with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://")) as conn:
+        pids = [r[0] for r in conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = %s", (DB,))]
+    for pid in pids:
+        try:
+            fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()  # noqa: SIM115
+        except OSError:
+            continue  # ended meanwhile, or not on this host
+        out[pid] = (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--admin-url", default="postgresql://postgres@127.0.0.1:15432/postgres")
     ap.add_argument("--calls", type=int, default=1_000_000)
     ap.add_argument("--thumbs-down", type=float, default=0.10)
     ap.add_argument("--skip-unfiltered", action="store_true")
+    ap.add_argument("--keep", action="store_true", help="keep the scratch database")
+    ap.add_argument("--reuse", action="store_true", help="use a kept scratch database (no load)")
+    ap.add_argument("--create-only", action="store_true")
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--label", default="", help="printed with every creation line")
+    ap.add_argument("--only", choices=("thumbs_down", "sample"), help="run one creation only")
     args = ap.parse_args()
-    with psycopg.connect(args.admin_url, autocommit=True) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{DB}" WITH (FORCE)')
-        admin.execute(f'CREATE DATABASE "{DB}"')
+    if not args.reuse:
+        with psycopg.connect(args.admin_url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{DB}" WITH (FORCE)')
+            admin.execute(f'CREATE DATABASE "{DB}"')
     url = args.admin_url.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1) + f"/{DB}"
     try:
-        dbmod.upgrade(url)
-        started = time.perf_counter()
-        exp = load(url, args.calls, args.thumbs_down, 1)
+        if not args.reuse:
+            dbmod.upgrade(url)
+            started = time.perf_counter()
+            load(url, args.calls, args.thumbs_down, 1)
+            print(f"load: {args.calls:,} calls in {time.perf_counter() - started:.1f} s (not curation)")
+        exp = "bench"
         print(f"load average at start: {os.getloadavg()}")
-        print(f"load: {args.calls:,} calls in {time.perf_counter() - started:.1f} s (not curation)")
         engine = create_engine(url)
         runs = [("thumbs_down", CurationSpec(experiment=exp, feedback=("thumbs_down",))),
                 ("sample 10,000 stratified", CurationSpec(experiment=exp, sample=10_000, seed=1))]  # fmt: skip
         if not args.skip_unfiltered:
             runs.append(("unfiltered", CurationSpec(experiment=exp)))
-        for k, (label, spec) in enumerate(runs):
-            t, cpu = time.perf_counter(), time.process_time()
-            info = create_version(engine, f"bench-{k}", spec, "bench")
-            s = info.stats
-            print(f"create {label}: {time.perf_counter() - t:.2f} s (this process's CPU {time.process_time() - cpu:.2f} s);"
-                  f" matched {s['matched']:,}, kept {info.item_count:,}"
-                  f" (exact dup {s['exact_duplicates']:,}, near dup {s['near_duplicates']:,})")  # fmt: skip
+        if args.only:
+            runs = [r for r in runs if r[0].startswith(args.only)]
+        tag = secrets.token_hex(3)
+        for rep in range(args.repeat):
+            for k, (label, spec) in enumerate(runs):
+                server = backend_cpu(url)
+                t, cpu = time.perf_counter(), time.process_time()
+                info = create_version(
+                    engine, f"bench-{k}" + (f"-{tag}-{rep}" if args.reuse or rep else ""), spec, "bench"
+                )
+                wall, py = time.perf_counter() - t, time.process_time() - cpu
+                pg = sum(v - server.get(pid, 0.0) for pid, v in backend_cpu(url).items())
+                s = info.stats
+                print(f"{args.label} create {label}: {wall:.2f} s wall; CPU {py:.2f} s Python + {pg:.2f} s PostgreSQL"
+                      f" = {py + pg:.2f} s; load {os.getloadavg()[0]:.1f}; matched {s['matched']:,}, kept"
+                      f" {info.item_count:,} (exact dup {s['exact_duplicates']:,}, near dup {s['near_duplicates']:,});"
+                      f" content hash {info.content_hash[:12]}", flush=True)  # fmt: skip
+        if args.create_only:
+            engine.dispose()
+            return
         # eval: the thumbs-down set; chat: the sample after a 20% holdout split (its items
         # mostly have no negative feedback, so their logged answers are usable).
         split(engine, "bench-1", 0.2, 1, "bench")
@@ -167,8 +213,9 @@ def main() -> None:
               f" {dups:,} near-duplicates found")  # fmt: skip
         print(f"load average at the end: {os.getloadavg()}")
     finally:
-        with psycopg.connect(args.admin_url, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{DB}" WITH (FORCE)')
+        if not args.keep:
+            with psycopg.connect(args.admin_url, autocommit=True) as admin:
+                admin.execute(f'DROP DATABASE IF EXISTS "{DB}" WITH (FORCE)')
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@ this measures the added work directly, A/B in the same process, rounds interleav
 * **protocol** — uvicorn's ``HttpToolsProtocol`` vs ``gateway.server.GatewayProtocol`` on one
   keep-alive connection (in-memory transport, a minimal ASGI app): CPU µs per request, for
   requests that arrive in one read (the common case: no timer) and in three reads (headers,
-  then the body in two parts: timers armed and cancelled).
+  then the body in two parts: timers armed and cancelled); and with a new connection for
+  each request (the connection's setup and teardown: the first-request timer, the transport
+  wrapper of the staged close).
 * **checks** — the hot path's added per-request calls on the harness's request:
   ``completion_problem`` + ``too_deep`` + the per-client ``ConcurrencyLimit`` acquire/release.
 
@@ -82,21 +84,29 @@ async def app(scope: Any, receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": b"ok"})
 
 
-async def _protocol_round(cls: type[HttpToolsProtocol], n: int, parts: list[bytes]) -> float:
+async def _protocol_round(
+    cls: type[HttpToolsProtocol], n: int, parts: list[bytes], connection_each: bool = False
+) -> float:
     config = Config(app, log_level="warning", access_log=False, lifespan="off")
     config.load()
     done = asyncio.Event()
-    transport = Transport(done)
-    proto = cls(config=config, server_state=ServerState(), app_state={})
-    proto.connection_made(transport)
+    state = ServerState()
+    proto = cls(config=config, server_state=state, app_state={})
+    proto.connection_made(Transport(done))
     t0 = time.process_time()
     for _ in range(n):
+        if connection_each:
+            proto = cls(config=config, server_state=state, app_state={})
+            proto.connection_made(Transport(done))
         done.clear()
         for part in parts:
             proto.data_received(part)
         await done.wait()
+        if connection_each:
+            proto.connection_lost(None)
     elapsed = time.process_time() - t0
-    proto.connection_lost(None)
+    if not connection_each:
+        proto.connection_lost(None)
     return elapsed / n * 1e6
 
 
@@ -111,7 +121,12 @@ def bench_protocol(n: int, rounds: int) -> None:
         "| request arrives | HttpToolsProtocol median (min) | GatewayProtocol median (min) | added: median of round differences (min–max) |"
     )
     print("|---|---|---|---|")
-    for label, parts in (("in one read", whole), ("in three reads", split)):
+    cases = (
+        ("in one read", whole, False),
+        ("in three reads", split, False),
+        ("on a new connection", whole, True),
+    )
+    for label, parts, connection_each in cases:
         base: list[float] = []
         ours: list[float] = []
         for r in range(rounds):
@@ -120,7 +135,7 @@ def bench_protocol(n: int, rounds: int) -> None:
             )
             for cls in order:
                 (base if cls is HttpToolsProtocol else ours).append(
-                    uvloop.run(_protocol_round(cls, n, parts))
+                    uvloop.run(_protocol_round(cls, n, parts, connection_each))
                 )
         diffs = [o - b for o, b in zip(ours, base, strict=True)]
         print(

@@ -5,7 +5,12 @@ Route ``fake`` runs a running A/B experiment (control and candidate both on ``--
 in the snapshot, so the auth path is exercised). ``--shadow-sleep-ms N`` turns the
 experiment into a shadow one: it starts a second fake upstream that sleeps N ms and mirrors
 ``--shadow-rate`` of the requests to it. ``--judge-url URL --judge-rate R`` turns the judge
-sampler on (task categories are always assigned, with the built-in rules). Events go to Kafka when ``--kafka`` is given and
+sampler on (task categories are always assigned, with the built-in rules);
+``--content-logging hashed --ngram-rate R`` hashes the n-grams of a share R of the responses
+(gateway.ngrams, with a random key). ``--arm-models A,B`` names the models the two arms ask the
+upstream for (default: both ``fake``, the route's own name, so blinding has nothing to rewrite;
+other names make every answer's ``model`` be rewritten to the route, as in a real experiment).
+Events go to Kafka when ``--kafka`` is given and
 ``gateway.kafka_sink`` exists, otherwise to a null sink (say so when reporting numbers).
 
   python -m bench.gateway.serve --port 9000 --upstream http://127.0.0.1:18000/v1 [--kafka 127.0.0.1:19092]
@@ -80,18 +85,24 @@ def start_sleeper(delay_ms: int) -> str:
     raise RuntimeError("shadow upstream did not start")
 
 
-def seeded_snapshot(upstream: str, shadow_url: str | None, shadow_rate: float) -> StaticConfigSource:
+def seeded_snapshot(
+    upstream: str,
+    shadow_url: str | None,
+    shadow_rate: float,
+    content_logging: str = "none",
+    arm_models: tuple[str, str] = ("fake", "fake"),
+) -> StaticConfigSource:
     upstreams = [UpstreamConfig(name="fake-upstream", base_url=upstream, max_connections=1000)]
     variants = [
-        VariantConfig("control", "fake-upstream", "fake", weight=50, is_control=True),
-        VariantConfig("candidate", "fake-upstream", "fake", weight=50),
+        VariantConfig("control", "fake-upstream", arm_models[0], weight=50, is_control=True),
+        VariantConfig("candidate", "fake-upstream", arm_models[1], weight=50),
     ]
     mode = "ab"
     if shadow_url is not None:
         upstreams.append(
             UpstreamConfig(name="sleepy", base_url=shadow_url, timeout_s=30, max_connections=1000)
         )
-        variants[1] = VariantConfig("candidate", "sleepy", "fake", weight=0)
+        variants[1] = VariantConfig("candidate", "sleepy", arm_models[1], weight=0)
         mode = "shadow"
     exp = ExperimentConfig(
         id=1,
@@ -103,6 +114,7 @@ def seeded_snapshot(upstream: str, shadow_url: str | None, shadow_rate: float) -
         variants=tuple(variants),
         fallback_to_control=True,
         shadow_sample_rate=shadow_rate,
+        content_logging=content_logging,
     )
     snap = build_snapshot([exp], upstreams, frozenset({key_hash(BENCH_KEY)}), version="bench-1")
     return StaticConfigSource(snap)
@@ -118,7 +130,15 @@ def main() -> None:
     ap.add_argument("--judge-url", default=None, help="an OpenAI-compatible judge; off without it")
     ap.add_argument("--judge-model", default="judge")
     ap.add_argument("--judge-rate", type=float, default=0.0, help="share of primary responses judged")
+    ap.add_argument("--content-logging", default="none", choices=["none", "hashed", "full"])
+    ap.add_argument(
+        "--ngram-rate", type=float, default=0.0, help="share of responses n-gram hashed (hashed logging)"
+    )
+    ap.add_argument("--arm-models", default="fake,fake", help="control,candidate upstream model names")
     a = ap.parse_args()
+    control_model, _, candidate_model = a.arm_models.partition(",")
+    if not control_model or not candidate_model:
+        ap.error("--arm-models needs two names: CONTROL,CANDIDATE")
     logging.basicConfig(level=logging.WARNING)
     settings = GatewaySettings(
         admin_token=secrets.token_urlsafe(24),
@@ -132,12 +152,17 @@ def main() -> None:
         judge_url=a.judge_url,
         judge_model=a.judge_model,
         judge_sample_rate=a.judge_rate,
+        ngram_key=secrets.token_urlsafe(24) if a.ngram_rate > 0 else None,
+        ngram_sample_rate=a.ngram_rate,
     )
     sink = make_sink(settings) if a.kafka else NullSink()
     client = getattr(getattr(sink, "bus", None), "name", "-")
     print(f"bench gateway: sink={type(sink).__name__} kafka client={client}", file=sys.stderr)
     shadow_url = start_sleeper(a.shadow_sleep_ms) if a.shadow_sleep_ms > 0 else None
-    app = create_app(settings, sink, config_source=seeded_snapshot(a.upstream, shadow_url, a.shadow_rate))
+    source = seeded_snapshot(
+        a.upstream, shadow_url, a.shadow_rate, a.content_logging, (control_model, candidate_model)
+    )
+    app = create_app(settings, sink, config_source=source)
     uvicorn.run(
         app,
         host="127.0.0.1",

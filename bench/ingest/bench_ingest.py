@@ -17,6 +17,7 @@ Prints medians over --runs; the figures go to bench/ingest/README.md.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import os
 import random
@@ -106,7 +107,9 @@ def make_events(n: int, units: int, seed: int = 1) -> list[InteractionEvent]:
                 ts=t0 + i * 0.01,
             )
         )
-    return out
+    # The gateway's task category (the RL-risk rollup's key), from the task tag as the
+    # gateway assigns it: set afterwards so the draws above stay the same.
+    return [dataclasses.replace(e, category=e.tags["task"]) for e in out]
 
 
 def _component(p: psutil.Process, consumers: set[int]) -> str | None:

@@ -64,7 +64,7 @@ def run(url: str, events: list[Any], batch: int) -> None:
     TIMES.clear()
     n = len(events)
     with psycopg.connect(url) as pg:
-        pg.execute(b"TRUNCATE interactions, unit_rollups, segment_rollups, latency_histograms")
+        pg.execute(b"TRUNCATE interactions, unit_rollups, segment_rollups, rl_rollups, latency_histograms")
         pg.commit()
         raws = [write.Raw(encode(e), "bench", 0, i, e.key, e) for i, e in enumerate(events)]
         t0 = time.perf_counter()

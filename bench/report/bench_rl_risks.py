@@ -6,8 +6,12 @@ N primary ``interactions`` from N/10 units (every unit once, then heavy-tailed),
 category (code 35 %, math 20 %, chat 45 %) and completion tokens (the candidate 80 % longer);
 a thumbs-up or thumbs-down ``feedback`` row for 35 % of them (thumbs-up with probability
 0.60 control / 0.56 candidate); a ``judgements`` row for 10 %; and a stored response text for
-the most recent 20,000 (the phrase table reads the latest 5,000 per arm). Then times the
-section (median of ``--repeats``) and records the load average.
+the most recent 20,000 (the phrase table reads the latest 5,000 per arm). The RL-risk rollup
+(``rl_rollups``, which the ingest path folds event by event) is then built from those rows
+with its per-row definition (``analytics.ingest.rollups.RL_ROWS``); ``--reuse`` on a database
+of an older revision migrates it (revision 0013 backfills the rollup, timed). Then times the
+section (median of ``--repeats``) and records the load average; ``--profile`` prints a
+cProfile of one more run (where the time goes: each query's wait, the statistics).
 
     .venv/bin/python bench/report/bench_rl_risks.py --admin-url postgresql://postgres@127.0.0.1:15432/postgres --n 10000000
 """
@@ -25,6 +29,7 @@ from pathlib import Path
 import psycopg
 from sqlalchemy import create_engine, text
 
+from analytics.ingest.rollups import RL_ROWS
 from analytics.report.risks import RiskOptions, rl_risks
 from liftgate import db as dbmod
 
@@ -69,6 +74,12 @@ FROM interactions WHERE experiment_id = %(eid)s AND random() < 0.10
 """
 
 
+def _proc_cpu(pid: int) -> float:
+    """user + system CPU seconds of a local process (a PostgreSQL backend)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _generate(pg: psycopg.Connection, n: int) -> int:
     eid = pg.execute(
         "INSERT INTO experiments (name, route, mode, status, salt) VALUES ('bench-rl', 'assistant', 'ab', 'running',"
@@ -95,6 +106,10 @@ def _generate(pg: psycopg.Connection, n: int) -> int:
         pg.execute(sql, {"eid": eid})
         pg.commit()
         print(f"{sql.split()[2]} ({time.perf_counter() - started:.1f} s)", flush=True)
+    started = time.perf_counter()
+    pg.execute(f"INSERT INTO rl_rollups {RL_ROWS.replace(':e', '%(eid)s')}", {"eid": eid})
+    pg.commit()
+    print(f"rl_rollups ({time.perf_counter() - started:.1f} s)", flush=True)
     pg.execute("ANALYZE")
     pg.commit()
     return int(eid)
@@ -106,6 +121,9 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=10_000_000)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--reuse", action="store_true")
+    ap.add_argument(
+        "--profile", action="store_true", help="cProfile one more run (top 25 by cumulative time)"
+    )
     ap.add_argument("--drop", action="store_true", help="drop the scratch database at the end")
     args = ap.parse_args()
     db = f"liftgate_bench_rl_risks_{args.n}"
@@ -116,8 +134,10 @@ def main() -> None:
     base = args.admin_url.rsplit("/", 1)[0]
     url = f"{base}/{db}"
     sa_url = url.replace("postgresql://", "postgresql+psycopg://", 1)
+    started = time.perf_counter()
+    dbmod.upgrade(sa_url)  # on --reuse: migrates an older database (0013 backfills rl_rollups)
+    print(f"migrated in {time.perf_counter() - started:.1f} s", flush=True)
     if not args.reuse:
-        dbmod.upgrade(sa_url)
         with psycopg.connect(url) as pg:
             started = time.perf_counter()
             _generate(pg, args.n)
@@ -129,9 +149,21 @@ def main() -> None:
             t: conn.execute(
                 text(f"SELECT count(*) FROM {t} WHERE experiment_id = :e"), {"e": eid}
             ).scalar_one()
-            for t in ("interactions", "feedback", "judgements")
+            for t in ("interactions", "feedback", "judgements", "rl_rollups")
         }
     print(counts, flush=True)
+    # Load-independent figure: CPU seconds of the database backend (from /proc: the database
+    # must run on this machine) and of this process, serially (no parallel workers).
+    serial = []
+    for _ in range(args.repeats):
+        with engine.connect() as conn:
+            pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
+            conn.execute(text("SET max_parallel_workers_per_gather = 0"))
+            b0, p0, w0 = _proc_cpu(pid), time.process_time(), time.perf_counter()
+            rl_risks(conn, eid, "control", ["candidate"], RiskOptions())
+            serial.append((_proc_cpu(pid) - b0, time.process_time() - p0, time.perf_counter() - w0))
+        print(f"serial: database {serial[-1][0]:.2f} s + Python {serial[-1][1]:.2f} s CPU"
+              f" ({serial[-1][2]:.2f} s wall, load {os.getloadavg()[0]:.1f})", flush=True)  # fmt: skip
     times, cpu, loads = [], [], []
     section = None
     for _ in range(args.repeats):
@@ -145,11 +177,20 @@ def main() -> None:
             f"rl_risks {times[-1]:.2f} s wall, {cpu[-1]:.2f} s Python CPU, load {loads[-1]:.1f}", flush=True
         )
     assert section is not None
+    if args.profile:
+        import cProfile
+        import pstats
+
+        with engine.connect() as conn, cProfile.Profile() as prof:
+            rl_risks(conn, eid, "control", ["candidate"], RiskOptions())
+        pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
     r = section[0]
     result = {
         "at": datetime.now(UTC).isoformat(timespec="seconds"), "n": args.n, "counts": counts,
         "wall_s": times, "median_wall_s": statistics.median(times), "python_cpu_s": cpu, "load": loads,
-        "units": [r.units_control, r.units_candidate],
+        "serial_cpu_s": {"database": [c[0] for c in serial], "python": [c[1] for c in serial]},
+        "units": [r.units_control, r.units_candidate], "units_share": r.units_share,
+        "judged_share": r.judge.judged_share,
         "alarms": {a.name: [a.firing, a.state] for a in r.alarms},
     }  # fmt: skip
     print(json.dumps(result, indent=1))

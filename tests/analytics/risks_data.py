@@ -15,12 +15,22 @@ from __future__ import annotations
 import math
 import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from hashlib import sha256
 from typing import Any
 
 import numpy as np
 
-from contracts.events import Event, FeedbackEvent, JudgeEvent, judge_event_id
+from contracts.events import (
+    Event,
+    FeedbackEvent,
+    InteractionEvent,
+    JudgeEvent,
+    NgramsEvent,
+    judge_event_id,
+    ngrams_event_id,
+)
+from contracts.ngrams import NgramKey
 from tests.analytics.ingest_helpers import interaction
 
 CATEGORIES = ("code", "math", "chat")
@@ -148,3 +158,21 @@ def scenario_events(
     return arm_events(exp, CONTROL, judge, units, rng, **kw) + arm_events(
         exp, candidate, judge, units, rng, **kw
     )
+
+
+def hashed_events(events: list[Event], key: NgramKey) -> list[Event]:
+    """The events a gateway with content logging ``hashed`` and n-grams at 100 % emits: digests
+    instead of texts, and each answer's keyed n-gram hashes."""
+    out: list[Event] = []
+    for e in events:
+        if isinstance(e, InteractionEvent) and e.response is not None:
+            out.append(
+                NgramsEvent(
+                    request_id=e.request_id, unit_id=e.unit_id, role=e.role, key_id=key.key_id,
+                    grams=key.hashes(e.response), experiment_id=e.experiment_id, variant=e.variant,
+                    category=e.category, event_id=ngrams_event_id(e.request_id),
+                )
+            )  # fmt: skip
+            e = replace(e, response=sha256(e.response.encode()).hexdigest())
+        out.append(e)
+    return out

@@ -3,6 +3,7 @@ stratified samples, provenance, references, pairs, immutable versions and the au
 
 from __future__ import annotations
 
+import hashlib
 import random
 import secrets
 from datetime import UTC, datetime
@@ -119,8 +120,15 @@ def test_a_sample_reads_past_the_first_page_when_duplicates_fill_it(engine: Engi
     """A stratum is read in pages of its seeded order (2 × quota + 256 calls): when the first
     page holds only duplicates, the quota fills from the next pages."""
     exp = experiment(engine)
-    calls = [Call("the same question", category="code", minutes=i) for i in range(700)]
-    calls += [Call(_prompt(900 + i), category="code", minutes=700 + i) for i in range(6)]
+    # The seeded order is MD5(seed || request id): the six distinct prompts get the ids that
+    # come last in it, so the first page surely holds nothing but the repeated question
+    # (random ids left it to chance: ~1 run in 10 found the quota on the first page).
+    ids = sorted((f"req-page-{secrets.token_hex(4)}-{i}" for i in range(706)),
+                 key=lambda r: hashlib.md5(f"3{r}".encode()).hexdigest())  # fmt: skip
+    calls = [Call("the same question", category="code", minutes=i, request_id=ids[i]) for i in range(700)]
+    calls += [
+        Call(_prompt(900 + i), category="code", minutes=700 + i, request_id=ids[700 + i]) for i in range(6)
+    ]
     store_calls(engine, exp, calls)
     info = create_version(engine, _name(), CurationSpec(experiment=exp, sample=5, seed=3), "tester")
     assert info.item_count == 5 and info.stats["quota_short"] == {}

@@ -84,15 +84,16 @@ def free_port() -> int:
 
 class GatewayThread:
     """The real app served by uvicorn on a free port in a background thread, with the
-    options every entry point uses (``gateway.server``: its protocol, deadlines, keep-alive)."""
+    options every entry point uses (``gateway.server``: its protocol, deadlines, keep-alive).
+    ``loop``: asyncio's own by default; ``"uvloop"`` is what the entry points serve with."""
 
-    def __init__(self, app: GatewayApp) -> None:
+    def __init__(self, app: GatewayApp, loop: str = "asyncio") -> None:
         self.app = app
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        options = {**uvicorn_options(app.runtime.settings), "log_level": "warning", "loop": "asyncio"}
+        options = {**uvicorn_options(app.runtime.settings), "log_level": "warning", "loop": loop}
         config = uvicorn.Config(app, lifespan="on", **options)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
@@ -123,9 +124,9 @@ def settings(**kw: Any) -> GatewaySettings:
     return GatewaySettings(**base)
 
 
-def start_gateway(sink: MemorySink, source: ConfigSource, **kw: Any) -> GatewayThread:
+def start_gateway(sink: MemorySink, source: ConfigSource, loop: str = "asyncio", **kw: Any) -> GatewayThread:
     app = create_app(settings(**kw), sink, config_source=source, metrics=GatewayMetrics())
-    return GatewayThread(app)
+    return GatewayThread(app, loop)
 
 
 @pytest.fixture(scope="session")
@@ -185,9 +186,16 @@ def experiment(
 
 
 def static_source(
-    experiments: list[ExperimentConfig], upstreams: list[UpstreamConfig], keys: frozenset[str] = frozenset()
+    experiments: list[ExperimentConfig],
+    upstreams: list[UpstreamConfig],
+    keys: frozenset[str] = frozenset(),
+    feedback_kinds: frozenset[str] = frozenset(),
 ) -> StaticConfigSource:
-    return StaticConfigSource(build_snapshot(experiments, upstreams, keys, version=secrets.token_hex(4)))
+    return StaticConfigSource(
+        build_snapshot(
+            experiments, upstreams, keys, version=secrets.token_hex(4), feedback_kinds=feedback_kinds
+        )
+    )
 
 
 class Resp:

@@ -11,16 +11,26 @@ from typing import Any
 
 import pytest
 
-from gateway.feedback import validate_feedback
-from tests.gateway.conftest import MemorySink, post, start_gateway, static_source
+from gateway.feedback import declared_kinds, parse_kinds, validate_feedback
+from gateway.snapshot import UpstreamConfig, VariantConfig
+from tests.gateway.conftest import (
+    MemorySink,
+    experiment,
+    free_port,
+    get,
+    post,
+    start_gateway,
+    static_source,
+)
 
+MSG = [{"role": "user", "content": "hello"}]
 YES_NO = ["thumbs_up", "thumbs_down", "regenerate", "copy", "edit", "continued"]
 
 
 @pytest.fixture(scope="module")
 def gw() -> Iterator[tuple[str, MemorySink]]:
     sink = MemorySink()
-    with start_gateway(sink, static_source([], [])) as g:
+    with start_gateway(sink, static_source([], []), feedback_kinds="code_ran,custom") as g:
         yield g.url, sink
 
 
@@ -132,3 +142,65 @@ def test_deeply_nested_feedback_is_refused_not_a_500(gw: tuple[str, MemorySink])
     deep = b'{"request_id": "r", "kind": "copy", "tags": ' + b"[" * 500 + b"]" * 500 + b"}"
     r = post(url + "/v1/feedback", content=deep, headers={"content-type": "application/json"})
     assert r.status_code == 400 and "nested too deeply" in r.json()["error"]["message"]
+
+
+def test_an_undefined_custom_kind_is_refused_with_the_openai_error_shape(gw: tuple[str, MemorySink]) -> None:
+    url, sink = gw
+    before = len(sink.feedback())
+    status, body = _send(url, {"request_id": "req-typo", "kind": "thumbs-up"})
+    assert status == 400
+    assert body["error"]["code"] == "unknown_feedback_kind" and body["error"]["param"] == "kind"
+    assert "'thumbs-up' is not defined" in body["error"]["message"]
+    assert "code_ran" in body["error"]["message"]  # the declared kinds are named
+    assert len(sink.feedback()) == before
+
+
+def test_the_declared_kinds_are_what_metric_definitions_read() -> None:
+    specs = [
+        {"name": "a", "kind": "mean", "numerator": "counters['code_ran'] + counters[\"edits_made:n\"]"},
+        {"name": "b", "kind": "ratio", "numerator": "thumbs_up", "denominator": "counters['thumbs_up:n']"},
+        {"name": "c", "kind": "quantile", "histogram": "latency"},
+        "not a definition",
+    ]
+    assert declared_kinds(specs) == frozenset({"code_ran", "edits_made"})  # built-ins need no declaring
+    with pytest.raises(ValueError, match="Bad Name"):
+        parse_kinds("ok_kind, Bad Name")
+    assert parse_kinds(" a , b,,") == frozenset({"a", "b"})
+
+
+def test_feedback_on_an_unknown_id_warns_and_one_on_a_served_id_does_not(
+    simulator: str,
+) -> None:
+    sink = MemorySink()
+    exps = [
+        experiment(
+            "fb", [VariantConfig("control", "sim", "base", 1, True), VariantConfig("c", "sim", "broken", 1)]
+        )
+    ]
+    ups = [UpstreamConfig("sim", simulator)]
+    with start_gateway(sink, static_source(exps, ups)) as g:
+        served = []
+        for user in ("u1", "u2", "u3", "u4", "u5", "u6"):
+            r = post(g.url + "/v1/chat/completions", {"model": "fb", "messages": MSG, "user": user})
+            served.append((r.headers["x-request-id"], r.status_code))
+        assert {status >= 500 for _, status in served} == {True, False}  # failed calls too
+        for rid, _ in served:
+            status, body = _send(g.url, {"request_id": rid, "kind": "thumbs_down"})
+            assert status == 202 and body["warnings"] == [], body
+        status, body = _send(g.url, {"request_id": "req-elsewhere", "kind": "thumbs_down"})
+        assert status == 202 and [w["code"] for w in body["warnings"]] == ["unknown_request_id"]
+        assert "liftgate_gateway_feedback_unknown_request_total 1.0" in get(g.url + "/metrics").text
+    with start_gateway(MemorySink(), static_source(exps, ups), feedback_memory=0) as g:
+        # No memory, nothing to compare with: no warning rather than one on every call.
+        assert _send(g.url, {"request_id": "req-elsewhere", "kind": "copy"})[1]["warnings"] == []
+
+
+def test_a_custom_kind_before_the_config_loaded_is_a_retryable_503_not_a_refusal() -> None:
+    from gateway.config_source import DatabaseConfigSource
+
+    sink = MemorySink()
+    nowhere = DatabaseConfigSource(f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/none")
+    with start_gateway(sink, nowhere, feedback_kinds="code_ran") as g:
+        status, body = _send(g.url, {"request_id": "req-early", "kind": "code_ran"})
+        assert status == 503 and body["error"]["code"] == "config_not_loaded"
+        assert _send(g.url, {"request_id": "req-early", "kind": "thumbs_up"})[0] == 202

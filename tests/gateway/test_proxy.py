@@ -58,7 +58,7 @@ def gw(simulator: str) -> Iterator[tuple[str, MemorySink]]:
         experiment("paused", ab, status="paused", exp_id=5),
         experiment("gone", ab, status="stopped", exp_id=6),
     ]
-    with start_gateway(sink, static_source(exps, upstreams)) as g:
+    with start_gateway(sink, static_source(exps, upstreams, feedback_kinds=frozenset({"code_ran"}))) as g:
         yield g.url, sink
 
 

@@ -7,8 +7,9 @@ such a request from its headers and closed the connection; when the body arrived
 before the close, the kernel reset the connection — and a reset destroys the answer that
 has not been read yet, so the client saw "connection reset by peer" instead of a 401. A
 refused request with a small declared body now keeps its connection (the server discards
-the body as it arrives); a large or chunked one is still refused and closed at once
-(tests/gateway/test_body_limits.py).
+the body as it arrives); a large or chunked one is still refused with `connection: close`,
+its connection closed in stages (tests/gateway/test_body_limits.py,
+tests/gateway/test_staged_close.py).
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections import Counter
@@ -10,10 +11,15 @@ from pathlib import Path
 
 import pytest
 
+from gateway.app import create_app
+from gateway.settings import GatewaySettings
+from gateway.telemetry import GatewayMetrics
 from liftgate.simulator_model import SimulatorModel
 from liftgate.simulator_process import SimulatorProcess
+from liftgate.traffic import TrafficConfig, TrafficRun
 from liftgate.users import FeedbackModel
-from tests.liftgate.frontdoor import Gateway, free_port, liftgate
+from tests.gateway.conftest import GatewayThread, MemorySink
+from tests.liftgate.frontdoor import ADMIN_TOKEN, Gateway, free_port, liftgate
 
 
 @pytest.fixture(scope="module")
@@ -209,12 +215,15 @@ def test_feedback_import_posts_lines_and_reports_rejected_ones(gateway: Gateway,
     assert "line 4: rejected: not JSON" in res.stderr
     assert "line 5: rejected: missing 'request_id'" in res.stderr
     assert "line 6: rejected: HTTP 400" in res.stderr
-    assert "3 accepted, 3 rejected" in res.stderr
+    # No metric reads 'my_signal': an undefined kind is refused, not stored unread.
+    assert "line 7: rejected: HTTP 400: kind 'my_signal' is not defined" in res.stderr
+    # The gateway never served these ids: accepted, each line reported with its warning.
+    assert "line 1: warning: unknown_request_id" in res.stderr
+    assert "2 accepted (2 with warnings), 4 rejected" in res.stderr
     got = {(f.request_id, f.kind, f.value, f.unit_id) for f in gateway.sink.feedback()[before:]}
     assert got == {
         ("req-import-1", "thumbs_up", 1.0, ""),
         ("req-import-2", "rating", 4.0, "u-9"),
-        ("req-import-4", "my_signal", 2.5, ""),
     }
 
 
@@ -273,6 +282,36 @@ def test_feedback_import_refuses_a_rating_without_a_value_naming_its_line(
     assert res.returncode == 1
     assert "line 2: rejected: 'value' is required for kind 'rating'" in res.stderr
     assert "line 3: rejected: 'value' is required for kind 'rating'" in res.stderr
-    assert "2 accepted, 2 rejected" in res.stderr
+    assert "2 accepted (2 with warnings), 2 rejected" in res.stderr
     got = {(f.request_id, f.kind, f.value) for f in gateway.sink.feedback()[before:]}
     assert got == {("req-rating-1", "rating", 7.0), ("req-rating-4", "thumbs_up", 1.0)}
+
+
+def test_a_simulation_faster_than_the_feedback_rate_waits_out_429s_and_loses_no_feedback(
+    database_url: str, models_url: str, tmp_path: Path, unique_name: str
+) -> None:
+    # All simulated users share one client address: an unpaced run meets the gateway's
+    # per-client feedback rate and must wait out its 429s, not thin the signals it reports.
+    sink = MemorySink()
+    settings = GatewaySettings(
+        admin_token=ADMIN_TOKEN, database_url=database_url, refresh_interval_s=0.2, client_keys="off",
+        feedback_rate=40.0, feedback_burst=5,
+    )  # fmt: skip
+    with GatewayThread(create_app(settings, sink, metrics=GatewayMetrics())) as gw:
+        name, route = unique_name, f"r-{unique_name}"
+        res = liftgate("experiments", "create", "-f", str(_experiment_file(tmp_path, name, route, models_url)),
+                       "--start", "--gateway", gw.url)  # fmt: skip
+        assert res.returncode == 0, res.stderr
+        deadline = time.monotonic() + 10
+        while route not in gw.app.runtime.snapshot().routes and time.monotonic() < deadline:
+            time.sleep(0.05)
+        config = TrafficConfig(
+            gateway_url=gw.url, route=route, users=10, duration_s=60, max_requests=80, rate=None, concurrency=4,
+            seed=5,
+        )  # fmt: skip
+        stats = asyncio.run(TrafficRun(config).run())
+        stored = len(sink.feedback())
+    assert stats.requests >= 80 and stats.errors == 0
+    assert stats.feedback_retried > 0, "the run was faster than the limit: some feedback met a 429"
+    assert stats.feedback_failed == 0, stats.last_error
+    assert stored == stats.feedback_sent > 0

@@ -140,6 +140,8 @@ def _check_sign_in(up: Up) -> None:
     read_token = up.state / "read_token"
     assert read_token.stat().st_mode & 0o777 == 0o600
     assert isinstance(_get(f"{up.analytics}/api/experiments", read_token.read_text().strip()), list)
+    # The hashed n-grams' key: generated once, private, and the same in both services.
+    assert (up.state / "ngram_key").stat().st_mode & 0o777 == 0o600
 
 
 def _result(report: dict[str, Any], metric: str, variant: str) -> dict[str, Any] | None:
@@ -176,7 +178,7 @@ def state_root() -> Iterator[Path]:
     yield path
     # The tokens `liftgate up` generated, searched for in every log of the run (its own and
     # its services') before the directory goes: the secret scan's part for this test.
-    for name in ("admin_token", "read_token"):
+    for name in ("admin_token", "read_token", "ngram_key"):
         for token_file in path.rglob(name):
             known_secrets.remember(token_file.read_text().strip())
     known_secrets.scan_files(path)
@@ -223,6 +225,10 @@ def test_liftgate_up_demo_end_to_end(state_root: Path) -> None:
         assert not report["srm"]["flagged"]
         print(f"verbosity lift significant after {elapsed:.0f} s: {verbosity['lift_relative']:+.1%}")
 
+        # The analytics service has the gateway's n-gram key: a phrase lookup is answered.
+        risks = _get(f"{up.analytics}/api/experiments/demo/rl-risks?phrase=great+question", token)
+        assert isinstance(risks, dict)
+
         aa = _get(f"{up.analytics}/api/experiments/demo-aa/report?fresh=true", token)
         aa_verbosity = _result(aa, VERBOSITY, "baseline-copy")
         assert aa_verbosity is not None and aa_verbosity["units"] > 10
@@ -239,7 +245,8 @@ def test_liftgate_up_demo_end_to_end(state_root: Path) -> None:
         # Every service's log of the whole run holds neither token.
         logged = "".join(p.read_text(errors="replace") for p in (state / "logs").glob("*.log"))
         read = (state / "read_token").read_text().strip()
-        assert logged and token not in logged and read not in logged
+        key = (state / "ngram_key").read_text().strip()
+        assert logged and token not in logged and read not in logged and key not in logged
     finally:
         up.kill()
     assert _left_behind(tree) == {}, "processes left behind"

@@ -33,7 +33,7 @@ from tests.conftest import fresh_database
 
 EXP = 7
 _TABLES = (
-    "interactions, feedback, feedback_counted, unit_rollups, segment_rollups, latency_histograms,"
+    "interactions, feedback, feedback_counted, unit_rollups, segment_rollups, rl_rollups, latency_histograms,"
     " latency_samples, dead_letters, judgements"
 )
 # Every table the fold writes, keyed and ordered; floats rounded (sums in another order
@@ -43,6 +43,7 @@ _SNAPSHOTS = {
     "segment_rollups": "SELECT * FROM segment_rollups ORDER BY experiment_id, segment, variant, unit_id",
     "latency_histograms": "SELECT * FROM latency_histograms ORDER BY experiment_id, metric, segment, variant, bucket",
     "latency_samples": "SELECT * FROM latency_samples ORDER BY experiment_id, metric, segment, variant, sample_key",
+    "rl_rollups": "SELECT * FROM rl_rollups ORDER BY experiment_id, variant, unit_id, category, lbin",
     "feedback_counted": "SELECT request_id, kind FROM feedback_counted ORDER BY 1, 2",
     "feedback": "SELECT event_id, experiment_id, variant FROM feedback ORDER BY event_id",
     "interactions": "SELECT count(*) FROM interactions",
@@ -169,7 +170,7 @@ def test_a_tag_holding_the_segment_separator_is_folded_by_the_same_statements(ow
 
 _PRODUCT = ("analytics", "gateway", "control", "contracts", "curation", "evals", "liftgate")
 _WRITES = re.compile(
-    r"\b(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+(unit_rollups|segment_rollups|latency_histograms|latency_samples)\b",
+    r"\b(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+(unit_rollups|segment_rollups|rl_rollups|latency_histograms|latency_samples)\b",
     re.I,
 )
 _FOLD_MODULES = {"analytics/ingest/rollups.py", "analytics/ingest/samples.py"}

@@ -13,8 +13,9 @@ from sqlalchemy import Engine, text
 
 from analytics.ingest.write import ingest
 from analytics.report.assembly import ReportOptions, build_report
-from analytics.report.risks import MATRIX_METRICS, ngrams
+from analytics.report.risks import MATRIX_METRICS, ngrams, rl_risks
 from analytics.report.risks_schema import ALARM_NAMES, RlRisks
+from contracts.events import FeedbackEvent
 from contracts.rollout_plan import CategoryMetric, RiskAlarm
 from tests.analytics.report_data import create_experiment
 from tests.analytics.risks_data import scenario_events
@@ -161,14 +162,94 @@ def test_a_recent_snapshots_section_is_reused_within_its_max_age_and_recomputed_
     assert after.responses_control > before.responses_control
 
 
-def test_above_max_units_a_hash_sample_of_units_is_read_in_both_arms(engine: Engine) -> None:
+def test_above_max_units_a_hash_sample_of_units_feeds_the_decomposition_and_judge_parts(
+    engine: Engine,
+) -> None:
+    # The mix, the matrix and the length shift read every unit's sums (rl_rollups); the
+    # unit-clustered bootstraps (length decomposition, judge) read a hash sample of units.
     from analytics.report.risks import RiskOptions, rl_risks
 
     eid, full = _risks(engine, "aa", 200, seed=10)
     with engine.connect() as conn:
         sampled = rl_risks(conn, eid, "control", ["candidate"], RiskOptions(max_units=200))[0]
-    assert full.units_share == 1.0 and sampled.units_share == 0.5
-    assert 70 <= sampled.units_control <= 130 and 70 <= sampled.units_candidate <= 130
+    assert full.units_share == 1.0 and sampled.units_share == 0.5 and sampled.judge.judged_share == 0.5
+    assert (
+        (sampled.units_control, sampled.units_candidate)
+        == (full.units_control, full.units_candidate)
+        == (200, 200)
+    )
+    assert sampled.capability.cells == full.capability.cells and sampled.category_mix == full.category_mix
+    dec, dec_full = sampled.verbosity.decomposition, full.verbosity.decomposition
+    assert dec is not None and dec_full is not None and dec_full.units == 400
+    assert 140 <= dec.units <= 260
+    assert 0 < sampled.judge.judged_control < full.judge.judged_control
     with engine.connect() as conn:  # the same units every time (a hash, not a draw)
         again = rl_risks(conn, eid, "control", ["candidate"], RiskOptions(max_units=200))[0]
-    assert (again.units_control, again.units_candidate) == (sampled.units_control, sampled.units_candidate)
+    assert again.verbosity.decomposition == dec and again.judge.judged_control == sampled.judge.judged_control
+
+
+def _differences(a: Any, b: Any, path: str = "") -> list[str]:
+    """The paths where two dumped sections differ (an empty list: equal; floats to 1e-9)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [d for k in sorted(set(a) | set(b)) for d in _differences(a.get(k), b.get(k), f"{path}.{k}")]
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [
+            d for i, (x, y) in enumerate(zip(a, b, strict=True)) for d in _differences(x, y, f"{path}[{i}]")
+        ]
+    if isinstance(a, float) and isinstance(b, float):  # sums in another order: the last bits
+        return [] if np.isclose(a, b, rtol=1e-9, atol=1e-12) else [f"{path}: {a!r} != {b!r}"]
+    return [] if a == b else [f"{path}: {a!r} != {b!r}"]
+
+
+def test_the_section_from_the_ingest_rollups_equals_the_one_from_the_stored_rows(engine: Engine) -> None:
+    # rl_rollups is folded at ingest (COPY path, then a redelivery through the ON CONFLICT
+    # path, feedback before and after its response); RL_ROWS defines it on the stored rows.
+    # Every number of the section must be the same either way.
+    with engine.begin() as conn:
+        eid, _ = create_experiment(conn, [("control", 1), ("candidate", 1)], status=STOPPED)
+    events = scenario_events(eid, "reward-hacking", 300, seed=11)
+    feedback = [e for e in events if isinstance(e, FeedbackEvent)]
+    rest = [e for e in events if not isinstance(e, FeedbackEvent)]
+    ingest(engine, feedback[:100])  # stored before its interaction: attributed later
+    ingest(engine, rest)
+    ingest(engine, feedback[100:] + rest[:50])  # a redelivery in the batch: ON CONFLICT path
+    ingest(engine, feedback[50:150])  # feedback redelivered: counted once
+    with engine.connect() as conn:
+        (by_rollups,) = rl_risks(conn, eid, "control", ["candidate"])
+        (by_rows,) = rl_risks(conn, eid, "control", ["candidate"], rows=True)
+        stored = conn.execute(text("SELECT count(*), sum(thumbs_up + thumbs_down) FROM rl_rollups"
+                                   " WHERE experiment_id = :e"), {"e": eid}).one()  # fmt: skip
+    assert stored[0] > 300 and stored[1] > 100  # the comparison is not of empty sections
+    assert by_rollups.verbosity.state == "ok" and by_rollups.capability.state == "ok"
+    skip = {"build_seconds", "computed_at"}
+    assert _differences(by_rollups.model_dump(exclude=skip), by_rows.model_dump(exclude=skip)) == []
+
+
+def test_every_gateway_category_at_once_is_tested_with_the_per_row_numbers(engine: Engine) -> None:
+    # The gateway assigns up to 64 rule categories plus "other": the per-unit pivot holds
+    # them all (its cross-products travel as an array, within PostgreSQL's column limit).
+    import random
+
+    from tests.analytics.ingest_helpers import feedback, interaction
+
+    with engine.begin() as conn:
+        eid, _ = create_experiment(conn, [("control", 1), ("candidate", 1)], status=STOPPED)
+    rng = random.Random(12)
+    categories = [f"c{i:02d}" for i in range(64)] + ["other"]
+    events: list[Any] = []
+    for arm in ("control", "candidate"):
+        for u in range(80):  # 32-48 units per category and arm: enough to test (min_units 30)
+            for c in categories[u % 5 :: 2]:  # units overlap categories differently
+                e = interaction(eid, arm, f"{arm}-{u}", category=c, completion_tokens=rng.randrange(1, 500))
+                events.append(e)
+                if rng.random() < 0.5:
+                    events.append(feedback(e, rng.choice(("thumbs_up", "thumbs_down"))))
+    ingest(engine, events)
+    with engine.connect() as conn:
+        (r,) = rl_risks(conn, eid, "control", ["candidate"])
+        (rows,) = rl_risks(conn, eid, "control", ["candidate"], rows=True)
+    assert len(r.capability.categories) == 65 and len(r.category_mix.shares) == 65
+    assert len(r.capability.cells) == 65 * 3 and r.category_mix.state == "ok"
+    assert any(c.state == "ok" for c in r.capability.cells)
+    skip = {"build_seconds", "computed_at"}
+    assert _differences(r.model_dump(exclude=skip), rows.model_dump(exclude=skip)) == []

@@ -24,6 +24,7 @@ from tests.known_secrets import secret
 from tests.services import READ_TOKEN, analytics_service, http
 
 PER_VARIANT = 240
+ADMIN = secret("examples-admin")
 
 
 @pytest.fixture(scope="module")
@@ -46,12 +47,12 @@ def data(ex_engine: Engine) -> dict[str, Seeded]:
 
 @pytest.fixture(scope="module")
 def service(module_database_url: str, data: dict[str, Seeded]) -> Iterator[str]:
-    with analytics_service(module_database_url, secret("examples-admin"), snapshot_interval_s="0",
+    with analytics_service(module_database_url, ADMIN, snapshot_interval_s="0",
                            rollout_controller="false") as url:  # fmt: skip
         yield url
 
 
-def call(url: str, path: str, token: str | None = READ_TOKEN, **params: Any) -> tuple[int, Any]:
+def call(url: str, path: str, token: str | None = ADMIN, **params: Any) -> tuple[int, Any]:
     query = urlencode({k: v for k, v in params.items() if v is not None})
     status, body = http(
         "GET", f"{url}{path}?{query}", {"Authorization": f"Bearer {token}"} if token else None
@@ -380,6 +381,32 @@ def test_an_unknown_experiment_is_404_and_reads_need_a_credential(
     assert status == 401
     status, _ = call(service, "/api/experiments/ex-full/shadow-pairs", token="wrong-token-value")
     assert status == 403
+
+
+def _user_token(service: str, role: str) -> str:
+    name = f"ex-{role}"
+    auth = {"Authorization": f"Bearer {ADMIN}"}
+    body = {"name": name, "role": role, "password": secret(f"pw-{role}")}
+    assert http("POST", f"{service}/admin/users", auth, 30, body)[0] == 201
+    status, raw = http("POST", f"{service}/admin/users/{name}/tokens", auth, 30, {"label": "cli"})
+    assert status == 201, raw
+    return str(json.loads(raw)["token"])
+
+
+def test_stored_prompts_and_answers_are_for_operators_and_admins_not_the_read_token_or_viewers(
+    service: str, data: dict[str, Seeded]
+) -> None:
+    """Examples are raw user content: a report reader (read token, viewer) is refused them."""
+    viewer, operator = _user_token(service, "viewer"), _user_token(service, "operator")
+    for path in ("/api/experiments/ex-full/examples", "/api/experiments/ex-shadow/shadow-pairs"):
+        for token in (READ_TOKEN, viewer):
+            status, doc = call(service, path, token=token)
+            assert status == 403 and "needs operator" in doc["detail"], (path, doc)
+        for token in (operator, ADMIN):
+            status, doc = call(service, path, token=token)
+            assert status == 200 and doc["pairs" if "shadow" in path else "items"], (path, doc)
+    # The report stays a viewer's read.
+    assert call(service, "/api/experiments/ex-full/report", token=READ_TOKEN)[0] == 200
 
 
 def test_the_index_serves_a_variant_page_as_a_range_scan(ex_engine: Engine, data: dict[str, Seeded]) -> None:

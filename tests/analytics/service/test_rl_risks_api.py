@@ -158,3 +158,10 @@ def test_the_judge_probe_needs_the_admin_token_and_a_configured_judge(
     assert status == 409 and "LIFTGATE_JUDGE_URL" in body["detail"]
     assert service.call("POST", path, {"phrase": ""}, token=TOKEN)[0] == 422
     assert service.call("POST", path, {"phrase": "x", "samples": 5000}, token=TOKEN)[0] == 422
+
+
+def test_a_phrase_lookup_needs_the_n_gram_key(service: Service, seeded: dict[str, Any]) -> None:
+    status, body = service.call("GET", f"/api/experiments/{seeded['id']}/rl-risks?phrase=great%20question")
+    assert status == 409 and "LIFTGATE_NGRAM_KEY" in body["detail"]
+    status, body = service.call("GET", f"/api/experiments/{seeded['id']}/rl-risks")
+    assert status == 200 and body["rl_risks"][0]["phrases"]["source"] == "text"

@@ -12,19 +12,24 @@ from urllib.parse import parse_qs, urlencode, urlparse
 
 import numpy as np
 import pytest
+from playwright.sync_api import Browser, Page
 from sqlalchemy import Engine
 
 from tests.analytics.examples_data import XSS, Seeded, seed_ab, seed_shadow
-from tests.analytics.web.conftest import WatchedPage, snapshot
+from tests.analytics.web.conftest import LAPTOP, WatchedPage, snapshot
 from tests.analytics.web.formatting import num
+from tests.analytics.web.test_actions import new_user
 from tests.analytics.web.test_dashboard import SCREENSHOTS, WAIT_MS, open_page
-from tests.services import READ_TOKEN, get_json
+from tests.services import READ_TOKEN, get_json, http
 
+# Stored prompts and answers are an operator's read: the API is asked with the admin token.
+_CALLER: dict[str, str] = {}
 FULL, OFF, HASHED, SHADOW = "chat-examples", "chat-examples-off", "chat-examples-hashed", "search-pairs"
 
 
 @pytest.fixture(scope="module")
 def data(engine: Engine, analytics_url: str, admin_token: str) -> dict[str, Seeded]:
+    _CALLER["token"] = admin_token
     rng = np.random.default_rng(23)
     out = {
         FULL: seed_ab(engine, FULL, "full", 120, rng),
@@ -38,7 +43,7 @@ def data(engine: Engine, analytics_url: str, admin_token: str) -> dict[str, Seed
 
 def api(analytics_url: str, ref: str, path: str = "examples", **params: Any) -> dict[str, Any]:
     doc = get_json(
-        f"{analytics_url}/api/experiments/{ref}/{path}?{urlencode(params, doseq=True)}", READ_TOKEN
+        f"{analytics_url}/api/experiments/{ref}/{path}?{urlencode(params, doseq=True)}", _CALLER["token"]
     )
     assert isinstance(doc, dict)
     return doc
@@ -332,3 +337,67 @@ def test_the_shadow_pair_filters_narrow_to_the_shadow_calls_the_api_returns_for_
     )
     assert answers == ["answerno answer (the call failed)"] * len(pairs)
     assert watched.errors == []
+
+
+def _sign_in_through_the_form(page: Page, name: str, password: str) -> None:
+    assert "/dashboard/login" in page.url
+    page.fill("#name", name)
+    page.fill("#password", password)
+    page.click("button[type=submit]")
+
+
+def test_signing_in_from_a_filtered_examples_link_returns_to_that_exact_url(
+    browser: Browser, analytics_url: str, admin_token: str, data: dict[str, Seeded]
+) -> None:
+    """A link shared in a chat (a filtered examples page) opened signed out: after signing in,
+    the reader lands on the very same URL — path, filters and order — and sees those requests."""
+    name, password = new_user(analytics_url, admin_token, "operator")
+    target = page_url(analytics_url, FULL, variant="candidate", feedback="thumbs_down", category="math",
+                      error="false")  # fmt: skip
+    context = browser.new_context(viewport=LAPTOP)
+    try:
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(target)
+        _sign_in_through_the_form(page, name, password)
+        page.wait_for_function("window.liftgate && window.liftgate.refreshes >= 1", timeout=WAIT_MS)
+        assert page.url == target
+        w = WatchedPage(page, errors)
+        doc = api(
+            analytics_url, FULL, variant="candidate", feedback="thumbs_down", category="math", error="false"
+        )
+        shown = shown_examples(w, column(w, "candidate"))
+        assert shown == expected(doc["items"]) and shown
+        assert page.input_value("#filters input[name=feedback]") == "thumbs_down"
+        assert errors == []
+    finally:
+        context.close()
+
+
+def test_a_viewer_is_told_stored_content_needs_an_operator_and_sees_none_of_it(
+    browser: Browser, analytics_url: str, admin_token: str, data: dict[str, Seeded]
+) -> None:
+    name, password = new_user(analytics_url, admin_token, "viewer")
+    context = browser.new_context(viewport=LAPTOP)
+    try:
+        page = context.new_page()
+        for path in ("examples", "shadow-pairs"):
+            ref = SHADOW if path == "shadow-pairs" else FULL
+            page.goto(page_url(analytics_url, ref, path))
+            if "/dashboard/login" in page.url:
+                _sign_in_through_the_form(page, name, password)
+            page.wait_for_selector("#refused:not([hidden])", timeout=WAIT_MS)
+            assert page.inner_text("#refused").startswith(
+                "Not shown: stored prompts and answers are for operators and admins"
+            )
+            assert "needs operator" in page.inner_text("#refused")
+            assert page.eval_on_selector_all("article.example, .pair", "els => els.length") == 0
+            assert XSS not in page.content()
+            assert page.eval_on_selector_all("pre, code.digest", "els => els.length") == 0
+    finally:
+        context.close()
+    status, _ = http(
+        "GET", f"{analytics_url}/api/experiments/{FULL}/examples", {"Authorization": f"Bearer {READ_TOKEN}"}
+    )
+    assert status == 403  # the read token is a viewer too

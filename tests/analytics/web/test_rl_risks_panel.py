@@ -6,13 +6,15 @@ number on the panel equals the report API's and the /rl-risks endpoint's."""
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
 from analytics.ingest.write import ingest
+from contracts.ngrams import NgramKey, hash_label
 from tests.analytics.report_data import create_experiment
-from tests.analytics.risks_data import scenario_events
+from tests.analytics.risks_data import hashed_events, scenario_events
 from tests.analytics.web.conftest import WatchedPage, snapshot
 from tests.analytics.web.test_dashboard import SCREENSHOTS, assert_numbers_match, canvas_has_pixels, open_page
+from tests.known_secrets import secret
 from tests.services import READ_TOKEN, get_json
 
 # Stopped, not running: the session's snapshotters (other modules' service processes) snapshot
@@ -74,4 +76,36 @@ def test_an_experiment_without_responses_shows_the_panel_empty_without_errors(
         _, name = create_experiment(conn, [("control", 1), ("candidate", 1)], status=STOPPED, name="rl-empty")
     open_page(watched, f"{analytics_url}/dashboard/experiments/{name}")
     assert "No RL-risk analysis yet" in watched.page.inner_text("#risks")
+    assert watched.errors == []
+
+
+def test_the_phrase_table_of_a_hashed_experiment_shows_the_hashes(
+    watched: WatchedPage, analytics_url: str, engine: Engine, admin_token: str
+) -> None:
+    key = NgramKey(secret("ngram"))
+    with engine.begin() as conn:
+        eid, name = create_experiment(
+            conn, [("control", 1), ("candidate", 1)], status=STOPPED, name="rl-hashed"
+        )
+        conn.execute(text("UPDATE experiments SET content_logging = 'hashed' WHERE id = :e"), {"e": eid})
+    ingest(engine, hashed_events(scenario_events(eid, "reward-hacking", 300, seed=37), key))
+    snapshot(analytics_url, admin_token, name)
+    open_page(watched, f"{analytics_url}/dashboard/experiments/{name}")
+    risks = get_json(f"{analytics_url}/api/experiments/{name}/rl-risks", READ_TOKEN)
+    part = risks["rl_risks"][0]["phrases"]
+    stuffed = hash_label(key.hash("great question"))
+    assert part["source"] == "hashed" and stuffed in part["flagged"]
+    flagged = watched.page.eval_on_selector_all(
+        "#risks tr.tone-bad[data-phrase]", "rs => rs.map(r => r.dataset.phrase)"
+    )
+    assert flagged == [p for p in part["flagged"]][: len(flagged)] and stuffed in flagged
+    hashes = watched.page.eval_on_selector_all("#risks code.hash", "cs => cs.map(c => c.textContent)")
+    assert f"#{stuffed}" in hashes
+    assert "great question" not in watched.page.inner_text("#risks").lower()
+    numbers: list[dict[str, str]] = watched.page.eval_on_selector_all(
+        "#risks .num",
+        "els => els.map(e => ({ptr: e.dataset.ptr, fmt: e.dataset.fmt, raw: e.dataset.raw, text: e.textContent}))",
+    )
+    assert_numbers_match(numbers, risks)
+    assert "hashed (sampled) responses" in watched.page.inner_text("#risks")
     assert watched.errors == []

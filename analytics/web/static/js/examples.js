@@ -157,16 +157,20 @@ function example(it) {
 }
 
 // A filter the API refused (422): its reason in the page, where the reader looks, instead of
-// an empty list; the form stays so the filter can be corrected.
+// an empty list; the form stays so the filter can be corrected. A reader without the role to
+// see stored content (403) is told so in the same place.
 async function orRefused(root, load) {
   try {
     const out = await load();
     root.querySelector("#refused").hidden = true;
     return out;
   } catch (err) {
-    if (!(err instanceof ApiError) || err.status !== 422) throw err;
+    if (!(err instanceof ApiError) || (err.status !== 422 && err.status !== 403)) throw err;
     const box = root.querySelector("#refused");
-    box.textContent = `These filters were refused: ${err.message.replace(/^422 /, "")}`;
+    box.textContent =
+      err.status === 403
+        ? `Not shown: stored prompts and answers are for operators and admins (${err.message.replace(/^403 /, "")}).`
+        : `These filters were refused: ${err.message.replace(/^422 /, "")}`;
     box.hidden = false;
     return null;
   }

@@ -122,6 +122,16 @@ function judge(r, base, k) {
   return `${says}${chart}${state(j)}`;
 }
 
+// Content logging "hashed": a phrase is the keyed hash of a 1–3-gram; its text shows only when
+// the operator's phrase list (LIFTGATE_NGRAM_PHRASES, or ?phrase= on the API) resolves it.
+function phraseText(p) {
+  if (!p.hash) return `<code>${esc(p.phrase)}</code>`;
+  if (!p.resolved) {
+    return `<code class="hash" title="keyed hash of a 1–3-word phrase (content logging hashed)">#${esc(p.hash)}</code>`;
+  }
+  return `<code>${esc(p.phrase)}</code> <span class="muted" title="resolved by the phrase list">#${esc(p.hash)}</span>`;
+}
+
 function phrases(r, base) {
   const ph = r.phrases;
   if (!ph.phrases.length) return `<p class="empty">No over-represented phrase tested yet.${state(ph)}</p>`;
@@ -131,7 +141,7 @@ function phrases(r, base) {
     .map(([p, i]) => {
       const ptr = `${base}/phrases/phrases/${i}`;
       return `<tr data-phrase="${esc(p.phrase)}" class="${p.flagged ? "tone-bad" : ""}">
-        <td><code>${esc(p.phrase)}</code>${p.flagged ? ' <span class="badge bad">flagged</span>' : ""}</td>
+        <td>${phraseText(p)}${p.flagged ? ' <span class="badge bad">flagged</span>' : ""}</td>
         <td class="r">${cell(p.rate_control, "pct", `${ptr}/rate_control`)}</td>
         <td class="r">${cell(p.rate_candidate, "pct", `${ptr}/rate_candidate`)}</td>
         <td class="r">${cell(p.q_value, "p", `${ptr}/q_value`)}</td>
@@ -147,7 +157,7 @@ function phrases(r, base) {
       <th class="r" title="candidate responses with / without the phrase">judge with / without</th></tr></thead>
       <tbody>${rows}</tbody></table>
     <div class="muted">${cell(ph.tested, "count", `${base}/phrases/tested`)} phrases tested over
-      ${cell(ph.responses_control, "count", `${base}/phrases/responses_control`)} + ${cell(ph.responses_candidate, "count", `${base}/phrases/responses_candidate`)} recent responses${state(ph)}</div>`;
+      ${cell(ph.responses_control, "count", `${base}/phrases/responses_control`)} + ${cell(ph.responses_candidate, "count", `${base}/phrases/responses_candidate`)} recent ${ph.source === "hashed" ? "hashed (sampled) " : ""}responses${state(ph)}</div>`;
 }
 
 function candidate(r, base, k) {
