@@ -11,12 +11,13 @@ WORKDIR /app
 # Dependencies first, so code edits do not reinstall them. The services and the CLI's
 # migrate/simulate commands only: the `local` extra (embedded PostgreSQL, psutil) stays out.
 COPY pyproject.toml README.md ./
-RUN mkdir -p contracts gateway analytics evals curation liftgate migrations \
- && touch contracts/__init__.py gateway/__init__.py analytics/__init__.py evals/__init__.py curation/__init__.py liftgate/__init__.py migrations/__init__.py \
+RUN mkdir -p contracts eventbus gateway analytics evals curation liftgate migrations \
+ && touch contracts/__init__.py eventbus/__init__.py gateway/__init__.py analytics/__init__.py evals/__init__.py curation/__init__.py liftgate/__init__.py migrations/__init__.py \
  && pip install ".[cli]" && pip uninstall -y liftgate
 
 COPY alembic.ini setup.py ./
 COPY contracts ./contracts
+COPY eventbus ./eventbus
 COPY gateway ./gateway
 COPY analytics ./analytics
 COPY evals ./evals
@@ -25,7 +26,7 @@ COPY liftgate ./liftgate
 COPY migrations ./migrations
 COPY examples ./examples
 # Editable: migrations are read from /app/migrations (see liftgate/db.py). gcc only for the
-# install: it builds the consumer's two C extensions (setup.py; without it they are skipped
+# install: it builds the consumer's C extension (setup.py; without it they are skipped
 # and the same work runs in Python).
 # The spool directory exists in the image, owned by the service user, so a named volume
 # mounted there starts with that owner (the gateway writes its Kafka outage spool there).

@@ -1,7 +1,7 @@
-"""The consumer's two C extensions (everything else is in pyproject.toml).
+"""The consumer's C extension (everything else is in pyproject.toml).
 
-Both are optional: without a C compiler the install succeeds and analytics/ingest/copy_text.py and
-analytics/ingest/kafka_records.py do the same work in Python.
+Optional: without a C compiler the install succeeds and analytics/ingest/copy_text.py does the
+same work in Python.
 """
 
 from setuptools import Extension, setup
@@ -11,12 +11,6 @@ setup(
         Extension(
             "analytics.ingest._copyfmt",
             ["analytics/ingest/_copyfmt.c"],
-            extra_compile_args=["-O2"],
-            optional=True,
-        ),
-        Extension(
-            "analytics.ingest._kafkarec",
-            ["analytics/ingest/_kafkarec.c"],
             extra_compile_args=["-O2"],
             optional=True,
         ),

@@ -18,6 +18,7 @@ import uvicorn
 from pydantic import ValidationError
 
 from contracts import redaction
+from eventbus import open_bus
 from gateway.app import GatewayApp, create_app
 from gateway.null_sink import NullSink
 from gateway.server import uvicorn_options
@@ -39,7 +40,12 @@ def make_sink(settings: GatewaySettings) -> EventSink:
         # No ensure_topics here: the sink creates missing topics when it connects, and a
         # gateway must be able to start (and spool) while Kafka is down.
         config = module.SinkConfig(fsync_interval_s=settings.spool_fsync_interval_s)
-        sink: EventSink = module.KafkaSink(settings.kafka_bootstrap, Path(settings.spool_dir), config=config)
+        sink: EventSink = module.KafkaSink(
+            settings.kafka_bootstrap,
+            Path(settings.spool_dir),
+            config=config,
+            bus=open_bus(settings.kafka_client),
+        )
         return sink
     log.warning("no LIFTGATE_KAFKA_BOOTSTRAP: events go nowhere (inject a sink, e.g. via `liftgate up`)")
     return NullSink()

@@ -11,7 +11,7 @@ fell behind, they are read from the spool's files (``replayed``).
 
 The bus is anything with ``deliver`` and ``close`` (:class:`Transport`), made by a
 ``connect`` function that raises :class:`TransportUnavailable` while the bus cannot be
-reached: the Kafka sink passes one built on kafka-python; nothing here imports a client.
+reached: the Kafka sink passes one built on an :mod:`eventbus` producer; nothing here imports a client.
 """
 
 from __future__ import annotations

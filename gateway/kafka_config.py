@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
-
-from kafka.admin import KafkaAdminClient, NewTopic
-from kafka.errors import TopicAlreadyExistsError
 
 from contracts.events import (
     FEEDBACK_TOPIC,
@@ -17,6 +13,7 @@ from contracts.events import (
     JudgeEvent,
     NgramsEvent,
 )
+from eventbus import Bus, open_bus
 from gateway.delivery import DeliverySettings
 
 
@@ -49,10 +46,10 @@ class SinkConfig:
     # process loses nothing written: the page cache keeps it). 0: after every spool write.
     fsync_interval_s: float = 1.0
     # Pause of the delivery thread between batches unless a full one is waiting. Each produce
-    # round trip costs kafka-python ~1 ms of CPU (delivery and network threads) whatever its
+    # round trip has a fixed CPU cost in the client (delivery and network threads) whatever its
     # size, so fewer, bigger batches are much cheaper. Events are durable in the spool long
-    # before, so this only delays their arrival in Kafka: 0.1 s keeps the sink's CPU what it
-    # was with 0.05 s and no spool writer (bench/gateway/README.md: sink CPU at paced rates).
+    # before, so this only delays their arrival in Kafka (bench/gateway/README.md: sink CPU at
+    # paced rates).
     batch_interval_s: float = 0.1
     flush_timeout_s: float = 5.0
     probe_timeout_s: float = 2.0
@@ -63,7 +60,6 @@ class SinkConfig:
     # Below the broker's default message.max.bytes (~1 MiB), which bounds a whole batch.
     batch_bytes: int = 512 << 10
     max_event_bytes: int = 500_000
-    fast_append: bool = True  # see gateway.kafka_batches; False forces KafkaProducer.send
     # Reconnect attempts of the producer's client to a lost broker back off up to this (the
     # client's default is 30 s).
     reconnect_backoff_max_ms: int = 1000
@@ -101,20 +97,14 @@ class SinkConfig:
 
 
 def ensure_topics(
-    bootstrap: str, partitions: int = 6, topics: Topics = Topics(), timeout_s: float = 30.0
+    bootstrap: str,
+    partitions: int = 6,
+    topics: Topics = Topics(),
+    timeout_s: float = 30.0,
+    bus: Bus | None = None,
 ) -> None:
     """Create the interaction, feedback and judgement topics if they do not exist (idempotent)."""
-    ms = int(timeout_s * 1000)
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=ms, bootstrap_timeout_ms=ms)
-    try:
-        existing = set(admin.list_topics())
-        new = [
-            NewTopic(name, num_partitions=partitions, replication_factor=1)
-            for name in (topics.interactions, topics.feedback, topics.judgements)
-            if name not in existing
-        ]
-        if new:
-            with contextlib.suppress(TopicAlreadyExistsError):
-                admin.create_topics(new)
-    finally:
-        admin.close()
+    bus = bus if bus is not None else open_bus("auto")
+    bus.ensure_topics(
+        bootstrap, (topics.interactions, topics.feedback, topics.judgements), partitions, timeout_s
+    )

@@ -32,19 +32,16 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import socket
-import struct
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from kafka.errors import KafkaError
-
 from contracts.events import Event, encode
+from eventbus import Bus, BusError, ProducerOptions, open_bus
 from gateway.delivery import Chunk, Delivery, Transport, TransportUnavailable
-from gateway.kafka_batches import YIELD_EVERY, BatchProducer
 from gateway.kafka_config import SinkConfig, Topics, ensure_topics
+from gateway.kafka_transport import YIELD_EVERY, BusTransport
 from gateway.spool import Record, Spool, claim_spool_dir
 
 __all__ = ["KafkaSink", "SinkConfig", "Topics", "ensure_topics"]
@@ -62,9 +59,15 @@ class KafkaSink:
         *,
         topics: Topics = Topics(),
         config: SinkConfig = SinkConfig(),
+        bus: Bus | None = None,
         producer_options: dict[str, Any] | None = None,
     ) -> None:
+        """``bus``: the Kafka client backend (``eventbus.open_bus``; None: the automatic choice).
+
+        ``producer_options``: extra settings of the backend's producer, as it names them.
+        """
         self.bootstrap = bootstrap
+        self.bus = bus if bus is not None else open_bus("auto")
         self.spool_root = spool_root
         self.topics = topics
         self.config = config
@@ -309,72 +312,33 @@ class KafkaSink:
         """A producer whose topics exist (created when missing); TransportUnavailable while down."""
         cfg = self.config
         flush_ms = int(cfg.flush_timeout_s * 1000)
-        options: dict[str, Any] = {
-            "bootstrap_servers": self.bootstrap,
-            "acks": "all",
-            "enable_idempotence": True,
-            "linger_ms": cfg.linger_ms,
-            "batch_size": cfg.batch_bytes,
-            "max_block_ms": int(cfg.probe_timeout_s * 1000),
-            "bootstrap_timeout_ms": int(cfg.probe_timeout_s * 1000),
-            # Every record is acknowledged or expired by the time a flush gives up: records left
-            # pending after it made kafka-python's network thread spin (~80% of a core for ~1 s,
-            # starving the spool writer of the interpreter) and its close() fail.
-            "delivery_timeout_ms": flush_ms - 100,
-            "request_timeout_ms": max(flush_ms - 100 - cfg.linger_ms - 100, 100),
-            "reconnect_backoff_max_ms": cfg.reconnect_backoff_max_ms,
-            "metrics_enabled": False,  # its per-record sensors cost more CPU than they tell us
-            **self._producer_options,
-        }
-        if not any(_answers(_address(item), cfg.probe_timeout_s) for item in self.bootstrap.split(",")):
-            # Kafka clients made against a dead or hung broker keep threads retrying for seconds
-            # after close, competing with the spool writer for the interpreter; one request on
-            # a plain socket tells the same and costs nothing.
-            raise TransportUnavailable(f"no broker answers at {self.bootstrap}")
+        options = ProducerOptions(
+            bootstrap=self.bootstrap,
+            client_id="liftgate-gateway",
+            linger_ms=cfg.linger_ms,
+            batch_bytes=cfg.batch_bytes,
+            # Every record is acknowledged or expired by the time a flush gives up, so no
+            # record of a failed batch is still retried by the client while delivery backs off.
+            delivery_timeout_ms=flush_ms - 100,
+            request_timeout_ms=max(flush_ms - 100 - cfg.linger_ms - 100, 100),
+            reconnect_backoff_max_ms=cfg.reconnect_backoff_max_ms,
+            extra=self._producer_options,
+        )
+        topics = (self.topics.interactions, self.topics.feedback)
+        probe_s = cfg.probe_timeout_s
         try:
             if cfg.create_topics_partitions:
-                ensure_topics(self.bootstrap, cfg.create_topics_partitions, self.topics, cfg.probe_timeout_s)
-            return BatchProducer(
-                options, (self.topics.interactions, self.topics.feedback), fast_append=cfg.fast_append
-            )
-        except (KafkaError, OSError, RuntimeError) as exc:
+                self.bus.ensure_topics(self.bootstrap, topics, cfg.create_topics_partitions, probe_s)
+            producer = self.bus.producer(options)
+        except BusError as exc:
             raise TransportUnavailable(f"broker {self.bootstrap}: {exc}") from exc
-
-
-_PING_ID = 0x4C47  # correlation id of the probe request
-
-
-def _answers(address: tuple[str, int], timeout_s: float) -> bool:
-    """Whether a Kafka broker at ``address`` answers an ApiVersions request within the timeout.
-
-    Version 0 of the request (api key 18), which every broker answers (at worst with an
-    error and the versions it supports): a reply with our correlation id is enough.
-    """
-    client = b"liftgate-probe"
-    request = struct.pack(">hhih", 18, 0, _PING_ID, len(client)) + client
-    try:
-        with socket.create_connection(address, timeout=timeout_s) as sock:
-            sock.sendall(struct.pack(">i", len(request)) + request)
-            head = b""
-            while len(head) < 8:
-                chunk = sock.recv(8 - len(head))
-                if not chunk:
-                    return False
-                head += chunk
-    except OSError:
-        return False
-    correlation_id: int = struct.unpack(">ii", head)[1]
-    return correlation_id == _PING_ID
-
-
-def _address(item: str) -> tuple[str, int]:
-    """``host:port``, ``[v6]:port`` or a bare host (Kafka's default port, as the client does)."""
-    item = item.strip()
-    if item.startswith("["):
-        host, _, rest = item[1:].partition("]")
-        port = rest[1:] if rest.startswith(":") else ""
-    elif item.count(":") == 1:
-        host, _, port = item.partition(":")
-    else:
-        host, port = item, ""
-    return host, int(port) if port.isdigit() else 9092
+        try:
+            missing = [t for t in topics if not producer.partition_count(t, probe_s)]
+            if missing:
+                raise TransportUnavailable(f"topics {missing} do not exist at {self.bootstrap}")
+        except (BusError, TransportUnavailable) as exc:
+            producer.close(0)
+            if isinstance(exc, TransportUnavailable):
+                raise
+            raise TransportUnavailable(f"broker {self.bootstrap}: {exc}") from exc
+        return BusTransport(producer)

@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from eventbus import ClientChoice
 from gateway.feedback import parse_kinds
 
 _WEAK_TOKENS = frozenset({"changeme", "change-me", "admin", "secret", "token", "password", "liftgate"})
@@ -32,6 +33,9 @@ class GatewaySettings(BaseSettings):
     # Never inferred from how many keys exist.
     client_keys: Literal["off", "required"] = "required"
     kafka_bootstrap: str | None = None
+    # Kafka client library: confluent (librdkafka), python (kafka-python), auto (confluent when
+    # it can be imported); see docs/operations.md ("Kafka client").
+    kafka_client: ClientChoice = "auto"
     # Durable spool of the Kafka sink while the broker is unreachable (one claimed subdir per process).
     spool_dir: str = ".liftgate/spool"
     # fsync period of spooled events Kafka has not acknowledged: what a power loss may lose (0: each write).

@@ -23,6 +23,7 @@ from pathlib import Path
 import psutil
 
 from contracts import redaction
+from eventbus import ClientChoice
 from liftgate import db
 from liftgate.admin_client import RUN_FILE
 from liftgate.embedded_pg import EmbeddedPostgres
@@ -66,6 +67,7 @@ class StackOptions:
     pg_port: int = 15432
     database_url: str | None = None
     kafka_bootstrap: str | None = None
+    kafka_client: ClientChoice = "auto"  # LIFTGATE_KAFKA_CLIENT of the gateway and analytics
     simulator: bool = True
     upstreams: tuple[UpstreamSpec, ...] = ()
     reset: bool = False
@@ -311,22 +313,15 @@ def _start_database(stack: RunningStack) -> None:
     db.upgrade(stack.database_url)
 
 
-def ensure_topics(bootstrap: str, partitions: int = 6, timeout_s: float = 30.0) -> None:
+def ensure_topics(
+    bootstrap: str, partitions: int = 6, timeout_s: float = 30.0, client: ClientChoice = "auto"
+) -> None:
     """Create the event topics when missing (the broker does not auto-create them)."""
-    from kafka.admin import KafkaAdminClient, NewTopic
-    from kafka.errors import TopicAlreadyExistsError
-
     from contracts.events import FEEDBACK_TOPIC, INTERACTIONS_TOPIC, JUDGEMENTS_TOPIC
+    from eventbus import open_bus
 
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000))
-    try:
-        missing = {INTERACTIONS_TOPIC, FEEDBACK_TOPIC, JUDGEMENTS_TOPIC} - set(admin.list_topics())
-        for name in sorted(missing):
-            # Another process may create it at the same moment: that is fine.
-            with contextlib.suppress(TopicAlreadyExistsError):
-                admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
-    finally:
-        admin.close()
+    topics = (INTERACTIONS_TOPIC, FEEDBACK_TOPIC, JUDGEMENTS_TOPIC)
+    open_bus(client).ensure_topics(bootstrap, topics, partitions, timeout_s)
 
 
 def _py(*args: str) -> list[str]:
@@ -348,7 +343,8 @@ def _start_services(stack: RunningStack) -> None:
     }
     if opts.kafka_bootstrap:
         common["LIFTGATE_KAFKA_BOOTSTRAP"] = opts.kafka_bootstrap
-        ensure_topics(opts.kafka_bootstrap)
+        common["LIFTGATE_KAFKA_CLIENT"] = opts.kafka_client
+        ensure_topics(opts.kafka_bootstrap, client=opts.kafka_client)
 
     judge_env: dict[str, str] = {}
     if opts.simulator and not opts.upstreams and opts.scenario:

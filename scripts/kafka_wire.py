@@ -1,9 +1,19 @@
 """The few Kafka wire-protocol requests scripts/kafka.py needs, over a plain socket.
 
-Stdlib only, so readiness checks and topic creation work before any virtualenv
-exists and without starting a JVM per call. Only non-flexible request versions
-that Kafka 4.x still accepts (KIP-896 removed Metadata v0-v3 and CreateTopics
-v0-v1) are used: Metadata v4 and CreateTopics v4.
+Stdlib only, on purpose, rather than a client library:
+
+* ``scripts/kafka`` runs under the machine's ``python3`` (its wrapper does not use
+  ``.venv``): developers and CI start and probe the broker with it before ``scripts/bootstrap``
+  has created the virtualenv, and in environments that never create one (a broker host,
+  a container that only runs Kafka). No Kafka client is importable there;
+* even when run from the virtualenv, ``scripts/`` is ``sys.path[0]``, so ``import kafka``
+  would import ``scripts/kafka.py`` itself instead of kafka-python;
+* it needs two requests (Metadata, CreateTopics), each answered in one round trip without
+  starting a JVM per call.
+
+Only non-flexible request versions that Kafka 4.x still accepts (KIP-896 removed Metadata
+v0-v3 and CreateTopics v0-v1) are used: Metadata v4 and CreateTopics v4. The product's own
+Kafka traffic goes through ``eventbus`` (confluent-kafka or kafka-python), never through this.
 """
 
 from __future__ import annotations

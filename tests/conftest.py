@@ -22,6 +22,7 @@ import pytest
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.orm import Session
 
+from eventbus import Bus, ClientChoice, open_bus
 from liftgate import db as dbmod
 from liftgate.embedded_pg import EmbeddedPostgres, default_state_dir
 from tests.secret_scan import (  # noqa: F401  (the secret scan's hooks and fixture, by their names)
@@ -139,6 +140,21 @@ def kafka_bootstrap() -> str:
     if res.returncode != 0:
         raise RuntimeError(f"could not start Kafka: {res.stdout}\n{res.stderr}")
     return f"127.0.0.1:{port}"
+
+
+KAFKA_CLIENTS = ("confluent", "python")
+
+
+@pytest.fixture(params=KAFKA_CLIENTS)
+def kafka_client(request: pytest.FixtureRequest) -> ClientChoice:
+    """Each Kafka client backend in turn: the bus contract holds for both."""
+    choice: ClientChoice = request.param
+    return choice
+
+
+@pytest.fixture
+def bus(kafka_client: ClientChoice) -> Bus:
+    return open_bus(kafka_client)
 
 
 @pytest.fixture

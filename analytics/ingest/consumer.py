@@ -8,6 +8,13 @@ topic/partition/offset, reason) in the same transaction. Offsets are committed o
 after that transaction committed, so a crash anywhere redelivers the batch and the
 ``event_id`` keys make the replay a no-op.
 
+Kafka client dead for good (a fatal error, e.g. this static member fenced by another with its
+``group.instance.id``): the batch in flight is written but not committed, the client is
+closed and a new one joins after a backoff, resuming from the committed offsets (the replay
+is a no-op, as after a crash). More than ``consumer_max_client_restarts`` new clients within
+``consumer_client_restart_window_s`` raise ``ConsumerGaveUp``: the thread ends with the reason
+(the service's ``/healthz`` turns 503, a standalone process exits non-zero).
+
 Postgres unavailable: the batch is held, partitions are paused (the main thread keeps
 polling so the group membership stays alive), the write is retried with exponential backoff up to
 ``consumer_max_backoff_s``; nothing is committed meanwhile. Several processes share the
@@ -25,6 +32,7 @@ import logging
 import signal
 import threading
 import time
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
@@ -32,14 +40,10 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 import psycopg
-from kafka import KafkaConsumer, TopicPartition
-from kafka.errors import CommitFailedError, KafkaError
-from kafka.structs import OffsetAndMetadata
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from analytics.ingest import kafka_records
 from analytics.ingest.dead_letters import DeadLetterRow
 from analytics.ingest.write import IngestResult, Raw, attribute_pending, ingest_raw
 from contracts import redaction
@@ -53,6 +57,17 @@ from contracts.events import (
     NgramsEvent,
     decode,
 )
+from eventbus import (
+    Bus,
+    BusError,
+    BusFatal,
+    ClientChoice,
+    ConsumerOptions,
+    Message,
+    TopicPartition,
+    open_bus,
+)
+from eventbus import Consumer as BusConsumer
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +77,9 @@ class ConsumerSettings(BaseSettings):
 
     database_url: str = "postgresql+psycopg://postgres@127.0.0.1:15432/liftgate"
     kafka_bootstrap: str = "127.0.0.1:19092"
+    # Kafka client library: confluent (librdkafka), python (kafka-python), auto (confluent when
+    # it can be imported). See docs/operations.md ("Kafka client").
+    kafka_client: ClientChoice = "auto"
     consumer_group: str = "liftgate-analytics"
     interactions_topic: str = INTERACTIONS_TOPIC
     feedback_topic: str = FEEDBACK_TOPIC
@@ -89,26 +107,24 @@ class ConsumerSettings(BaseSettings):
     consumer_threads: int = Field(default=1, ge=1, le=16)
     consumer_session_timeout_ms: int = Field(default=10_000, ge=6_000, le=300_000)
     consumer_metrics_port: int = Field(default=0, ge=0, le=65535)  # 0: no own /metrics server
-    # Fetch tuning: kafka-python parses records in Python, so fewer, larger fetches matter; fetch_max_wait_ms bounds the latency a small fetch adds.
+    # Fetch tuning: fewer, larger fetches cost less CPU per record (kafka-python parses records
+    # in the interpreter); fetch_max_wait_ms bounds the latency a small fetch adds.
     consumer_fetch_min_bytes: int = Field(default=256 * 1024, ge=1)
     consumer_fetch_max_wait_ms: int = Field(default=100, ge=0, le=10_000)
     # At most this much per partition per fetch: with 4 MiB (~5,700 events of ~700 bytes) a
     # member of 3 partitions never polled more than ~17,000 records, whatever max_records.
     consumer_max_partition_fetch_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
-    # analytics.ingest.kafka_records: a flat per-record loop instead of kafka-python's (a
-    # higher poll rate, bench/ingest/README.md); False keeps kafka-python's own parser.
-    consumer_fast_parse: bool = True
     # How often the client refreshes topic metadata (kafka-python's default is 5 min): a
     # group that formed before its topics were visible, or topics that gained partitions,
     # are picked up within this time.
     consumer_metadata_max_age_ms: int = Field(default=30_000, ge=1000)
     # Reconnect attempts to a lost broker back off exponentially up to this (kafka-python's
-    # default is 30 s): after a broker crash the consumer was idle up to ~30 s after the broker
+    # default is 30 s, librdkafka's 10 s): after a broker crash the consumer was idle up to ~30 s after the broker
     # was back. With 1 s it resumed within ~1 s of the broker answering again (test_consumer_resume);
     # an attempt while the broker is down is one refused TCP connect.
     consumer_reconnect_backoff_max_ms: int = Field(default=1000, ge=50, le=60_000)
-    # Upper bound for any blocking Kafka call of the loop (offset commit, lag lookup):
-    # kafka-python waits forever without one, e.g. for a coordinator lost mid-rebalance.
+    # Upper bound for any blocking Kafka call of the loop (offset commit, lag lookup): a
+    # client may wait forever without one, e.g. for a coordinator lost mid-rebalance.
     consumer_kafka_timeout_ms: int = Field(default=10_000, ge=100)
     # After a stop request, a write still running this long is cancelled (its batch stays
     # uncommitted and is redelivered): the process exits even if Postgres hangs.
@@ -121,11 +137,21 @@ class ConsumerSettings(BaseSettings):
     # interpreter's setting.
     # Process-wide; a lower threshold set elsewhere is raised.
     consumer_gc_gen0: int = Field(default=1_000_000, ge=0)
+    # A client that failed for good (fatal error: e.g. fenced by another member with this
+    # process's consumer_instance_id) is replaced, at most this many times within the window;
+    # one more failure raises (a duplicate instance id fences both processes without end).
+    consumer_max_client_restarts: int = Field(default=5, ge=0, le=1000)
+    consumer_client_restart_window_s: float = Field(default=600.0, gt=0)
+
+
+class ConsumerGaveUp(RuntimeError):
+    """The Kafka client kept failing for good although replaced: ingest cannot go on here."""
 
 
 class _HasConnection(Protocol):
     database_url: str
     kafka_bootstrap: str | None
+    kafka_client: ClientChoice
 
 
 @dataclass
@@ -163,6 +189,11 @@ class ConsumerMetrics:
         self.db_retries = Counter(
             "liftgate_analytics_db_retries", "Batch writes retried after a database error", registry=r
         )
+        self.client_restarts = Counter(
+            "liftgate_analytics_consumer_client_restarts",
+            "Kafka clients replaced after a fatal error (e.g. this static member fenced)",
+            registry=r,
+        )
 
     def set_lag(self, member: int, topic: str, value: int) -> None:
         """One member's lag on a topic; the gauge shows the sum over this process's members."""
@@ -185,16 +216,23 @@ def default_metrics() -> ConsumerMetrics:
         return _default_metrics
 
 
-def fetch_options(s: ConsumerSettings) -> dict[str, Any]:
-    """How the consumer reads Kafka: manual commits from the earliest offset, batch sizes."""
-    return {
-        "enable_auto_commit": False,
-        "auto_offset_reset": "earliest",
-        "max_poll_records": s.consumer_max_records,
-        "fetch_min_bytes": s.consumer_fetch_min_bytes,
-        "fetch_max_wait_ms": s.consumer_fetch_max_wait_ms,
-        "max_partition_fetch_bytes": s.consumer_max_partition_fetch_bytes,
-    }
+def consumer_options(s: ConsumerSettings, member: int = 0) -> ConsumerOptions:
+    """How a group member reads Kafka: manual commits from the earliest offset, fetch sizes, timeouts."""
+    instance = s.consumer_instance_id
+    return ConsumerOptions(
+        bootstrap=s.kafka_bootstrap,
+        group_id=s.consumer_group,
+        client_id="liftgate-analytics",
+        group_instance_id=instance if instance is None or member == 0 else f"{instance}-{member}",
+        session_timeout_ms=s.consumer_session_timeout_ms,
+        heartbeat_interval_ms=min(3000, s.consumer_session_timeout_ms // 4),
+        fetch_min_bytes=s.consumer_fetch_min_bytes,
+        fetch_max_wait_ms=s.consumer_fetch_max_wait_ms,
+        max_partition_fetch_bytes=s.consumer_max_partition_fetch_bytes,
+        metadata_max_age_ms=s.consumer_metadata_max_age_ms,
+        reconnect_backoff_max_ms=s.consumer_reconnect_backoff_max_ms,
+        request_timeout_ms=s.consumer_kafka_timeout_ms,
+    )
 
 
 def _pg_url(url: str) -> str:
@@ -211,28 +249,29 @@ class Batch:
     per_topic: dict[str, int] = field(default_factory=dict)
 
 
-def decode_batch(records: dict[TopicPartition, list[Any]]) -> Batch:
+def decode_batch(records: list[Message]) -> Batch:
     """Sort records into interactions, feedback and dead letters (with the reason)."""
     b = Batch()
-    for tp, recs in records.items():
-        for rec in recs:
-            payload = rec.value or b""
-            try:
-                ev = decode(payload)
-            except DecodeError as exc:
-                b.dead.append(
-                    DeadLetterRow(rec.topic, rec.partition, rec.offset, rec.key, payload, exc.reason)
-                )
+    offsets: dict[tuple[str, int], int] = {}
+    per_topic = b.per_topic
+    for rec in records:
+        topic, partition, offset, key, payload = rec
+        payload = payload or b""
+        try:
+            ev = decode(payload)
+        except DecodeError as exc:
+            b.dead.append(DeadLetterRow(topic, partition, offset, key, payload, exc.reason))
+        else:
+            if isinstance(ev, InteractionEvent):
+                b.interactions.append(Raw(payload, topic, partition, offset, key, ev))
+            elif isinstance(ev, (JudgeEvent, NgramsEvent)):
+                b.judgements.append(Raw(payload, topic, partition, offset, key, ev))
             else:
-                if isinstance(ev, InteractionEvent):
-                    b.interactions.append(Raw(payload, rec.topic, rec.partition, rec.offset, rec.key, ev))
-                elif isinstance(ev, (JudgeEvent, NgramsEvent)):
-                    b.judgements.append(Raw(payload, rec.topic, rec.partition, rec.offset, rec.key, ev))
-                else:
-                    b.feedback.append(Raw(payload, rec.topic, rec.partition, rec.offset, rec.key))
-        if recs:
-            b.offsets[tp] = recs[-1].offset + 1
-            b.per_topic[tp.topic] = b.per_topic.get(tp.topic, 0) + len(recs)
+                b.feedback.append(Raw(payload, topic, partition, offset, key))
+        # A partition's records arrive in offset order: the last one seen is the highest.
+        offsets[topic, partition] = offset + 1
+        per_topic[topic] = per_topic.get(topic, 0) + 1
+    b.offsets = {TopicPartition(t, p): o for (t, p), o in offsets.items()}
     return b
 
 
@@ -245,37 +284,29 @@ class Consumer:
         stop: threading.Event,
         metrics: ConsumerMetrics | None = None,
         member: int = 0,
+        bus: Bus | None = None,
     ) -> None:
+        """``bus``: the Kafka client backend (None: the one ``settings.kafka_client`` names)."""
         self.s = settings
         self.member = member
         self.stop = stop
         self.metrics = metrics or default_metrics()
         self.pg: psycopg.Connection[Any] | None = None
-        if settings.consumer_fast_parse:
-            kafka_records.install()
         # Counters exist from the start (at 0), so rate() and alerts see both topics at once;
         # the lag gauge appears only once partitions are assigned (an unknown lag is not 0).
         for topic in (settings.interactions_topic, settings.feedback_topic, settings.judgements_topic):
             self.metrics.consumed.labels(topic)
             self.metrics.dead_lettered.labels(topic)
-        self.kafka = KafkaConsumer(
-            settings.interactions_topic,
-            settings.feedback_topic,
-            settings.judgements_topic,
-            bootstrap_servers=settings.kafka_bootstrap,
-            group_id=settings.consumer_group,
-            **fetch_options(settings),
-            group_instance_id=(
-                settings.consumer_instance_id
-                if settings.consumer_instance_id is None or member == 0
-                else f"{settings.consumer_instance_id}-{member}"
-            ),
-            session_timeout_ms=settings.consumer_session_timeout_ms,
-            heartbeat_interval_ms=min(3000, settings.consumer_session_timeout_ms // 4),
-            client_id="liftgate-analytics",
-            metadata_max_age_ms=settings.consumer_metadata_max_age_ms,
-            reconnect_backoff_max_ms=settings.consumer_reconnect_backoff_max_ms,
-        )
+        self._bus = bus if bus is not None else open_bus(settings.kafka_client)
+        self._topics = [settings.interactions_topic, settings.feedback_topic, settings.judgements_topic]
+        self.kafka = self._open_client()
+        self._kafka_open = True
+        self._restarts: deque[float] = deque()  # when clients were replaced, within the window
+        # The batch the writer thread is writing (its offsets committed once it is written).
+        self._inflight: tuple[Batch, Future[IngestResult | None]] | None = None
+        # Records a keep-alive poll returned while partitions were paused (none expected):
+        # kept, in order, for the next batch rather than skipped.
+        self._held: list[Message] = []
         self._next_lag = 0.0
         self._unassigned_since: float | None = None
         self._rejoin_after = 20.0
@@ -332,8 +363,9 @@ class Consumer:
                 return None
             backoff = min(backoff * 2, self.s.consumer_max_backoff_s)
 
-    def _await(self, fut: Future[IngestResult | None]) -> IngestResult | None:
-        """Main thread: wait for the writer; while it fails, pause and keep the membership alive."""
+    def _await(self, fut: Future[IngestResult | None], keepalive: bool = True) -> IngestResult | None:
+        """Main thread: wait for the writer; while it fails, pause and keep the membership alive
+        (``keepalive`` False: the client is dead, just wait)."""
         paused: list[TopicPartition] = []
         stop_deadline: float | None = None
         try:
@@ -349,17 +381,18 @@ class Consumer:
                         elif now > stop_deadline:
                             self._cancel_write()
                             stop_deadline = now + self.s.consumer_stop_grace_s
-                    if self._failing.is_set():
+                    if keepalive and self._failing.is_set():
                         if not paused:
-                            paused = list(self.kafka.assignment())
-                            self.kafka.pause(*paused)
-                        # Paused partitions return no records; the poll heartbeats the group.
-                        self.kafka.poll(timeout_ms=0)
+                            paused = self.kafka.assignment()
+                            self.kafka.pause(paused)
+                        # Paused partitions return no records; polling keeps this member in the
+                        # group (a member that stops polling is evicted after max.poll.interval).
+                        self._held += self.kafka.poll_batch(self.s.consumer_max_records, 0.0)
         finally:
             if paused:
                 # A rebalance while paused may have moved some of them away.
-                owned = self.kafka.assignment()
-                self.kafka.resume(*(tp for tp in paused if tp in owned))
+                owned = set(self.kafka.assignment())
+                self.kafka.resume([tp for tp in paused if tp in owned])
 
     def _cancel_write(self) -> None:
         """Cancel the writer's statement in flight (from the main thread; psycopg allows it)."""
@@ -375,13 +408,67 @@ class Consumer:
 
     # -- kafka ------------------------------------------------------------------------------
 
+    def _open_client(self) -> BusConsumer:
+        client = self._bus.consumer(consumer_options(self.s, self.member))
+        try:
+            client.subscribe(self._topics)
+        except BaseException:
+            client.close()
+            raise
+        return client
+
+    def _close_client(self) -> None:
+        if self._kafka_open:
+            self._kafka_open = False
+            try:
+                self.kafka.close()
+            except BusError as exc:
+                log.warning("closing the Kafka client: %s", exc)
+
+    def _replace_client(self, cause: BusError) -> bool:
+        """Close the dead client and join with a new one, after a backoff that grows with the
+        replacements within the window; False if stopped meanwhile. Raises ConsumerGaveUp once
+        ``consumer_max_client_restarts`` replacements within the window were not enough.
+
+        The new client starts from the committed offsets: what the dead one read but did not
+        commit is redelivered, and ingest ignores events it already stored."""
+        self._close_client()
+        self._held = []  # read by the dead client, redelivered to the new one
+        self._unassigned_since = None
+        window = self.s.consumer_client_restart_window_s
+        while True:
+            now = time.monotonic()
+            while self._restarts and self._restarts[0] < now - window:
+                self._restarts.popleft()
+            if len(self._restarts) >= self.s.consumer_max_client_restarts:
+                raise ConsumerGaveUp(
+                    f"Kafka client failed for good although replaced {len(self._restarts)} times"
+                    f" within {window:.0f}s (a consumer_instance_id shared by two live processes?): {cause}"
+                ) from cause
+            delay = min(0.5 * 2 ** len(self._restarts), self.s.consumer_max_backoff_s)
+            self._restarts.append(now)
+            self.metrics.client_restarts.inc()
+            log.error(
+                "Kafka client failed for good (%s): replacing it in %.1fs; it resumes from the committed offsets",
+                cause,
+                delay,
+            )
+            if self.stop.wait(delay):
+                return False
+            try:
+                self.kafka = self._open_client()
+            except BusError as exc:
+                cause = exc
+                continue
+            self._kafka_open = True
+            return True
+
     def _commit(self, offsets: dict[TopicPartition, int]) -> None:
         try:
-            self.kafka.commit(
-                {tp: OffsetAndMetadata(o, "", -1) for tp, o in offsets.items()},
-                timeout_ms=self.s.consumer_kafka_timeout_ms,
-            )
-        except (CommitFailedError, KafkaError) as exc:
+            self.kafka.commit(offsets)
+        except BusFatal:
+            raise  # the client is dead: the batch is redelivered to its successor
+        except BusError as exc:
             # The partitions moved to another member: it re-reads from the last committed
             # offset and ingest ignores what this batch already stored.
             log.warning(
@@ -397,28 +484,24 @@ class Consumer:
             return
         self._next_lag = now + 5.0
         lag: dict[str, int] = {}
-        budget = self.s.consumer_kafka_timeout_ms
         try:
-            ends = self.kafka.end_offsets(parts, timeout_ms=budget)
-            for tp in parts:
-                # Bounded: without a timeout position() can block the loop forever (e.g. a
-                # partition whose offset is being reset while the group rebalances).
-                pos = self.kafka.position(tp, timeout_ms=min(budget, 1000))
-                if pos is None:
-                    continue
-                lag[tp.topic] = lag.get(tp.topic, 0) + max(0, int(ends.get(tp, pos)) - int(pos))
-        except KafkaError as exc:
+            by_partition = self.kafka.lag(parts, self.s.consumer_kafka_timeout_ms / 1000)
+        except BusFatal:
+            raise
+        except BusError as exc:
             log.debug("lag unavailable: %s", exc)
             return
+        for tp, value in by_partition.items():
+            lag[tp.topic] = lag.get(tp.topic, 0) + value
         for topic, value in lag.items():
             self.metrics.set_lag(self.member, topic, value)
 
     def _check_assignment(self) -> None:
         """Rejoin the group when this member has owned nothing for a while.
 
-        kafka-python can complete a rebalance with nothing assigned to anyone when the
-        leader assigned from metadata that did not list the (just created) topics yet — its
-        log says "No partition metadata for topic" — and then not rejoin by itself. If this
+        A client can complete a rebalance with nothing assigned to anyone when the leader
+        assigned from metadata that did not list the (just created) topics yet (kafka-python's
+        log says "No partition metadata for topic") and then not rejoin by itself. If this
         member owns no partition for ``_rejoin_after`` seconds while the topics have
         partitions, it resubscribes (a rebalance). The wait doubles each time, up to 10 min,
         so a member that is legitimately idle (more members than partitions) costs the
@@ -433,19 +516,20 @@ class Consumer:
             return
         if now - self._unassigned_since < self._rejoin_after:
             return
-        topics = [self.s.interactions_topic, self.s.feedback_topic, self.s.judgements_topic]
+        timeout_s = self.s.consumer_kafka_timeout_ms / 1000
         try:
-            if not any(self.kafka.partitions_for_topic(t) for t in topics):
+            if not any(self.kafka.partition_count(t, timeout_s) for t in self._topics):
                 return  # the topics do not exist (yet): nothing to rejoin for
-        except KafkaError as exc:
+        except BusFatal:
+            raise
+        except BusError as exc:
             log.debug("metadata unavailable: %s", exc)
             return
         log.warning(
             "no partition assigned for %.0fs although the topics have partitions: rejoining the group",
             now - self._unassigned_since,
         )
-        self.kafka.unsubscribe()
-        self.kafka.subscribe(topics)
+        self.kafka.subscribe(self._topics)
         self._unassigned_since = now
         self._rejoin_after = min(self._rejoin_after * 2, 600.0)
 
@@ -463,13 +547,44 @@ class Consumer:
             log.warning("feedback sweep failed: %s", exc)
             self._reset_connection()
 
-    def _finish(self, batch: Batch, res: IngestResult) -> None:
-        self._commit(batch.offsets)
+    def _finish(self, batch: Batch, res: IngestResult, commit: bool = True) -> None:
+        """Count a written batch and commit its offsets (``commit`` False: the client is dead)."""
         for topic, n in batch.per_topic.items():
             self.metrics.consumed.labels(topic).inc(n)
         for topic in [*(d.topic for d in batch.dead), *res.refused]:
             self.metrics.dead_lettered.labels(topic).inc()
         self.metrics.duplicates.inc(res.duplicates)
+        if commit:
+            self._commit(batch.offsets)
+
+    def _step(self, writer: ThreadPoolExecutor) -> bool:
+        """One poll: the batch before it committed, this one handed to the writer. False when
+        stopped while the database was down (the batch in flight stays uncommitted)."""
+        records = self.kafka.poll_batch(self.s.consumer_max_records, self.s.consumer_poll_ms / 1000)
+        if self._held:
+            records, self._held = self._held + records, []
+        batch = decode_batch(records) if records else None
+        if self._inflight is not None:
+            res = self._await(self._inflight[1])
+            if res is None:
+                return False
+            done, self._inflight = self._inflight[0], None
+            self._finish(done, res)
+        if batch is not None:
+            self._inflight = (batch, writer.submit(self._write, batch))
+        self._update_lag()
+        self._check_assignment()
+        return True
+
+    def _settle(self) -> None:
+        """Wait for the batch in flight without the (dead) client: written, counted, not
+        committed; the next client reads it again from the committed offsets."""
+        if self._inflight is not None:
+            batch, fut = self._inflight
+            self._inflight = None
+            res = self._await(fut, keepalive=False)
+            if res is not None:
+                self._finish(batch, res, commit=False)
 
     def run(self) -> None:
         """Poll and decode batch k+1 while the writer thread writes batch k (two cores busy).
@@ -484,31 +599,28 @@ class Consumer:
             self.s.judgements_topic,
         )
         writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest-writer")
-        inflight: tuple[Batch, Future[IngestResult | None]] | None = None
         try:
             while not self.stop.is_set():
-                records = self.kafka.poll(
-                    timeout_ms=self.s.consumer_poll_ms, max_records=self.s.consumer_max_records
-                )
-                batch = decode_batch(records) if records else None
-                if inflight is not None:
-                    res = self._await(inflight[1])
-                    if res is None:
-                        break  # stopped while the database was down: nothing committed
-                    self._finish(inflight[0], res)
-                    inflight = None
-                if batch is not None:
-                    inflight = (batch, writer.submit(self._write, batch))
-                self._update_lag()
-                self._check_assignment()
-            if inflight is not None:
-                res = self._await(inflight[1])
-                if res is not None:
-                    self._finish(inflight[0], res)
+                try:
+                    going = self._step(writer)
+                except BusFatal as exc:
+                    self._settle()
+                    going = not self.stop.is_set() and self._replace_client(exc)
+                if not going:
+                    break
+            if self._inflight is not None:
+                batch, fut = self._inflight
+                self._inflight = None
+                try:
+                    res = self._await(fut, keepalive=self._kafka_open)
+                    if res is not None:
+                        self._finish(batch, res, commit=self._kafka_open)
+                except BusFatal as exc:
+                    log.warning("offsets not committed at stop (%s); redelivered on restart", exc)
         finally:
             self._closing.set()  # a writer still retrying gives up; its batch stays uncommitted
             writer.shutdown(wait=True)
-            self.kafka.close(autocommit=False, timeout_ms=self.s.consumer_kafka_timeout_ms)
+            self._close_client()
             if self.pg is not None:
                 self.pg.close()
 
@@ -525,13 +637,16 @@ def run_consumer(
     """
     if not isinstance(settings, ConsumerSettings):
         settings = ConsumerSettings(
-            database_url=settings.database_url, kafka_bootstrap=settings.kafka_bootstrap or "127.0.0.1:19092"
+            database_url=settings.database_url,
+            kafka_bootstrap=settings.kafka_bootstrap or "127.0.0.1:19092",
+            kafka_client=settings.kafka_client,
         )
     tune_gc(settings.consumer_gc_gen0)
+    bus = open_bus(settings.kafka_client)
     if settings.consumer_threads == 1:
-        Consumer(settings, stop_event, metrics).run()
+        Consumer(settings, stop_event, metrics, bus=bus).run()
         return
-    _run_members(settings, stop_event, metrics or default_metrics())
+    _run_members(settings, stop_event, metrics or default_metrics(), bus)
 
 
 def tune_gc(gen0: int) -> None:
@@ -548,14 +663,16 @@ def tune_gc(gen0: int) -> None:
         gc.set_threshold(gen0, max(t1, 20), max(t2, 20))
 
 
-def _run_members(settings: ConsumerSettings, stop_event: threading.Event, metrics: ConsumerMetrics) -> None:
+def _run_members(
+    settings: ConsumerSettings, stop_event: threading.Event, metrics: ConsumerMetrics, bus: Bus
+) -> None:
     """``consumer_threads`` group members in threads; one failing stops them all (and re-raises)."""
     stop_all = threading.Event()
     errors: list[BaseException] = []
 
     def member(i: int) -> None:
         try:
-            Consumer(settings, stop_all, metrics, member=i).run()
+            Consumer(settings, stop_all, metrics, member=i, bus=bus).run()
         except BaseException as exc:
             errors.append(exc)
             log.exception("consumer member %s failed", i)

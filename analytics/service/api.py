@@ -63,10 +63,15 @@ def resolve_experiment(conn: Connection, id_or_name: str) -> int:
 
 
 @router.get("/healthz")
-def healthz(ctx: Ctx) -> dict[str, Any]:
+def healthz(ctx: Ctx, response: Response) -> dict[str, Any]:
     with ctx.engine.connect() as conn:
         conn.execute(text("SELECT 1"))
     workers = {name: t.is_alive() for name, t in ctx.threads.items()}
+    if not all(workers.values()):
+        # A background worker ended (its reason is in the log): e.g. the consumer, and with it
+        # ingest, stopped for good. The process answers but no longer does its job.
+        response.status_code = 503
+        return {"status": "failing", "workers": workers}
     return {"status": "ok", "workers": workers}
 
 

@@ -89,7 +89,7 @@ def snapshotter_worker(ctx: ServiceContext) -> BackgroundWorker | None:
 def consumer_worker(ctx: ServiceContext) -> BackgroundWorker | None:
     if not ctx.settings.kafka_bootstrap or not ctx.settings.analytics_consumer:
         return None
-    # Imported here: the consumer pulls in kafka-python, which the service needs only then.
+    # Imported here: the consumer pulls in a Kafka client, which the service needs only then.
     from analytics.ingest.consumer import ConsumerMetrics, run_consumer
 
     settings = ctx.settings

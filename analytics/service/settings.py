@@ -9,6 +9,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from analytics.rollout.settings import RolloutSettings
 from control.notify_settings import NotifySettings
+from eventbus import ClientChoice
 
 _WEAK_TOKENS = frozenset({"changeme", "change-me", "admin", "secret", "token", "password", "liftgate"})
 MIN_TOKEN_LENGTH = 16
@@ -48,6 +49,9 @@ class AnalyticsSettings(BaseSettings):
     linger_s: float = Field(default=2.0, ge=0, le=30)
     linger_bytes: int = Field(default=4 * 1024 * 1024, ge=0, le=1024 * 1024 * 1024)
     kafka_bootstrap: str | None = None
+    # Kafka client library: confluent (librdkafka), python (kafka-python), auto (confluent when
+    # it can be imported); see docs/operations.md ("Kafka client").
+    kafka_client: ClientChoice = "auto"
     # Run the Kafka consumer inside the service when a bootstrap is set (turn off when the
     # consumers run as separate processes).
     analytics_consumer: bool = True

@@ -156,7 +156,8 @@ def main() -> None:
         ngram_sample_rate=a.ngram_rate,
     )
     sink = make_sink(settings) if a.kafka else NullSink()
-    print(f"bench gateway: sink={type(sink).__name__}", file=sys.stderr)
+    client = getattr(getattr(sink, "bus", None), "name", "-")
+    print(f"bench gateway: sink={type(sink).__name__} kafka client={client}", file=sys.stderr)
     shadow_url = start_sleeper(a.shadow_sleep_ms) if a.shadow_sleep_ms > 0 else None
     source = seeded_snapshot(
         a.upstream, shadow_url, a.shadow_rate, a.content_logging, (control_model, candidate_model)

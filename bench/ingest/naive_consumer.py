@@ -4,7 +4,7 @@ What a team would write without liftgate's guarantees: poll, decode (the same
 ``contracts.events.decode``), COPY the interaction rows straight into ``interactions``
 (psycopg's ``write_row``, same columns), commit, commit the offsets. No de-duplication
 (a redelivered event fails the batch), no rollups, no dead letters, no conversation or
-feedback handling. Same Kafka settings, record parser and GC tuning as the real consumer,
+feedback handling. Same Kafka client (``LIFTGATE_KAFKA_CLIENT``), settings and GC tuning as the real consumer,
 and the same overlap (the next poll runs while the previous batch is written).
 
 Reads the real consumer's environment (LIFTGATE_DATABASE_URL, LIFTGATE_KAFKA_BOOTSTRAP,
@@ -19,12 +19,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import psycopg
-from kafka import KafkaConsumer
-from kafka.structs import OffsetAndMetadata
 
-from analytics.ingest import copy_text, kafka_records
-from analytics.ingest.consumer import ConsumerSettings, _pg_url, fetch_options, tune_gc
+from analytics.ingest import copy_text
+from analytics.ingest.consumer import ConsumerSettings, _pg_url, consumer_options, tune_gc
 from contracts.events import InteractionEvent, decode
+from eventbus import TopicPartition, open_bus
 
 COPY = f"COPY interactions ({copy_text.INTERACTION_COLUMNS}) FROM STDIN".encode()
 
@@ -40,18 +39,13 @@ def write(pg: psycopg.Connection[Any], values: list[bytes]) -> None:
 def main() -> None:
     s = ConsumerSettings()
     tune_gc(s.consumer_gc_gen0)
-    kafka_records.install()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    kafka = KafkaConsumer(
-        s.interactions_topic,
-        bootstrap_servers=s.kafka_bootstrap,
-        group_id=s.consumer_group,
-        **fetch_options(s),
-    )
+    kafka = open_bus(s.kafka_client).consumer(consumer_options(s))
+    kafka.subscribe([s.interactions_topic])
     pg = psycopg.connect(_pg_url(s.database_url), options="-c synchronous_commit=on")
     pool = ThreadPoolExecutor(1)
-    pending: tuple[Any, dict[Any, OffsetAndMetadata]] | None = None
+    pending: tuple[Any, dict[TopicPartition, int]] | None = None
 
     def finish() -> None:
         assert pending is not None
@@ -60,21 +54,19 @@ def main() -> None:
 
     try:
         while not stop.is_set():
-            records = kafka.poll(timeout_ms=200)
+            records = kafka.poll_batch(s.consumer_max_records, 0.2)
             if pending is not None:
                 finish()
                 pending = None
-            values = [r.value for recs in records.values() for r in recs]
+            values = [r.value or b"" for r in records]
             if values:
-                offsets = {
-                    tp: OffsetAndMetadata(recs[-1].offset + 1, "", -1) for tp, recs in records.items() if recs
-                }
+                offsets = {TopicPartition(r.topic, r.partition): r.offset + 1 for r in records}
                 pending = (pool.submit(write, pg, values), offsets)
         if pending is not None:
             finish()
     finally:
         pool.shutdown()
-        kafka.close(autocommit=False)
+        kafka.close()
         pg.close()
 
 

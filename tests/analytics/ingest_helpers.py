@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import random
 import secrets
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
 from analytics.ingest.rollups import ONCE_KINDS
 from contracts.events import FEEDBACK_KINDS, Event, FeedbackEvent, InteractionEvent, JudgeEvent
 from contracts.tables import ROLLUP_MEASURES
+
+if TYPE_CHECKING:
+    from analytics.ingest.consumer import ConsumerSettings
 
 
 def pg_url(database_url: str) -> str:
@@ -249,7 +253,6 @@ def event_records(
 
 def wait_for(predicate: Any, timeout: float, what: str, interval: float = 0.2) -> None:
     """Poll a real condition until it holds or the deadline passes."""
-    import time
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -263,3 +266,24 @@ def count_rows(database_url: str, sql: str, *params: object) -> int:
     with connect(database_url) as conn:
         row = conn.execute(sql.encode(), params).fetchone()
     return int(row[0]) if row else 0
+
+
+def intrude_as_static_member(settings: ConsumerSettings, deadline_s: float = 30.0) -> None:
+    """Join the consumer's group with its own ``group.instance.id`` until the broker hands
+    this client the partitions (the consumer holding the id is fenced from then on), then
+    leave without committing anything."""
+    from analytics.ingest.consumer import consumer_options
+    from eventbus import BusError, open_bus
+
+    intruder = open_bus(settings.kafka_client).consumer(consumer_options(settings))
+    try:
+        intruder.subscribe([settings.interactions_topic, settings.feedback_topic, settings.judgements_topic])
+        deadline = time.monotonic() + deadline_s
+        while not intruder.assignment():
+            assert time.monotonic() < deadline, "the intruder was never assigned the partitions"
+            try:
+                intruder.poll_batch(100, 0.1)  # records read here are never committed
+            except BusError:
+                return  # fenced back already by the consumer's new client
+    finally:
+        intruder.close()

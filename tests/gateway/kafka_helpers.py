@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import re
 import socket
 import subprocess
@@ -40,17 +41,29 @@ def event(i: int, units: int = 20) -> InteractionEvent:
     )
 
 
+def _ephemeral_ports() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
 def free_port_pair() -> int:
-    """A port P with P and P + 1 free (the broker's controller listens on P + 1)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if port >= 65534:
-            continue
+    """A port P with P and P + 1 free (the broker's controller listens on P + 1).
+
+    Chosen below the kernel's ephemeral range: a port the kernel hands out (bind to 0) may be
+    taken as the local end of any outgoing connection between this check and the broker's own
+    bind, or while a test has the broker down for a restart on the same port.
+    """
+    low, _ = _ephemeral_ports()
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(max(1024, low - 12_000), low - 1)
         try:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", port + 1))
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("127.0.0.1", port))
+                b.bind(("127.0.0.1", port + 1))
         except OSError:
             continue
         return port

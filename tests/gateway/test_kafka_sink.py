@@ -11,6 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from contracts.events import Event, FeedbackEvent, encode
+from eventbus import Bus, ConsumerOptions
 from gateway.__main__ import make_sink
 from gateway.kafka_sink import KafkaSink, SinkConfig, Topics, ensure_topics
 from gateway.settings import GatewaySettings
@@ -35,14 +36,12 @@ def feedback(i: int) -> FeedbackEvent:
     return FeedbackEvent(request_id=f"req-{i}", unit_id=f"unit-{i % 20}", kind="thumbs_up")
 
 
-@pytest.mark.parametrize("fast_append", [True, False], ids=["accumulator", "send"])
 async def test_events_reach_kafka_keyed_by_unit_and_in_order(
-    kafka_bootstrap: str, unique_name: str, tmp_path: Path, fast_append: bool
+    kafka_bootstrap: str, unique_name: str, tmp_path: Path, bus: Bus
 ) -> None:
     topics = unique_topics(unique_name)
-    ensure_topics(kafka_bootstrap, 6, topics)
-    config = dataclasses.replace(FAST, fast_append=fast_append)
-    sink = KafkaSink(kafka_bootstrap, tmp_path, topics=topics, config=config)
+    ensure_topics(kafka_bootstrap, 6, topics, bus=bus)
+    sink = KafkaSink(kafka_bootstrap, tmp_path, topics=topics, config=FAST, bus=bus)
     await sink.start()
     await wait_until(lambda: sink.live, 30, "connected")
     sent: list[Event] = []
@@ -64,23 +63,21 @@ async def test_events_reach_kafka_keyed_by_unit_and_in_order(
 
 
 def test_ensure_topics_creates_both_topics_once_with_the_given_partitions(
-    kafka_bootstrap: str, unique_name: str
+    kafka_bootstrap: str, unique_name: str, bus: Bus
 ) -> None:
-    from kafka import KafkaConsumer
-
     topics = unique_topics(unique_name)
-    ensure_topics(kafka_bootstrap, 3, topics)
-    ensure_topics(kafka_bootstrap, 3, topics)  # idempotent
-    consumer = KafkaConsumer(bootstrap_servers=kafka_bootstrap)
+    ensure_topics(kafka_bootstrap, 3, topics, bus=bus)
+    ensure_topics(kafka_bootstrap, 3, topics, bus=bus)  # idempotent
+    consumer = bus.consumer(ConsumerOptions(kafka_bootstrap, group_id=None))
     try:
-        assert consumer.partitions_for_topic(topics.interactions) == {0, 1, 2}
-        assert consumer.partitions_for_topic(topics.feedback) == {0, 1, 2}
+        assert consumer.partition_count(topics.interactions, 10) == 3
+        assert consumer.partition_count(topics.feedback, 10) == 3
     finally:
         consumer.close()
 
 
-async def test_emit_never_blocks_while_the_broker_is_unreachable(tmp_path: Path) -> None:
-    sink = KafkaSink(dead_bootstrap(), tmp_path, config=FAST)
+async def test_emit_never_blocks_while_the_broker_is_unreachable(tmp_path: Path, bus: Bus) -> None:
+    sink = KafkaSink(dead_bootstrap(), tmp_path, config=FAST, bus=bus)
     await sink.start()
     events = [event(i) for i in range(100_000)]
     started = time.perf_counter()
@@ -95,24 +92,24 @@ async def test_emit_never_blocks_while_the_broker_is_unreachable(tmp_path: Path)
 
 
 async def test_a_sink_restart_while_kafka_is_down_loses_nothing(
-    kafka_bootstrap: str, unique_name: str, tmp_path: Path
+    kafka_bootstrap: str, unique_name: str, tmp_path: Path, bus: Bus
 ) -> None:
     topics = unique_topics(unique_name)
-    ensure_topics(kafka_bootstrap, 6, topics)
+    ensure_topics(kafka_bootstrap, 6, topics, bus=bus)
     down = dead_bootstrap()
     sent = [event(i) for i in range(3_000)]
-    first = KafkaSink(down, tmp_path, topics=topics, config=FAST)
+    first = KafkaSink(down, tmp_path, topics=topics, config=FAST, bus=bus)
     await first.start()
     for ev in sent[:1_500]:
         first.emit(ev)
     await first.close()
-    second = KafkaSink(down, tmp_path, topics=topics, config=FAST)  # the gateway restarted
+    second = KafkaSink(down, tmp_path, topics=topics, config=FAST, bus=bus)  # the gateway restarted
     await second.start()
     for ev in sent[1_500:]:
         second.emit(ev)
     await second.close()
     assert second.stats()["spool_pending"] == 3_000
-    third = KafkaSink(kafka_bootstrap, tmp_path, topics=topics, config=FAST)  # Kafka is back
+    third = KafkaSink(kafka_bootstrap, tmp_path, topics=topics, config=FAST, bus=bus)  # Kafka is back
     await third.start()
     await wait_until(lambda: third.live and third.stats()["spool_pending"] == 0, 30, "replay")
     await third.close()
@@ -181,14 +178,14 @@ async def test_emit_drops_and_counts_only_beyond_the_hard_limit(tmp_path: Path) 
     assert sink.stats()["spool_pending"] == 10 and sink.stats()["queued"] == 0
 
 
-async def test_spool_replay_after_the_broker_is_stopped_and_restarted(tmp_path: Path) -> None:
+async def test_spool_replay_after_the_broker_is_stopped_and_restarted(tmp_path: Path, bus: Bus) -> None:
     broker = PrivateBroker(tmp_path / "state")
     broker.up()
     try:
         topics = Topics()
-        ensure_topics(broker.bootstrap, 6, topics)
+        ensure_topics(broker.bootstrap, 6, topics, bus=bus)
         sent = [event(i) for i in range(3_500)]
-        sink = KafkaSink(broker.bootstrap, tmp_path / "spool", topics=topics, config=FAST)
+        sink = KafkaSink(broker.bootstrap, tmp_path / "spool", topics=topics, config=FAST, bus=bus)
         await sink.start()
         for ev in sent[:500]:
             sink.emit(ev)
@@ -199,7 +196,7 @@ async def test_spool_replay_after_the_broker_is_stopped_and_restarted(tmp_path: 
         await wait_until(lambda: not sink.live and sink.stats()["queued"] == 0, 30, "spooling")
         await sink.close()
         assert sink.stats()["send_failures"] >= 1  # the live path noticed the outage itself
-        restarted = KafkaSink(broker.bootstrap, tmp_path / "spool", topics=topics, config=FAST)
+        restarted = KafkaSink(broker.bootstrap, tmp_path / "spool", topics=topics, config=FAST, bus=bus)
         await restarted.start()  # the gateway restarts while Kafka is still down
         for ev in sent[2_000:]:
             restarted.emit(ev)

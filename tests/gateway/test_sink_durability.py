@@ -15,6 +15,7 @@ and its loss was then charged to the *next* kill, seconds later, as a loss of se
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.client as httpclient
 import json
 import os
@@ -33,6 +34,7 @@ from typing import IO, Any
 import pytest
 
 from contracts.events import Event, InteractionEvent
+from eventbus import ClientChoice, open_bus
 from gateway.kafka_sink import KafkaSink, SinkConfig, Topics, ensure_topics
 from tests.gateway.conftest import ADMIN_TOKEN, free_port, get, http
 from tests.gateway.kafka_helpers import (
@@ -245,8 +247,16 @@ class Traffic:
             conn.close()
 
 
-def _producer_threads() -> int:
-    return sum(1 for t in threading.enumerate() if t.name.startswith("kafka-python-producer"))
+def _kafka_producers(client: ClientChoice) -> int:
+    """Kafka client instances alive in this process: each librdkafka one runs a native
+    ``rdk:main`` thread, each kafka-python producer a ``<client id>-network-thread``."""
+    if client == "python":
+        return sum(1 for t in threading.enumerate() if t.name.endswith("-network-thread"))
+    found = 0
+    for tid in os.listdir("/proc/self/task"):
+        with contextlib.suppress(FileNotFoundError):  # a thread that just ended
+            found += Path(f"/proc/self/task/{tid}/comm").read_text().startswith("rdk:main")
+    return found
 
 
 def _wait(condition: Any, timeout_s: float, what: str) -> None:
@@ -399,14 +409,15 @@ def test_a_gateway_sigkilled_during_a_broker_outage_loses_at_most_100_ms_of_even
 
 @pytest.mark.slow
 async def test_events_reach_the_spool_within_100_ms_while_delivery_hangs_on_a_frozen_broker(
-    tmp_path: Path, record_property: Callable[[str, object], None]
+    tmp_path: Path, record_property: Callable[[str, object], None], kafka_client: ClientChoice
 ) -> None:
+    bus = open_bus(kafka_client)
     broker = PrivateBroker(tmp_path / "state")
     broker.up()
     try:
         topics = Topics()
-        ensure_topics(broker.bootstrap, 6, topics)
-        sink = KafkaSink(broker.bootstrap, tmp_path / "spool", topics=topics, config=FAST)
+        ensure_topics(broker.bootstrap, 6, topics, bus=bus)
+        sink = KafkaSink(broker.bootstrap, tmp_path / "spool", topics=topics, config=FAST, bus=bus)
         await sink.start()
         await wait_until(lambda: sink.live, 30, "connected")
         broker.freeze()
@@ -433,7 +444,7 @@ async def test_events_reach_the_spool_within_100_ms_while_delivery_hangs_on_a_fr
             lambda: sink.live and sink.stats()["spool_pending"] == 0, 60, "delivery after the thaw"
         )
         # The producer given up on during the freeze is closed once its requests end: no thread leak.
-        await wait_until(lambda: _producer_threads() == 1, 30, "the abandoned producer closed")
+        await wait_until(lambda: _kafka_producers(kafka_client) == 1, 30, "the abandoned producer closed")
         await sink.close()
         check_complete_and_ordered(
             consume(broker.bootstrap, [topics.interactions], len(sent)), sent, len(sent)

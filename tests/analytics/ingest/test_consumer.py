@@ -7,10 +7,12 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import pytest
 from prometheus_client import CollectorRegistry
 
 from analytics.ingest.consumer import ConsumerMetrics, ConsumerSettings, run_consumer
 from contracts.events import SCHEMA_VERSION, Event, encode
+from eventbus import ClientChoice
 from tests.analytics.ingest_helpers import (
     assert_rollups_equal,
     connect,
@@ -212,18 +214,36 @@ def _group_exists(bootstrap: str, group: str) -> bool:
 
 
 def test_a_consumer_started_before_its_topics_exist_starts_ingesting_once_they_do(
-    database_url: str, kafka_bootstrap: str, unique_name: str
+    database_url: str,
+    kafka_bootstrap: str,
+    unique_name: str,
+    kafka_client: ClientChoice,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    # A group that formed while its topics did not exist has nothing assigned. kafka-python
-    # often rejoins by itself once the topics appear, but not always (2 of 4 runs stayed
-    # idle past this test's 120 s without Consumer._check_assignment); the periodic metadata
-    # refresh is set far out (5 min) so that only the consumer's own check can rescue those.
-    s = _settings(database_url, kafka_bootstrap, unique_name, consumer_metadata_max_age_ms=300_000)
+    # kafka-python forms the group while the topics do not exist, with nothing assigned, and
+    # often rejoins by itself once they appear, but not always (2 of 4 runs stayed idle past
+    # this test's 120 s without Consumer._check_assignment); librdkafka waits for the topics
+    # before it joins. The periodic metadata refresh is set far out (5 min) so that only the
+    # clients' own discovery and the consumer's check can rescue them.
+    s = _settings(
+        database_url,
+        kafka_bootstrap,
+        unique_name,
+        consumer_metadata_max_age_ms=300_000,
+        kafka_client=kafka_client,
+    )
     exp = new_experiment_id()
     events = random_events(exp, 400, random.Random(13), units=40)
     metrics = ConsumerMetrics(CollectorRegistry())
     with running(s, metrics):
-        wait_for(lambda: _group_exists(kafka_bootstrap, s.consumer_group), 60, "the group to form")
+        if kafka_client == "python":
+            wait_for(lambda: _group_exists(kafka_bootstrap, s.consumer_group), 60, "the group to form")
+        else:
+            wait_for(
+                lambda: any("Subscribed topic not available" in r.getMessage() for r in caplog.records),
+                60,
+                "the consumer to find its topics missing",
+            )
         create_topics(kafka_bootstrap, s.interactions_topic, s.feedback_topic)
         produce(kafka_bootstrap, event_records(events, s.interactions_topic, s.feedback_topic))
         wait_for(lambda: _all_ingested(database_url, exp, events), 120, "every event once the topics exist")

@@ -19,6 +19,7 @@ from kafka.admin import KafkaAdminClient
 
 from analytics.ingest.consumer import ConsumerMetrics, ConsumerSettings, run_consumer
 from contracts.events import Event, InteractionEvent
+from eventbus import ClientChoice
 from liftgate import db as dbmod
 from liftgate.embedded_pg import EmbeddedPostgres
 from tests.analytics.ingest_helpers import (
@@ -94,7 +95,7 @@ def _all_ingested(database_url: str, exp: int, events: list[Event]) -> bool:
 
 
 def test_consumer_killed_with_sigkill_at_random_moments_ingests_every_event_exactly_once(
-    database_url: str, kafka_bootstrap: str, unique_name: str, tmp_path: Path
+    database_url: str, kafka_bootstrap: str, unique_name: str, tmp_path: Path, kafka_client: ClientChoice
 ) -> None:
     rng = random.Random(42)
     topics = (f"i-{unique_name}", f"f-{unique_name}")
@@ -114,6 +115,7 @@ def test_consumer_killed_with_sigkill_at_random_moments_ingests_every_event_exac
         "LIFTGATE_CONSUMER_SWEEP_INTERVAL_S": "1",
         # Static membership: the restarted process takes the partitions back at once.
         "LIFTGATE_CONSUMER_INSTANCE_ID": f"m-{unique_name}",
+        "LIFTGATE_KAFKA_CLIENT": kafka_client,
     }
     log = (tmp_path / "consumer.log").open("ab")
 

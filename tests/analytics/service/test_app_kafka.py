@@ -13,7 +13,9 @@ from kafka import KafkaProducer
 from kafka.admin import KafkaAdminClient, NewTopic
 from sqlalchemy import Engine
 
+from analytics.ingest.consumer import ConsumerSettings
 from contracts.events import InteractionEvent, encode
+from tests.analytics.ingest_helpers import intrude_as_static_member
 from tests.analytics.report_data import T0, create_experiment
 from tests.analytics.service.test_app import READ_TOKEN, TOKEN, Service
 from tests.services import analytics_service
@@ -86,7 +88,7 @@ def test_events_from_kafka_reach_the_report(
         "control": 30,
         "candidate": 30,
     }
-    # the counter moves after the offsets are committed, which follows the DB commit
+    # the counter moves once the batch's transaction committed (the offsets follow)
     consumed = 0.0
     while time.monotonic() < deadline and consumed < 2 * units:
         _, metrics = kafka_service.call("GET", "/metrics")
@@ -94,3 +96,55 @@ def test_events_from_kafka_reach_the_report(
         consumed = sum(float(x.rsplit(" ", 1)[1]) for x in lines)
         time.sleep(0.1)
     assert consumed == 2 * units, f"consumed counter {consumed}"
+
+
+def test_health_turns_red_when_the_consumer_gives_up_on_a_client_fenced_without_end(
+    database_url: str, kafka_bootstrap: str, topics: tuple[str, str], unique_name: str
+) -> None:
+    """A consumer whose new clients keep being fenced (here: a second member with its
+    instance id rejoining again and again) stops after its replacement budget: /healthz then
+    answers 503 naming the dead worker, instead of 200 over a service that ingests nothing."""
+    group, instance = f"g-{unique_name}", f"m-{unique_name}"
+    with analytics_service(
+        database_url,
+        TOKEN,
+        kafka_bootstrap=kafka_bootstrap,
+        interactions_topic=topics[0],
+        feedback_topic=topics[1],
+        consumer_group=group,
+        consumer_instance_id=instance,
+        consumer_session_timeout_ms="6000",
+        consumer_max_backoff_s="1",
+        consumer_max_client_restarts="1",
+        kafka_client="confluent",
+        snapshot_interval_s="0",
+        rollout_controller="false",
+        notify_worker="false",
+        retention_interval_s="0",
+    ) as url:
+        service = Service(url)
+        assert service.call("GET", "/healthz")[0] == 200
+        intruder = ConsumerSettings(
+            kafka_bootstrap=kafka_bootstrap,
+            consumer_group=group,
+            consumer_instance_id=instance,
+            interactions_topic=topics[0],
+            feedback_topic=topics[1],
+            consumer_session_timeout_ms=6000,
+            kafka_client="confluent",
+        )
+        deadline = time.monotonic() + 90
+        status, health = service.call("GET", "/healthz")
+        while status == 200 and time.monotonic() < deadline:
+            intrude_as_static_member(intruder)
+            # The fenced consumer finds out at its next heartbeat (1.5 s), then backs off.
+            for _ in range(10):
+                status, health = service.call("GET", "/healthz")
+                if status != 200:
+                    break
+                time.sleep(0.3)
+        assert status == 503, health
+        assert health == {"status": "failing", "workers": {"consumer": False}}
+        _, metrics = service.call("GET", "/metrics")
+        assert 'liftgate_analytics_worker_up{worker="consumer"} 0.0' in metrics
+        assert "liftgate_analytics_consumer_client_restarts_total 1.0" in metrics
