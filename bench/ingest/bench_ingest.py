@@ -31,6 +31,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import psutil
 import psycopg
@@ -110,6 +111,20 @@ def make_events(n: int, units: int, seed: int = 1) -> list[InteractionEvent]:
     # The gateway's task category (the RL-risk rollup's key), from the task tag as the
     # gateway assigns it: set afterwards so the draws above stay the same.
     return [dataclasses.replace(e, category=e.tags["task"]) for e in out]
+
+
+def write_pass(pg: psycopg.Connection[Any], events: list[InteractionEvent], batch: int, tables: str) -> float:
+    """Truncate ``tables``, then write ``events`` through the consumer's write path
+    (``analytics.ingest.write.ingest_raw``) in batches of ``batch`` on ``pg``: the seconds taken."""
+    from analytics.ingest import write
+
+    pg.execute(f"TRUNCATE {tables}".encode())
+    pg.commit()
+    raws = [write.Raw(encode(e), "bench", 0, i, e.key, e) for i, e in enumerate(events)]
+    t0 = time.perf_counter()
+    for i in range(0, len(events), batch):
+        write.ingest_raw(pg, raws[i : i + batch], ())
+    return time.perf_counter() - t0
 
 
 def _component(p: psutil.Process, consumers: set[int]) -> str | None:

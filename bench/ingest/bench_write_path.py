@@ -26,10 +26,15 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from bench_ingest import add_write_args, copy_rows, copy_run, make_events, scratch_database, truncate
-
-from analytics.ingest import write
-from contracts.events import encode
+from bench_ingest import (
+    add_write_args,
+    copy_rows,
+    copy_run,
+    make_events,
+    scratch_database,
+    truncate,
+    write_pass,
+)
 
 TIMES: collections.defaultdict[str, float] = collections.defaultdict(float)
 
@@ -64,13 +69,9 @@ def run(url: str, events: list[Any], batch: int) -> None:
     TIMES.clear()
     n = len(events)
     with psycopg.connect(url) as pg:
-        pg.execute(b"TRUNCATE interactions, unit_rollups, segment_rollups, rl_rollups, latency_histograms")
-        pg.commit()
-        raws = [write.Raw(encode(e), "bench", 0, i, e.key, e) for i, e in enumerate(events)]
-        t0 = time.perf_counter()
-        for i in range(0, n, batch):
-            write.ingest_raw(pg, raws[i : i + batch], ())
-        total = time.perf_counter() - t0
+        total = write_pass(
+            pg, events, batch, "interactions, unit_rollups, segment_rollups, rl_rollups, latency_histograms"
+        )
     print(f"write path: {total / n * 1e6:.1f} µs per event ({n / total:,.0f} ev/s on one connection)")
     for label, secs in sorted(TIMES.items(), key=lambda kv: -kv[1]):
         if secs / n * 1e6 >= 0.05:
