@@ -19,6 +19,7 @@ import time
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -101,6 +102,34 @@ def stream(port: int, head: str, frame: bytes, every_s: float, after: int, deadl
             pass
     s.close()
     return Outcome(answer, ended, sent_after, sent, ended_after)
+
+
+def parse_400_mid_body(port: int, head: bytes, state: Any) -> None:
+    """Start a chunked upload after ``head``, wait until the server's request task reads it,
+    then send a garbage chunk-size line: the 400 must arrive whole, what the client still sends
+    must be dropped without a reset, and the request task must end at once (well within the
+    linger), then the connection ends with a FIN. ``state``: uvicorn's ``ServerState``."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(head + chunk(PIECE))
+        deadline = time.monotonic() + 5
+        while not state.tasks:  # the app is reading the body
+            assert time.monotonic() < deadline, "the request never started"
+            time.sleep(0.005)
+        s.sendall(b"zz\r\n" + PIECE)
+        answer = b""
+        while not answer.endswith(b"received."):
+            part = s.recv(65536)
+            assert part, answer
+            answer += part
+        t0 = time.monotonic()
+        assert answer.startswith(b"HTTP/1.1 400") and b"connection: close" in answer, answer
+        for _ in range(8):  # still sending: dropped, no reset
+            s.sendall(PIECE)
+            time.sleep(0.01)
+        while state.tasks:
+            assert time.monotonic() - t0 < LINGER_S / 2, "the request task waited for the linger"
+            time.sleep(0.005)
+        assert s.recv(1) == b""
 
 
 def chunk(piece: bytes) -> bytes:
@@ -248,28 +277,7 @@ def test_a_body_that_stops_parsing_reads_its_400_and_its_request_task_ends_at_on
     and the request task reading the body is told at once that no more will come (it does not
     wait out the linger)."""
     head = f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n{KEYED}Transfer-Encoding: chunked\r\n\r\n"
-    with socket.create_connection(("127.0.0.1", gw.port), timeout=5) as s:
-        s.sendall(head.encode() + chunk(PIECE))
-        state = gw.server.server_state
-        deadline = time.monotonic() + 5
-        while not state.tasks:  # the proxy is reading the body
-            assert time.monotonic() < deadline, "the request never started"
-            time.sleep(0.005)
-        s.sendall(b"zz\r\n" + PIECE)
-        answer = b""
-        while not answer.endswith(b"received."):
-            part = s.recv(65536)
-            assert part, answer
-            answer += part
-        t0 = time.monotonic()
-        assert answer.startswith(b"HTTP/1.1 400") and b"connection: close" in answer, answer
-        for _ in range(8):  # still sending: dropped, no reset
-            s.sendall(PIECE)
-            time.sleep(0.01)
-        while state.tasks:
-            assert time.monotonic() - t0 < LINGER_S / 2, "the request task waited for the linger"
-            time.sleep(0.005)
-        assert s.recv(1) == b""
+    parse_400_mid_body(gw.port, head.encode(), gw.server.server_state)
     _settled(gw)
 
 

@@ -24,7 +24,7 @@ import pytest
 import uvicorn
 
 from analytics.service.server import ServerLimits, timed_protocol
-from tests.gateway.test_staged_close import chunk, stream, whole
+from tests.gateway.test_staged_close import chunk, parse_400_mid_body, stream, whole
 from tests.known_secrets import secret
 from tests.services import analytics_service
 
@@ -265,28 +265,8 @@ def test_a_body_that_stops_parsing_reads_its_400_and_its_request_task_ends_at_on
     """A chunked body whose chunk-size line is garbage, mid-upload: uvicorn's 400 arrives whole,
     and the request task reading the body is told at once that no more will come (it does not
     wait out the linger)."""
-    state = server.server.server_state
-    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as s:
-        s.sendall(b"POST /read HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + chunk(PIECE))
-        deadline = time.monotonic() + 5
-        while not state.tasks:  # the app is reading the body
-            assert time.monotonic() < deadline, "the request never started"
-            time.sleep(0.005)
-        s.sendall(b"zz\r\n" + PIECE)
-        answer = b""
-        while not answer.endswith(b"received."):
-            part = s.recv(65536)
-            assert part, answer
-            answer += part
-        t0 = time.monotonic()
-        assert answer.startswith(b"HTTP/1.1 400") and b"connection: close" in answer, answer
-        for _ in range(8):  # still sending: dropped, no reset
-            s.sendall(PIECE)
-            time.sleep(0.01)
-        while state.tasks:
-            assert time.monotonic() - t0 < LINGER_S / 2, "the request task waited for the linger"
-            time.sleep(0.005)
-        assert s.recv(1) == b""
+    head = b"POST /read HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+    parse_400_mid_body(server.port, head, server.server.server_state)
     server.settled()
 
 
