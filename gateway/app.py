@@ -83,6 +83,8 @@ class Runtime:
     judge: JudgeSampler | None = None
     ngrams: NgramSampler | None = None
     proxy: CompletionProxy | None = None
+    # Custom feedback kinds the settings declare (metric definitions declare more, per snapshot).
+    feedback_kinds: frozenset[str] = frozenset()
     started: float = field(default_factory=time.monotonic)
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -223,8 +225,10 @@ def create_app(
             gm.update_sink(sink.stats())
 
     holder = SnapshotHolder(source, settings.refresh_interval_s, apply=apply, on_tick=on_tick)
-    runtime = Runtime(settings=settings, sink=sink, metrics=gm, source=source, holder=holder, pool=pool)
-    runtime.extra["feedback_kinds"] = parse_kinds(settings.feedback_kinds)
+    runtime = Runtime(
+        settings=settings, sink=sink, metrics=gm, source=source, holder=holder, pool=pool,
+        feedback_kinds=parse_kinds(settings.feedback_kinds),
+    )  # fmt: skip
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

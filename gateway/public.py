@@ -83,7 +83,7 @@ async def feedback(request: Request) -> Response:
             # a kind that may be valid; a 503 asks the client to retry.
             rt.metrics.refused["not_ready"].inc()
             return _error(503, errors.error_body(_NOT_LOADED, "server_error", "config_not_loaded"))
-        why = undefined_kind(kind, rt.snapshot().feedback_kinds, rt.extra["feedback_kinds"])
+        why = undefined_kind(kind, rt.snapshot().feedback_kinds, rt.feedback_kinds)
         if why is not None:
             rt.metrics.refused["invalid_request"].inc()
             return _error(
