@@ -77,6 +77,7 @@ class KafkaSink:
         self._closed = False
         self._stop = threading.Event()  # the writer: drain the queue and return
         self._sync_stop = threading.Event()
+        self._spooling = threading.Event()  # the writer holds a spool (or could not get one)
         self._sync_wanted = threading.Event()
         self._writer: threading.Thread | None = None
         self._sender: threading.Thread | None = None
@@ -102,9 +103,11 @@ class KafkaSink:
     # --- lifecycle ------------------------------------------------------------------------
 
     async def start(self) -> None:
+        """Start the threads; return once a spool is held, so ``healthy()`` is true from here."""
         if self._writer is None:
             self._writer = threading.Thread(target=self._write_loop, name="liftgate-sink-spool", daemon=True)
             self._writer.start()
+        await asyncio.to_thread(self._spooling.wait, 30.0)
 
     async def close(self) -> None:
         await asyncio.to_thread(self.close_sync)
@@ -191,6 +194,7 @@ class KafkaSink:
             spool = claim_spool_dir(self.spool_root, segment_bytes=self.config.segment_bytes)
         except Exception:
             log.exception("kafka sink: cannot open a spool under %s; events stay in memory", self.spool_root)
+            self._spooling.set()
             return
         self._spool = spool
         log.info("kafka sink: spool %s holds %s events", spool.directory, spool.pending_records)
@@ -202,6 +206,7 @@ class KafkaSink:
             self._sender.start()
             self._syncer = threading.Thread(target=self._sync_loop, name="liftgate-sink-fsync", daemon=True)
             self._syncer.start()
+        self._spooling.set()
         interval = self.config.spool_interval_s
         while not self._stop.is_set():
             if not self._write_batch() or len(self._queue) < self.config.batch_max:

@@ -109,12 +109,14 @@ def test_liftgate_up_users_thumbs_down_become_a_replayed_dataset_and_a_leaking_e
         assert replay["candidate"] == "candidate" and replay["baseline"] == "baseline"
         assert replay["failed"] == 0 and overall["n"] == replayed
         assert overall["mean_length_diff"] > 0  # the verbose candidate
-        assert overall["rate"] > 0.55 and overall["p_value"] < 0.01  # the judge likes the longer answers
-        # This judge prefers length alone: at equal length it is a coin flip, so the
-        # length-controlled rate falls below the raw one and is not significant at 1% (a
-        # calibrated fit — tests/curation/test_winrate.py — fails this 1 time in 100).
+        # Only what holds at ~100-120 items whatever the draw. Simulated with this judge and
+        # the demo's length differences (Δ ~ 160 ± 290 chars, n = 100, 4,000 runs):
+        # rate > 0.5 fails 0.1%, lc_rate < rate and length_coef > 0 never; whereas "raw
+        # p < 0.01" failed 29% (it failed CI once) and "LC not significant" 0.7-2% by design.
+        # Calibration of the p-values and intervals is tests/curation/test_winrate.py's job.
+        assert overall["rate"] > 0.5, overall  # the judge likes the longer answers
+        # This judge prefers length alone: the length-controlled rate falls below the raw one.
         assert overall["lc_rate"] is not None and overall["lc_rate"] < overall["rate"], overall
-        assert overall["lc_p_value"] > 0.01 and overall["lc_low"] < 0.5, overall
         assert overall["length_coef"] > 0, overall
         assert all(c["p_holm"] >= c["p_value"] for c in replay["categories"])
         read = (state_root / "state" / "read_token").read_text().strip()
