@@ -26,13 +26,12 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from bench_ingest import add_write_args, make_events, scratch_database, write_pass
+from bench_ingest import TABLES, add_write_args, make_events, scratch_database, write_pass
 
 from analytics.ingest import rollups
 
 #: --fold: (the statement's name in analytics.ingest.rollups, the table it writes)
 FOLDS = {"rl": ("RL_FOLD", "rl_rollups"), "samples": ("SAMPLES", "latency_samples")}
-TABLES = "interactions, unit_rollups, segment_rollups, rl_rollups, latency_histograms, latency_samples"
 
 
 def run(url: str, events: list[Any], batch: int, fold: str, real: bytes, on: bool) -> tuple[float, int]:

@@ -9,7 +9,7 @@ from typing import Any
 
 import psycopg
 
-from analytics.ingest.samples import BATCHES, SAMPLE_SIZE, read_samples
+from analytics.ingest.samples import BATCHES, SAMPLE_SIZE, read_samples, sample_key_sql
 from analytics.ingest.write import ingest
 from contracts.events import ROLLOUT_STAGE_TAG, InteractionEvent
 from tests.analytics.ingest_helpers import connect, interaction, new_experiment_id
@@ -102,8 +102,7 @@ def test_the_sample_stays_bounded_and_readers_get_the_k_smallest_keys(database_u
             (exp,),
         ).fetchall()
         keys = conn.execute(
-            "SELECT variant, hashtextextended(unit_id || '|' || (extract(epoch FROM ts) * 1000000)::bigint::text"
-            " || '|' || latency_ms::text, 0) FROM interactions WHERE experiment_id = %s",
+            f"SELECT variant, {sample_key_sql('latency_ms')} FROM interactions WHERE experiment_id = %s",
             (exp,),
         ).fetchall()
         got = read_samples(conn, exp, "latency")
