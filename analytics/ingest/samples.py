@@ -35,6 +35,7 @@ from contracts.events import ROLLOUT_STAGE_TAG
 SAMPLE_SIZE: Final = 4000
 BATCHES: Final = 20
 
+
 # Hashes chained through their seeds: no text is formatted per request (a float8 and a
 # timestamp rendered as text and concatenated cost more than the rest of the key).
 def sample_key_sql(column: str) -> str:
