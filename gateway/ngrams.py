@@ -77,28 +77,32 @@ def job_for(info: CallInfo, variant: str, res: CallResult) -> NgramJob | None:
     )
 
 
-#: Characters tokenised, or words or grams made and hashed, per event-loop step: each step
-#: costs ~0.1 ms of CPU.
-CHARS: Final = 800
-STEP: Final = 128
+#: What one event-loop step of hashing does: tokenise this many characters, make the grams
+#: of this many words, or hash this many grams — each ~0.1 ms of CPU. Every step also costs
+#: a loop iteration, so the steps are no smaller than that.
+CHARS: Final = 1500
+WORDS: Final = 200
+GRAMS: Final = 128
 
 
-async def hashes(key: NgramKey, text: str, chars: int = CHARS, step: int = STEP) -> list[int]:
-    """``key.hashes(text)``, computed in steps of at most about ``chars`` characters or
-    ``step`` words or grams, yielding to the event loop between them."""
+async def hashes(
+    key: NgramKey, text: str, chars: int = CHARS, window: int = WORDS, batch: int = GRAMS
+) -> list[int]:
+    """``key.hashes(text)``, computed in steps of at most about ``chars`` characters,
+    ``window`` words or ``batch`` grams, yielding to the event loop between them."""
     w: list[str] = []
     for piece in text_pieces(text, chars):
         w += words(piece)
         await asyncio.sleep(0)
     found: set[str] = set()
-    for window in word_windows(w, step):
-        found |= grams_of_words(window)
+    for part in word_windows(w, window):
+        found |= grams_of_words(part)
         await asyncio.sleep(0)
     todo = list(found)
     seen: set[int] = set()
     runs: list[int] = []  # each step's hashes, sorted: the last step merges runs, a shorter sort
-    for i in range(0, len(todo), step):
-        digests = key.digests(todo[i : i + step])
+    for i in range(0, len(todo), batch):
+        digests = key.digests(todo[i : i + batch])
         seen |= digests
         runs += sorted(digests)
         await asyncio.sleep(0)
