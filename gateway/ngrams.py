@@ -10,7 +10,8 @@ Off the hot path, in a bounded work queue like the judge sampler's (:mod:`gatewa
 the request path draws the sample and only offers the job after the user's response is
 complete; the queue is bounded by count and by the characters of text waiting, and a job
 that does not fit is dropped and counted (``liftgate_gateway_ngrams_total{outcome="dropped"}``).
-One worker hashes one response at a time on the event loop, in steps of ~0.1 ms with the loop free between them: hashing is pure CPU (0.14–1.9 ms an answer,
+One worker hashes one response at a time on the event loop, in steps of ~0.1 ms with the loop
+free for other requests between them: hashing is pure CPU (0.14–1.9 ms an answer,
 bench/gateway/README.md), and in one step a long answer would stall every request on the
 loop for that long. A thread would not help: hashing holds the GIL, and the loop would wait
 for it just as long.

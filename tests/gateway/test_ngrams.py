@@ -4,6 +4,7 @@ never their text; a bounded queue whose drops are counted; a weak key stops the 
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -218,6 +219,39 @@ def test_a_hash_collision_across_steps_is_kept_once_and_in_order() -> None:
     key = _Colliding(SECRET)
     text = _long_answer()
     assert asyncio.run(hashes(key, text, 100, 5, 5)) == list(range(8)) == key.hashes(text)
+
+
+class _Exploding(NgramKey):
+    """Fails on a text containing "boom", quoting it in the exception (as a codec error might)."""
+
+    def digests(self, grams: Iterable[str]) -> set[int]:
+        todo = list(grams)
+        if "boom" in todo:
+            raise ValueError(f"cannot hash {todo}")
+        return super().digests(todo)
+
+
+def test_a_job_that_fails_is_counted_and_logged_by_request_id_never_with_its_text(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    metrics = GatewayMetrics(CollectorRegistry())
+    sink = MemorySink()
+    sampler = NgramSampler(NgramConfig(_Exploding(SECRET), 1.0), Recorder(sink, metrics), metrics)
+
+    async def run() -> None:
+        sampler.start()
+        assert sampler.offer(_job(1, "secret boom words")) and sampler.offer(_job(2, "fine words"))
+        await asyncio.wait_for(sampler.join(), 10)
+        await sampler.close()
+
+    with caplog.at_level(logging.DEBUG):
+        asyncio.run(run())
+    assert [e.request_id for e in _grams(sink)] == ["r2"]  # the worker went on
+    counts = {
+        s.labels["outcome"]: s.value for s in metrics.ngrams.collect()[0].samples if s.name.endswith("_total")
+    }
+    assert counts == {"queued": 2.0, "hashed": 1.0, "failed": 1.0}
+    assert "r1" in caplog.text and "secret" not in caplog.text and "boom" not in caplog.text
 
 
 def _cpu_of(fn: Callable[[], object]) -> float:
