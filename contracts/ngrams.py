@@ -26,7 +26,7 @@ each response's grams, so hashes made under different keys (a rotation) are neve
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from hashlib import blake2b
 from itertools import pairwise
 from typing import Final
@@ -62,6 +62,27 @@ def grams(text: str) -> set[str]:
     return grams_of_words(words(text))
 
 
+def text_pieces(text: str, size: int) -> Iterator[str]:
+    """The first ``TEXT_MAX`` characters of ``text`` in pieces of about ``size`` characters,
+    each cut just before a space: no word, redacted address or number spans a cut (none
+    contains a space), so the :func:`words` of the pieces, in order, are the words of the
+    text — a long answer is tokenised in pieces of bounded cost."""
+    text = text[:TEXT_MAX]
+    start = 0
+    while start < len(text):
+        end = text.find(" ", start + size)
+        end = len(text) if end < 0 else end
+        yield text[start:end]
+        start = end
+
+
+def word_windows(w: list[str], size: int) -> Iterator[list[str]]:
+    """Slices of ``size`` words (and the next two, which the last 3-grams reach into), so that
+    the union of their :func:`grams_of_words` is the grams of ``w``."""
+    for i in range(0, len(w), size):
+        yield w[i : i + size + 2]
+
+
 class NgramKey:
     """A per-deployment secret and what it hashes. Never logged: ``repr`` shows the id only."""
 
@@ -89,12 +110,22 @@ class NgramKey:
 
     def hashes(self, text: str) -> list[int]:
         """The sorted hashes of ``text``'s grams (at most ``MAX_GRAMS``)."""
+        return kept(self.digests(grams(text)))
+
+    def digests(self, grams: Iterable[str]) -> set[int]:
+        """The hashes of ``grams``, unsorted and uncut (:func:`kept` finishes them)."""
         base, out = self._base, set()
-        for g in grams(text):
+        for g in grams:
             h = base.copy()
             h.update(g.encode())
             out.add(int.from_bytes(h.digest(), "big", signed=True))
-        return sorted(out)[:MAX_GRAMS]
+        return out
+
+
+def kept(hashes: Iterable[int]) -> list[int]:
+    """What a response's event carries of its (distinct) gram hashes: sorted, at most
+    ``MAX_GRAMS``."""
+    return sorted(hashes)[:MAX_GRAMS]
 
 
 def hash_label(h: int) -> str:

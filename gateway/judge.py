@@ -6,11 +6,11 @@ a sampled call's shadow pairs. The judge is any OpenAI-compatible chat endpoint:
 rubric (system message) and the user's first message with the response, and must answer
 with a number in [score_min, score_max]; the first number in its answer is the score.
 
-Isolation, as for shadow mirrors: the request path only does ``put_nowait`` after the user's
-response is complete; a fixed pool of workers calls the judge; the queue is bounded by count
-and by the bytes of the texts queued or in flight; a job that does not fit is dropped and
-counted (``liftgate_gateway_judge_total{outcome="dropped"}``). A slow or dead judge only
-fills the queue — it never delays a user.
+Isolation, as for shadow mirrors (:mod:`gateway.background`): the request path only offers a
+job after the user's response is complete; a fixed pool of workers calls the judge; the queue
+is bounded by count and by the characters of the texts queued or in flight; a job that does
+not fit is dropped and counted (``liftgate_gateway_judge_total{outcome="dropped"}``). A slow
+or dead judge only fills the queue — it never delays a user.
 
 Every job that reached a worker becomes one :class:`contracts.events.JudgeEvent` — a
 score, or ``status="error"`` with the reason (``connect``, ``timeout``, ``http_5xx``,
@@ -20,8 +20,6 @@ re-delivered judgement is stored once.
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from dataclasses import dataclass
 from time import perf_counter
 
@@ -29,12 +27,11 @@ import orjson
 
 from contracts.events import JudgeEvent, judge_event_id
 from contracts.judging import DEFAULT_RUBRIC, TEXT_MAX, judge_request, parse_score, system_prompt
+from gateway.background import Labels, WorkQueue
 from gateway.recorder import CallInfo, Recorder
 from gateway.relay import CallResult, call_json
 from gateway.telemetry import GatewayMetrics
 from gateway.upstreams import UpstreamClient
-
-log = logging.getLogger(__name__)
 
 __all__ = ["DEFAULT_RUBRIC", "TEXT_MAX", "JudgeConfig", "JudgeSampler", "parse_score"]
 
@@ -89,68 +86,36 @@ def job_for(
     )
 
 
-def _size(job: JudgeJob) -> int:
-    return len(job.question) + len(job.answer)
-
-
-class JudgeSampler:
+class JudgeSampler(WorkQueue[JudgeJob]):
     def __init__(
         self, config: JudgeConfig, client: UpstreamClient, recorder: Recorder, metrics: GatewayMetrics
     ) -> None:
+        super().__init__(
+            "judge",
+            metrics.judge,
+            workers=config.concurrency,
+            max_jobs=config.queue_size,
+            max_bytes=config.queue_bytes,
+        )
         self.config = config
         self.client = client
         self.recorder = recorder
-        self.metrics = metrics
-        self.queue: asyncio.Queue[JudgeJob] = asyncio.Queue(maxsize=config.queue_size)
-        self.held_bytes = 0
-        self._workers: list[asyncio.Task[None]] = []
         self._system = system_prompt(config.rubric, config.score_min, config.score_max)
 
     @property
     def rate(self) -> float:
         return self.config.sample_rate
 
-    def start(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._workers = [loop.create_task(self._work()) for _ in range(self.config.concurrency)]
+    def size(self, job: JudgeJob) -> int:
+        return len(job.question) + len(job.answer)
 
-    async def close(self) -> None:
-        for task in self._workers:
-            task.cancel()
-        await asyncio.gather(*self._workers, return_exceptions=True)
-        self._workers = []
-
-    def _count(self, job: JudgeJob, outcome: str) -> None:
-        self.metrics.judge.labels(job.route, job.experiment, job.variant, outcome).inc()
-
-    def submit(self, job: JudgeJob) -> bool:
-        """Queue a judgement without waiting; False (counted as dropped) when full."""
-        size = _size(job)
-        if self.queue.full() or self.held_bytes + size > self.config.queue_bytes:
-            self._count(job, "dropped")
-            return False
-        self.queue.put_nowait(job)
-        self.held_bytes += size
-        self._count(job, "queued")
-        return True
-
-    async def _work(self) -> None:
-        while True:
-            job = await self.queue.get()
-            try:
-                await self._judge(job)
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # a broken judgement must not kill the worker
-                log.exception("judge call failed unexpectedly")
-            finally:
-                self.held_bytes -= _size(job)
-                self.queue.task_done()
+    def labels(self, job: JudgeJob) -> Labels:
+        return job.route, job.experiment, job.variant
 
     def payload(self, job: JudgeJob) -> bytes:
         return orjson.dumps(judge_request(self.config.model, self._system, job.question, job.answer))
 
-    async def _judge(self, job: JudgeJob) -> None:
+    async def run(self, job: JudgeJob) -> str:
         cfg = self.config
         res = CallResult()
         t0 = perf_counter()
@@ -162,7 +127,6 @@ class JudgeSampler:
             score = parse_score(res.body, cfg.score_min, cfg.score_max)
             if score is None:
                 error = "unparseable"
-        self._count(job, "scored" if error is None else "failed")
         self.recorder.emit(
             JudgeEvent(
                 request_id=job.request_id,
@@ -180,3 +144,4 @@ class JudgeSampler:
                 event_id=judge_event_id(job.request_id, cfg.name),
             )
         )
+        return "scored" if error is None else "failed"

@@ -6,23 +6,35 @@ primary responses is hashed (:mod:`contracts.ngrams`: the redaction rules, lower
 :class:`contracts.events.NgramsEvent`; the text itself is never stored, shipped or logged.
 The stuffing detector counts those hashes per arm as it counts phrases of stored text.
 
-Off the hot path, like the judge sampler: the request path draws the sample and does only
-``put_nowait`` after the user's response is complete; one worker hashes a job at a time
-between requests (hashing is pure CPU, 0.14–1.9 ms an answer, so the default 1 % sample keeps
-its share of the gateway's CPU to a few µs per request: bench/gateway/README.md); the queue is bounded by count and by the
-characters of text waiting, and a job that does not fit is dropped and counted
-(``liftgate_gateway_ngrams_total{outcome="dropped"}``).
+Off the hot path, in a bounded work queue like the judge sampler's (:mod:`gateway.background`):
+the request path draws the sample and only offers the job after the user's response is
+complete; the queue is bounded by count and by the characters of text waiting, and a job
+that does not fit is dropped and counted (``liftgate_gateway_ngrams_total{outcome="dropped"}``).
+One worker hashes one response at a time on the event loop, in steps of ~0.1 ms with the loop
+free for other requests between them: hashing is pure CPU (0.14–1.9 ms an answer,
+bench/gateway/README.md), and in one step a long answer would stall every request on the
+loop for that long. A thread would not help: hashing holds the GIL, and the loop would wait
+for it just as long.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass
+from typing import Final
 
 from contracts.events import NgramsEvent, ngrams_event_id
-from contracts.ngrams import TEXT_MAX, NgramKey
+from contracts.ngrams import (
+    TEXT_MAX,
+    NgramKey,
+    grams_of_words,
+    kept,
+    text_pieces,
+    word_windows,
+    words,
+)
+from gateway.background import Labels, WorkQueue
 from gateway.recorder import CallInfo, Recorder
 from gateway.relay import CallResult
 from gateway.telemetry import GatewayMetrics
@@ -66,70 +78,82 @@ def job_for(info: CallInfo, variant: str, res: CallResult) -> NgramJob | None:
     )
 
 
-class NgramSampler:
+#: What one event-loop step of hashing does: tokenise this many characters, make the grams
+#: of this many words, or hash this many grams — each ~0.1 ms of CPU. Every step also costs
+#: a loop iteration, so the steps are no smaller than that.
+CHARS: Final = 1500
+WORDS: Final = 200
+GRAMS: Final = 128
+
+
+async def hashes(
+    key: NgramKey, text: str, chars: int = CHARS, window: int = WORDS, batch: int = GRAMS
+) -> list[int]:
+    """``key.hashes(text)``, computed in steps of at most about ``chars`` characters,
+    ``window`` words or ``batch`` grams, yielding to the event loop between them."""
+    w: list[str] = []
+    for piece in text_pieces(text, chars):
+        w += words(piece)
+        await asyncio.sleep(0)
+    found: set[str] = set()
+    for part in word_windows(w, window):
+        found |= grams_of_words(part)
+        await asyncio.sleep(0)
+    todo = list(found)
+    seen: set[int] = set()
+    runs: list[int] = []  # each step's hashes, sorted: the last step merges runs, a shorter sort
+    for i in range(0, len(todo), batch):
+        digests = key.digests(todo[i : i + batch])
+        seen |= digests
+        runs += sorted(digests)
+        await asyncio.sleep(0)
+    # Distinct grams, so a hash repeats across steps only if two grams' hashes collide.
+    return kept(runs if len(runs) == len(seen) else seen)
+
+
+class NgramSampler(WorkQueue[NgramJob]):
     def __init__(self, config: NgramConfig, recorder: Recorder, metrics: GatewayMetrics) -> None:
+        # One worker: the hashing is local CPU, and at shutdown what is queued is hashed for
+        # up to 2 s.
+        super().__init__(
+            "ngrams",
+            metrics.ngrams,
+            workers=1,
+            max_jobs=config.queue_size,
+            max_bytes=config.queue_chars,
+            drain_s=2.0,
+        )
         self.config = config
         self.recorder = recorder
-        self.metrics = metrics
-        self.queue: asyncio.Queue[NgramJob] = asyncio.Queue(maxsize=config.queue_size)
-        self.held_chars = 0
-        self._worker: asyncio.Task[None] | None = None
 
     @property
     def rate(self) -> float:
         return self.config.sample_rate
 
-    def start(self) -> None:
-        self._worker = asyncio.get_running_loop().create_task(self._work())
+    def size(self, job: NgramJob) -> int:
+        return len(job.text)
 
-    async def close(self, drain_s: float = 2.0) -> None:
-        """Hash what is queued (local CPU only, so within ``drain_s``), then stop."""
-        if self._worker is not None and not self._worker.done():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.queue.join(), drain_s)
-        if self._worker is not None:
-            self._worker.cancel()
-            await asyncio.gather(self._worker, return_exceptions=True)
-            self._worker = None
+    def labels(self, job: NgramJob) -> Labels:
+        return job.route, job.experiment, job.variant
 
-    def _count(self, job: NgramJob, outcome: str) -> None:
-        self.metrics.ngrams.labels(job.route, job.experiment, job.variant, outcome).inc()
-
-    def submit(self, job: NgramJob) -> bool:
-        """Queue a response without waiting; False (counted as dropped) when full."""
-        size = len(job.text)
-        if self.queue.full() or self.held_chars + size > self.config.queue_chars:
-            self._count(job, "dropped")
-            return False
-        self.queue.put_nowait(job)
-        self.held_chars += size
-        self._count(job, "queued")
-        return True
-
-    def event(self, job: NgramJob) -> NgramsEvent:
-        return NgramsEvent(
-            request_id=job.request_id,
-            unit_id=job.unit_id,
-            role="primary",
-            key_id=self.config.key.key_id,
-            grams=self.config.key.hashes(job.text),
-            experiment_id=job.experiment_id,
-            variant=job.variant,
-            category=job.category,
-            event_id=ngrams_event_id(job.request_id),
+    async def run(self, job: NgramJob) -> str:
+        try:
+            grams = await hashes(self.config.key, job.text)
+        except Exception:  # never log the text (nor an exception that may quote it)
+            log.error("hashing the n-grams of request %s failed", job.request_id)
+            return "failed"
+        job.text = ""  # the text is gone before the event leaves
+        self.recorder.emit(
+            NgramsEvent(
+                request_id=job.request_id,
+                unit_id=job.unit_id,
+                role="primary",
+                key_id=self.config.key.key_id,
+                grams=grams,
+                experiment_id=job.experiment_id,
+                variant=job.variant,
+                category=job.category,
+                event_id=ngrams_event_id(job.request_id),
+            )
         )
-
-    async def _work(self) -> None:
-        while True:
-            job = await self.queue.get()
-            size = len(job.text)
-            try:
-                event = self.event(job)
-                job.text = ""  # the text is gone before the event leaves
-                self.recorder.emit(event)
-                self._count(job, "hashed")
-            except Exception:  # a broken job must not kill the worker (never log the text)
-                log.error("hashing the n-grams of request %s failed", job.request_id)
-            finally:
-                self.held_chars -= size
-                self.queue.task_done()
+        return "hashed"

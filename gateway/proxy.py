@@ -358,12 +358,12 @@ class CompletionProxy:
         if info.judge_question is not None and self.judge is not None:
             job = job_for(info, d.variant.name, res, "primary")
             if job is not None:
-                self.judge.submit(job)
+                self.judge.offer(job)
         # Hashed n-grams of a sample of responses (content logging ``hashed`` only).
         if info.content_logging == "hashed" and self.ngrams is not None and self.rng() < self.ngrams.rate:
             gram_job = ngram_job_for(info, d.variant.name, res)
             if gram_job is not None:
-                self.ngrams.submit(gram_job)
+                self.ngrams.offer(gram_job)
 
     async def _json(
         self,
@@ -481,7 +481,7 @@ class CompletionProxy:
             if rate < 1.0 and self.rng() >= rate:
                 continue
             if shadow.full():  # overflow: count and skip before doing any work for it
-                shadow.drop(info.route, info.experiment or "", variant.name)
+                shadow.count((info.route, info.experiment or "", variant.name), "dropped")
                 continue
             req["model"] = variant.model
             shadow_info = CallInfo(
@@ -500,4 +500,4 @@ class CompletionProxy:
                 category=info.category,
                 judge_question=info.judge_question,
             )
-            shadow.submit(ShadowJob(shadow_info, info.request_id, variant, orjson.dumps(req), prompt))
+            shadow.offer(ShadowJob(shadow_info, info.request_id, variant, orjson.dumps(req), prompt))

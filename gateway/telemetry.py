@@ -129,7 +129,7 @@ class GatewayMetrics:
         )
         self.ngrams = Counter(
             "liftgate_gateway_ngrams",
-            "Hashed n-gram sampler jobs by outcome (queued, dropped, hashed)",
+            "Hashed n-gram sampler jobs by outcome (queued, dropped, hashed, failed)",
             [*variant, "outcome"],
             registry=r,
         )

@@ -5,13 +5,19 @@ of 50, 120 and 220 words and on a long answer cut at 4,000 characters; the same 
 answer with HMAC-SHA-256 instead of keyed BLAKE2b (the alternative); and what it costs per
 request averaged at sample rates 1 % and 5 % (the draw plus the rate times a 220-word answer).
 
+Part 1b, on an event loop (one process, interleaved rounds, medians): the CPU of hashing the
+220-word and the long answer in loop steps (``gateway.ngrams.hashes``, as the sampler does)
+against in one go; the longest event-loop stall while the long answer is hashed, seen by a
+probe task that yields in a loop (in one go vs in steps); and the request path's share, one
+``NgramSampler.offer``.
+
 Part 2, end to end: three real gateways (``bench.gateway.serve`` subprocesses, null sink,
 content logging ``hashed``) in front of one simulator model answering ~220 tokens: n-grams
 off, at the default rate 1 %, and at 100 %. Rounds alternate between them at concurrency 1
 and 32; each gateway's CPU time (user + system, from /proc) per request is recorded per round.
 Prints the per-round figures, their medians and the load average.
 
-  python -m bench.gateway.ngram_bench [--rounds 5] [--requests 600] [--calls 2000]
+  python -m bench.gateway.ngram_bench [--rounds 5] [--requests 600] [--calls 2000] [--no-end-to-end]
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import random
 import secrets
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import aiohttp
 
@@ -85,6 +91,81 @@ def isolation(calls: int, rounds: int) -> None:
     d = statistics.median(samples["sample draw (rng < rate)"])
     for rate in (0.01, 0.05):
         print(f"averaged per request at rate {rate:.0%} (220-word answers): {d + rate * per:.2f} µs")
+
+
+def on_loop(calls: int, rounds: int) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from gateway.ngrams import NgramConfig, NgramJob, NgramSampler, hashes
+    from gateway.null_sink import NullSink
+    from gateway.recorder import Recorder
+    from gateway.telemetry import GatewayMetrics
+
+    key = NgramKey(secrets.token_urlsafe(24))
+    rng = random.Random(1)
+    texts = {n: _answer(rng, n) for n in (220, 2000)}
+    metrics = GatewayMetrics(CollectorRegistry())
+    recorder = Recorder(NullSink(), metrics)
+
+    async def stepped(text: str, n: int) -> float:
+        t0 = time.process_time()
+        for _ in range(n):
+            await hashes(key, text)
+        return (time.process_time() - t0) / n * 1e6
+
+    async def whole(text: str, n: int) -> float:
+        t0 = time.process_time()
+        for _ in range(n):
+            key.hashes(text)
+            await asyncio.sleep(0)
+        return (time.process_time() - t0) / n * 1e6
+
+    async def stall(job: Callable[[], Awaitable[object]]) -> float:
+        done, longest = False, 0.0
+
+        async def probe() -> None:
+            nonlocal longest
+            while not done:
+                t0 = time.perf_counter()
+                await asyncio.sleep(0)
+                longest = max(longest, time.perf_counter() - t0)
+
+        task = asyncio.create_task(probe())
+        await asyncio.sleep(0)
+        await job()
+        done = True
+        await task
+        return longest * 1e6
+
+    async def in_one_go() -> None:
+        key.hashes(texts[2000])
+
+    async def offer(n: int) -> float:
+        sampler = NgramSampler(NgramConfig(key, 1.0, n + 1, 10**9), recorder, metrics)
+        jobs = [NgramJob(f"r{i}", "u", 1, "exp", "route", "cand", None, texts[220]) for i in range(n)]
+        t0 = time.process_time()
+        for job in jobs:
+            sampler.offer(job)
+        return (time.process_time() - t0) / n * 1e6
+
+    async def one_round() -> dict[str, float]:
+        return {
+            "220 words, in one go": await whole(texts[220], calls),
+            "220 words, in loop steps": await stepped(texts[220], calls),
+            "long answer, in one go": await whole(texts[2000], calls // 4),
+            "long answer, in loop steps": await stepped(texts[2000], calls // 4),
+            "longest loop stall, long answer in one go": await stall(in_one_go),
+            "longest loop stall, long answer in steps": await stall(lambda: hashes(key, texts[2000])),
+            "offer to the sampler (request path)": await offer(calls * 10),
+        }
+
+    samples: dict[str, list[float]] = {}
+    for _ in range(rounds):
+        for name, value in asyncio.run(one_round()).items():
+            samples.setdefault(name, []).append(value)
+    print(f"\n{'on an event loop':42} {'median µs':>10} {'min µs':>9}")
+    for name, values in samples.items():
+        print(f"{name:42} {statistics.median(values):10.2f} {min(values):9.2f}")
 
 
 def _cpu(pid: int) -> float:
@@ -161,6 +242,7 @@ def main() -> None:
     a = ap.parse_args()
     print(f"load average at start: {os.getloadavg()[0]:.1f}")
     isolation(a.calls, a.rounds)
+    on_loop(a.calls, a.rounds)
     if not a.no_end_to_end:
         end_to_end(a.rounds, a.requests)
     print(f"load average at end: {os.getloadavg()[0]:.1f}")
