@@ -4,7 +4,8 @@ does not parse) reads the whole JSON answer, and its connection ends with a FIN,
 reset; the linger is bounded in time and bytes, and a deadline (408) still closes at once.
 
 The gateway's twin is tests/gateway/test_staged_close.py (which says why a reset can destroy
-an answer); its raw-socket client is reused here. With ``linger_s=0`` (close at once) the
+an answer); both use the raw-socket client of tests/serving/raw_client.py and the one
+protocol of serving.protocol, each in its own service's wiring. With ``linger_s=0`` (close at once) the
 clients below that keep sending after the answer get "connection reset by peer".
 """
 
@@ -23,10 +24,11 @@ from typing import Any
 import pytest
 import uvicorn
 
-from analytics.service.server import ServerLimits, timed_protocol
-from tests.gateway.test_staged_close import chunk, parse_400_mid_body, stream, whole
+from analytics.service.server import protocol
+from serving.protocol import ReadLimits
 from tests.known_secrets import secret
 from tests.services import analytics_service
+from tests.serving.raw_client import PIECE, chunk, parse_400_mid_body, settled, stream, whole
 
 KiB, MiB = 1024, 1024 * 1024
 LINGER_S, LINGER_BYTES = 1.0, 1 * MiB
@@ -34,7 +36,6 @@ MAX_BODY = 256 * KiB
 BODY_TIMEOUT_S = 1.5
 SLACK_S = 1.5  # scheduling on a busy 2-core box
 ADMIN = secret("staged-close-admin")
-PIECE = b"x" * (16 * KiB)
 ADMIN_HEAD = f"POST /api/metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ADMIN}\r\n"
 ANONYMOUS_HEAD = "POST /api/metrics HTTP/1.1\r\nHost: x\r\n"
 CHUNKED = "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -171,10 +172,8 @@ class ServerThread:
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
-        limits = ServerLimits(linger_s=LINGER_S, linger_bytes=LINGER_BYTES)
-        config = uvicorn.Config(
-            _app, loop=loop, http=timed_protocol(limits), lifespan="off", log_level="warning"
-        )
+        limits = ReadLimits(linger_s=LINGER_S, linger_bytes=LINGER_BYTES)
+        config = uvicorn.Config(_app, loop=loop, http=protocol(limits), lifespan="off", log_level="warning")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
 
@@ -193,11 +192,7 @@ class ServerThread:
 
     def settled(self) -> None:
         """Every connection gone and every request task finished, within the linger bound."""
-        state = self.server.server_state
-        deadline = time.monotonic() + LINGER_S + SLACK_S
-        while state.connections or state.tasks:
-            assert time.monotonic() < deadline, (len(state.connections), len(state.tasks))
-            time.sleep(0.02)
+        settled(self.server.server_state, LINGER_S + SLACK_S)
 
 
 @pytest.fixture(params=["uvloop", "asyncio"])
@@ -266,7 +261,7 @@ def test_a_body_that_stops_parsing_reads_its_400_and_its_request_task_ends_at_on
     and the request task reading the body is told at once that no more will come (it does not
     wait out the linger)."""
     head = b"POST /read HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
-    parse_400_mid_body(server.port, head, server.server.server_state)
+    parse_400_mid_body(server.port, head, server.server.server_state, LINGER_S)
     server.settled()
 
 
