@@ -22,13 +22,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import uvicorn
 
 from analytics.service.server import protocol
 from serving.protocol import ReadLimits
 from tests.known_secrets import secret
 from tests.services import analytics_service
 from tests.serving.raw_client import PIECE, chunk, parse_400_mid_body, settled, stream, whole
+from tests.serving.uvicorn_thread import UvicornThread
 
 KiB, MiB = 1024, 1024 * 1024
 LINGER_S, LINGER_BYTES = 1.0, 1 * MiB
@@ -167,28 +167,10 @@ def _answer(s: socket.socket) -> bytes:
     return answer
 
 
-class ServerThread:
+class ServerThread(UvicornThread):
     def __init__(self, loop: str) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
         limits = ReadLimits(linger_s=LINGER_S, linger_bytes=LINGER_BYTES)
-        config = uvicorn.Config(_app, loop=loop, http=protocol(limits), lifespan="off", log_level="warning")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-
-    def __enter__(self) -> ServerThread:
-        self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:
-            assert time.monotonic() < deadline and self.thread.is_alive(), "the server did not start"
-            time.sleep(0.01)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=15)
-        self.sock.close()
+        super().__init__(_app, loop=loop, http=protocol(limits), lifespan="off", log_level="warning")
 
     def settled(self) -> None:
         """Every connection gone and every request task finished, within the linger bound."""
