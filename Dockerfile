@@ -11,13 +11,15 @@ WORKDIR /app
 # Dependencies first, so code edits do not reinstall them. The services and the CLI's
 # migrate/simulate commands only: the `local` extra (embedded PostgreSQL, psutil) stays out.
 COPY pyproject.toml README.md ./
-RUN mkdir -p contracts eventbus gateway analytics evals curation liftgate migrations \
- && touch contracts/__init__.py eventbus/__init__.py gateway/__init__.py analytics/__init__.py evals/__init__.py curation/__init__.py liftgate/__init__.py migrations/__init__.py \
+RUN mkdir -p contracts control eventbus serving gateway analytics evals curation liftgate migrations \
+ && touch contracts/__init__.py control/__init__.py eventbus/__init__.py serving/__init__.py gateway/__init__.py analytics/__init__.py evals/__init__.py curation/__init__.py liftgate/__init__.py migrations/__init__.py \
  && pip install ".[cli]" && pip uninstall -y liftgate
 
 COPY alembic.ini setup.py ./
 COPY contracts ./contracts
+COPY control ./control
 COPY eventbus ./eventbus
+COPY serving ./serving
 COPY gateway ./gateway
 COPY analytics ./analytics
 COPY evals ./evals

@@ -8,7 +8,7 @@ import sys
 from pydantic import ValidationError
 
 from analytics.service.app import create_app
-from analytics.service.server import ServerLimits, serve
+from analytics.service.server import serve
 from analytics.service.settings import AnalyticsSettings
 from contracts import redaction
 
@@ -27,15 +27,7 @@ def main() -> int:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
-    limits = ServerLimits(
-        header_timeout_s=settings.header_timeout_s,
-        keep_alive_s=settings.keep_alive_s,
-        max_head_bytes=settings.max_head_bytes,
-        max_connections=settings.max_connections,
-        linger_s=settings.linger_s,
-        linger_bytes=settings.linger_bytes,
-    )
-    serve(create_app(settings), settings.analytics_host, settings.analytics_port, settings.log_level, limits)
+    serve(create_app(settings), settings)
     return 0
 
 

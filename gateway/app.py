@@ -55,7 +55,7 @@ from gateway.limits import ConcurrencyLimit, RateLimit
 from gateway.ngrams import NgramConfig, NgramSampler
 from gateway.proxy import CompletionProxy, send_json
 from gateway.recorder import Recorder
-from gateway.server import ReadLimits
+from gateway.server import read_limits
 from gateway.settings import GatewaySettings
 from gateway.shadow import ShadowMirror
 from gateway.sink import EventSink
@@ -106,7 +106,7 @@ class GatewayApp:
         self.api = api
         self.runtime = runtime
         s = runtime.settings
-        self.read_limits = ReadLimits.of(s)  # read by gateway.server.GatewayProtocol
+        self.read_limits = read_limits(s)  # read by serving.protocol (gateway.server)
         self.keys_required = s.client_keys == "required"
         self.feedback_rate = RateLimit(s.feedback_rate, s.feedback_burst)
 

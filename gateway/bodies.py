@@ -3,7 +3,7 @@
 The declared ``Content-Length`` is checked by the caller before anything is read (413 at
 once); a chunked body is counted chunk by chunk and refused as soon as it passes the limit,
 so an oversized upload never sits in memory. Time is bounded by the server's body deadline
-(``gateway.server``): a client that stops sending is disconnected, which ends the read here.
+(``serving.protocol``): a client that stops sending is disconnected, which ends the read here.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ CLOSE = (b"connection", b"close")
 #: read yet — clients such as Python's http.client write the headers and the body
 #: separately, so the body often lands just before the close. A larger or chunked body is
 #: refused with ``connection: close`` and never parsed or buffered: its connection is closed
-#: in stages (``gateway.server``), dropping what the client still sends, within bounds.
+#: in stages (``serving.protocol``), dropping what the client still sends, within bounds.
 DRAIN_BYTES = 64 * 1024
 
 

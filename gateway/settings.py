@@ -9,10 +9,11 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from eventbus import ClientChoice
 from gateway.feedback import parse_kinds
+from serving.settings import ConnectionSettings
 
 _WEAK_TOKENS = frozenset({"changeme", "change-me", "admin", "secret", "token", "password", "liftgate"})
 MIN_TOKEN_LENGTH = 16
@@ -20,7 +21,7 @@ KiB = 1024
 MiB = 1024 * KiB
 
 
-class GatewaySettings(BaseSettings):
+class GatewaySettings(ConnectionSettings):
     """Everything the gateway process needs; passed explicitly to ``create_app``."""
 
     model_config = SettingsConfigDict(env_prefix="LIFTGATE_", extra="ignore")
@@ -57,18 +58,11 @@ class GatewaySettings(BaseSettings):
     max_admin_body_bytes: int = Field(default=1 * MiB, ge=KiB, le=64 * MiB)
     # Request line + headers of one request.
     max_header_bytes: int = Field(default=64 * KiB, ge=4 * KiB, le=16 * MiB)
-    # Server timeouts: a request's headers must arrive within header_timeout_s of its first
-    # byte (or of the connection's opening), its body within body_timeout_s of the headers;
+    # Server timeouts (besides header_timeout_s and the staged close's linger_s/linger_bytes,
+    # serving.settings): a request's body must arrive within body_timeout_s of its headers;
     # an idle keep-alive connection is closed after keep_alive_timeout_s.
-    header_timeout_s: float = Field(default=10.0, gt=0, le=600)
     body_timeout_s: float = Field(default=60.0, gt=0, le=3600)
     keep_alive_timeout_s: int = Field(default=5, ge=1, le=600)
-    # Staged close of a connection refused while its client may still be sending (a body past
-    # its limit, a refusal with `connection: close`, 431): the answer and a FIN go out, then
-    # what the client still sends is read and dropped for up to linger_s / linger_bytes.
-    # linger_s = 0: close at once (the kernel may then reset the connection, see gateway.server).
-    linger_s: float = Field(default=2.0, ge=0, le=30)
-    linger_bytes: int = Field(default=4 * MiB, ge=0, le=1024 * MiB)
     # Per client (its API key, or its IP address when keys are off), per worker process:
     # completion requests in flight (0 = no limit) and /v1/feedback calls per second
     # (token bucket of feedback_burst; 0 = no limit).

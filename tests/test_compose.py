@@ -162,5 +162,16 @@ def test_dockerfile_runs_as_a_non_root_user_and_installs_liftgate() -> None:
     text = (ROOT / "Dockerfile").read_text()
     assert re.search(r"^USER (?!root)\S+", text, re.M)
     assert "pip install" in text
-    for pkg in ("contracts", "gateway", "analytics", "evals", "curation", "liftgate", "migrations"):
+    for pkg in (
+        "contracts",
+        "control",
+        "eventbus",
+        "serving",
+        "gateway",
+        "analytics",
+        "evals",
+        "curation",
+        "liftgate",
+        "migrations",
+    ):
         assert f"COPY {pkg} " in text

@@ -8,7 +8,7 @@ Two checks over the product's source (not tests):
 - the import graph, read with ``ast`` from the source (imports inside functions and under
   ``TYPE_CHECKING`` included: a lazy import is still a circle in the design), has no cycle
   between modules, none between packages side by side (``package_graph``), and the boundaries of docs/architecture.md hold: gateway, analytics and evals never
-  import each other; contracts imports none of them.
+  import each other; contracts imports none of them; serving imports nothing of the project.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("contracts", "gateway", "analytics", "evals", "liftgate")
+PACKAGES = ("contracts", "serving", "gateway", "analytics", "evals", "liftgate")
 # The code sandbox's programs run in their own interpreter (python -I -S) with their folder
 # as the whole path, importing each other by bare name: they are never imported as part of
 # the package (evals.scorers.sandbox.runner starts them as scripts).
@@ -209,6 +209,31 @@ def test_gateway_analytics_and_evals_never_import_each_other_and_contracts_impor
         and ((a in apart and b in apart) or (a == "contracts" and b != "contracts"))
     )
     assert not crossing, "imports across the architecture's boundaries:\n" + "\n".join(crossing)
+
+
+def test_serving_imports_nothing_of_the_project() -> None:
+    """serving/ is the HTTP layer under both services: stdlib and third-party libraries only
+    (any top-level package or module of the repository counts, listed in PACKAGES or not)."""
+    project = {p.name for p in ROOT.iterdir() if (p / "__init__.py").exists()} | {
+        p.stem for p in ROOT.glob("*.py")
+    }
+    project.discard("serving")
+    crossing = []
+    for path in sorted((ROOT / "serving").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            crossing += [f"{module_name(path)} -> {n}" for n in names if n.split(".")[0] in project]
+    assert not crossing, "serving imports the project:\n" + "\n".join(crossing)
+
+
+def test_the_serving_check_sees_every_package_of_the_repository() -> None:
+    project = {p.name for p in ROOT.iterdir() if (p / "__init__.py").exists()}
+    assert {"gateway", "analytics", "control", "eventbus", "contracts", "serving"} <= project
 
 
 # Third-party libraries imported once before forking, so each child pays only for the

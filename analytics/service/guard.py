@@ -22,7 +22,7 @@ as it arrives and the connection kept, because closing on unread bytes makes the
 reset the connection, which can destroy the answer before the client reads it (clients
 such as Python's http.client write a request's headers and body separately). A refusal
 while the body streams (too large, too slow) closes the connection. A closed connection whose
-client may still be sending is closed in stages by the server (``analytics.service.server``:
+client may still be sending is closed in stages by the server (``serving.protocol``:
 the answer, a FIN, then what the client sends is dropped within bounds), except after the
 body deadline's 408, which closes at once.
 """
@@ -41,8 +41,8 @@ from starlette.datastructures import Headers
 from starlette.requests import cookie_parser
 
 from analytics.service.access import LOGIN_PATH, Access
-from analytics.service.server import CLOSE_AT_ONCE
 from control.auth import SCOPE_KEY, Denied, Principal, denial
+from serving.protocol import CLOSE_AT_ONCE
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

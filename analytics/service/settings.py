@@ -5,17 +5,18 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from analytics.rollout.settings import RolloutSettings
 from control.notify_settings import NotifySettings
 from eventbus import ClientChoice
+from serving.settings import ConnectionSettings
 
 _WEAK_TOKENS = frozenset({"changeme", "change-me", "admin", "secret", "token", "password", "liftgate"})
 MIN_TOKEN_LENGTH = 16
 
 
-class AnalyticsSettings(BaseSettings):
+class AnalyticsSettings(ConnectionSettings):
     """Everything ``python -m analytics`` needs; passed explicitly to ``create_app``."""
 
     model_config = SettingsConfigDict(env_prefix="LIFTGATE_", extra="ignore")
@@ -35,19 +36,13 @@ class AnalyticsSettings(BaseSettings):
     login_lockout_s: float = Field(default=300.0, ge=1, le=86_400)
     # ?fresh=true (admin only) recomputes a report: at most once per experiment this often.
     fresh_min_interval_s: float = Field(default=5.0, ge=0, le=3600)
-    # Limits of every request (analytics.service.guard, analytics.service.server).
+    # Limits of every request (analytics.service.guard, analytics.service.server; the head's
+    # deadline and the staged close's linger_s/linger_bytes: serving.settings).
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024, le=64 * 1024 * 1024)
     body_timeout_s: float = Field(default=30.0, gt=0, le=600)
-    header_timeout_s: float = Field(default=10.0, gt=0, le=600)
     keep_alive_s: int = Field(default=5, ge=1, le=600)
     max_head_bytes: int = Field(default=64 * 1024, ge=4096, le=1024 * 1024)
     max_connections: int = Field(default=512, ge=1, le=100_000)
-    # Staged close of a connection refused while its client may still be sending (a body past
-    # its limit, a refusal with `connection: close`, 431): the answer and a FIN go out, then
-    # what the client still sends is read and dropped for up to linger_s / linger_bytes.
-    # linger_s = 0: close at once (the kernel may then reset the connection, see the server).
-    linger_s: float = Field(default=2.0, ge=0, le=30)
-    linger_bytes: int = Field(default=4 * 1024 * 1024, ge=0, le=1024 * 1024 * 1024)
     kafka_bootstrap: str | None = None
     # Kafka client library: confluent (librdkafka), python (kafka-python), auto (confluent when
     # it can be imported); see docs/operations.md ("Kafka client").

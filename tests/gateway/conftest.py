@@ -18,7 +18,6 @@ from typing import Any, Protocol
 
 import psutil
 import pytest
-import uvicorn
 
 from contracts.events import Event, FeedbackEvent, InteractionEvent
 from gateway.app import GatewayApp, create_app
@@ -30,6 +29,7 @@ from gateway.telemetry import GatewayMetrics
 from liftgate.simulator_model import SimulatorModel
 from liftgate.simulator_process import SimulatorProcess
 from tests.known_secrets import secret
+from tests.serving.uvicorn_thread import UvicornThread
 
 ADMIN_TOKEN = secret("test-admin")
 
@@ -82,35 +82,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class GatewayThread:
+class GatewayThread(UvicornThread):
     """The real app served by uvicorn on a free port in a background thread, with the
     options every entry point uses (``gateway.server``: its protocol, deadlines, keep-alive).
     ``loop``: asyncio's own by default; ``"uvloop"`` is what the entry points serve with."""
 
     def __init__(self, app: GatewayApp, loop: str = "asyncio") -> None:
         self.app = app
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
         options = {**uvicorn_options(app.runtime.settings), "log_level": "warning", "loop": loop}
-        config = uvicorn.Config(app, lifespan="on", **options)
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-
-    def __enter__(self) -> GatewayThread:
-        self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError("gateway did not start")
-            time.sleep(0.01)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=15)
-        self.sock.close()
+        super().__init__(app, lifespan="on", **options)
 
 
 def settings(**kw: Any) -> GatewaySettings:

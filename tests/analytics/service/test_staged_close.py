@@ -4,7 +4,8 @@ does not parse) reads the whole JSON answer, and its connection ends with a FIN,
 reset; the linger is bounded in time and bytes, and a deadline (408) still closes at once.
 
 The gateway's twin is tests/gateway/test_staged_close.py (which says why a reset can destroy
-an answer); its raw-socket client is reused here. With ``linger_s=0`` (close at once) the
+an answer); both use the raw-socket client of tests/serving/raw_client.py and the one
+protocol of serving.protocol, each in its own service's wiring. With ``linger_s=0`` (close at once) the
 clients below that keep sending after the answer get "connection reset by peer".
 """
 
@@ -21,12 +22,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import uvicorn
 
-from analytics.service.server import ServerLimits, timed_protocol
-from tests.gateway.test_staged_close import chunk, parse_400_mid_body, stream, whole
+from analytics.service.server import protocol
+from serving.protocol import ReadLimits
 from tests.known_secrets import secret
 from tests.services import analytics_service
+from tests.serving.raw_client import PIECE, chunk, parse_400_mid_body, settled, stream, whole
+from tests.serving.uvicorn_thread import UvicornThread
 
 KiB, MiB = 1024, 1024 * 1024
 LINGER_S, LINGER_BYTES = 1.0, 1 * MiB
@@ -34,7 +36,6 @@ MAX_BODY = 256 * KiB
 BODY_TIMEOUT_S = 1.5
 SLACK_S = 1.5  # scheduling on a busy 2-core box
 ADMIN = secret("staged-close-admin")
-PIECE = b"x" * (16 * KiB)
 ADMIN_HEAD = f"POST /api/metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ADMIN}\r\n"
 ANONYMOUS_HEAD = "POST /api/metrics HTTP/1.1\r\nHost: x\r\n"
 CHUNKED = "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -166,38 +167,14 @@ def _answer(s: socket.socket) -> bytes:
     return answer
 
 
-class ServerThread:
+class ServerThread(UvicornThread):
     def __init__(self, loop: str) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        limits = ServerLimits(linger_s=LINGER_S, linger_bytes=LINGER_BYTES)
-        config = uvicorn.Config(
-            _app, loop=loop, http=timed_protocol(limits), lifespan="off", log_level="warning"
-        )
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-
-    def __enter__(self) -> ServerThread:
-        self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:
-            assert time.monotonic() < deadline and self.thread.is_alive(), "the server did not start"
-            time.sleep(0.01)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=15)
-        self.sock.close()
+        limits = ReadLimits(linger_s=LINGER_S, linger_bytes=LINGER_BYTES)
+        super().__init__(_app, loop=loop, http=protocol(limits), lifespan="off", log_level="warning")
 
     def settled(self) -> None:
         """Every connection gone and every request task finished, within the linger bound."""
-        state = self.server.server_state
-        deadline = time.monotonic() + LINGER_S + SLACK_S
-        while state.connections or state.tasks:
-            assert time.monotonic() < deadline, (len(state.connections), len(state.tasks))
-            time.sleep(0.02)
+        settled(self.server.server_state, LINGER_S + SLACK_S)
 
 
 @pytest.fixture(params=["uvloop", "asyncio"])
@@ -266,7 +243,7 @@ def test_a_body_that_stops_parsing_reads_its_400_and_its_request_task_ends_at_on
     and the request task reading the body is told at once that no more will come (it does not
     wait out the linger)."""
     head = b"POST /read HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
-    parse_400_mid_body(server.port, head, server.server.server_state)
+    parse_400_mid_body(server.port, head, server.server.server_state, LINGER_S)
     server.settled()
 
 

@@ -1,14 +1,15 @@
-"""The connection transport the gateway hands uvicorn: a response head waits for its body until
-the end of the event-loop step, so a JSON answer leaves in one send; nothing is reordered,
-delayed past the step, or sent after the client left. (That a close sends a held head first
-is checked end to end by the 408/431 answers in test_timeouts.py and test_staged_close.py.)"""
+"""The connection transport both services hand uvicorn (serving.protocol.Transport): a response
+head waits for its body until the end of the event-loop step, so a JSON answer leaves in one
+send; nothing is reordered, delayed past the step, or sent after the client left. (That a
+close sends a held head first is checked end to end by the 408/431 answers in
+tests/gateway/test_timeouts.py and the services' test_staged_close.py.)"""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
-from gateway.server import _Transport
+from serving.protocol import Transport
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n"
 
@@ -48,7 +49,7 @@ class RecordingTransport:
 
 
 class Protocol:
-    """What the wrapper takes from GatewayProtocol: its loop and its close."""
+    """What the wrapper takes from serving.protocol.ServingProtocol: its loop and its close."""
 
     def __init__(self, raw: RecordingTransport) -> None:
         self.loop = asyncio.get_running_loop()
@@ -56,9 +57,9 @@ class Protocol:
         self.connection_closing = raw.is_closing
 
 
-def _merging() -> tuple[_Transport, RecordingTransport]:
+def _merging() -> tuple[Transport, RecordingTransport]:
     raw = RecordingTransport()
-    return _Transport(raw, Protocol(raw)), raw  # type: ignore[arg-type]
+    return Transport(raw, Protocol(raw)), raw  # type: ignore[arg-type]
 
 
 async def _next_step() -> None:
