@@ -38,7 +38,7 @@ from typing import Any, Final
 import orjson
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
-from starlette.requests import cookie_parser
+from starlette.requests import ClientDisconnect, cookie_parser
 
 from analytics.service.access import LOGIN_PATH, Access
 from control.auth import SCOPE_KEY, Denied, Principal, denial
@@ -170,7 +170,14 @@ class RequestGuard:
                 body_done = not message.get("more_body", False)
             return message
 
-        await self.app(scope, guarded_receive, guarded_send)
+        try:
+            await self.app(scope, guarded_receive, guarded_send)
+        except ClientDisconnect:
+            # The disconnect the guard itself reported after answering (413, 408): the app
+            # stopping on it is the expected end, not an error for uvicorn to log with a
+            # traceback on every refused upload.
+            if not refused:
+                raise
 
 
 async def _respond(send: Send, status: int, reason: str, headers: dict[str, str], *, close: bool) -> None:
