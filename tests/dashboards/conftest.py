@@ -247,6 +247,7 @@ def stack(
             consumer_group=f"prom-test-{suffix}",
             interactions_topic=topics.interactions,
             feedback_topic=topics.feedback,
+            judgements_topic=f"{topics.interactions}.judgements",  # not the shared broker's default
         ) as analytics,
     ):
         routes = configure(gateway, token, sim.url, suffix)

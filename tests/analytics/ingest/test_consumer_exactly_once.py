@@ -110,6 +110,7 @@ def test_consumer_killed_with_sigkill_at_random_moments_ingests_every_event_exac
         "LIFTGATE_CONSUMER_GROUP": f"g-{unique_name}",
         "LIFTGATE_INTERACTIONS_TOPIC": topics[0],
         "LIFTGATE_FEEDBACK_TOPIC": topics[1],
+        "LIFTGATE_JUDGEMENTS_TOPIC": f"{topics[0]}.judgements",  # not the shared broker's default
         "LIFTGATE_CONSUMER_MAX_RECORDS": "300",
         "LIFTGATE_CONSUMER_POLL_MS": "50",
         "LIFTGATE_CONSUMER_SWEEP_INTERVAL_S": "1",
@@ -197,6 +198,7 @@ def test_postgres_stopped_for_30_seconds_mid_run_loses_and_doubles_nothing(
             consumer_group=f"g-{unique_name}",
             interactions_topic=topics[0],
             feedback_topic=topics[1],
+            judgements_topic=f"{topics[0]}.judgements",
             consumer_max_records=300,
             consumer_poll_ms=50,
             consumer_max_backoff_s=2.0,
@@ -262,6 +264,7 @@ def test_sigterm_while_postgres_blocks_the_write_exits_within_the_grace_and_comm
         "LIFTGATE_CONSUMER_GROUP": group,
         "LIFTGATE_INTERACTIONS_TOPIC": topics[0],
         "LIFTGATE_FEEDBACK_TOPIC": topics[1],
+        "LIFTGATE_JUDGEMENTS_TOPIC": f"{topics[0]}.judgements",  # not the shared broker's default
         "LIFTGATE_CONSUMER_STOP_GRACE_S": "2",
     }
     log = (tmp_path / "consumer.log").open("ab")

@@ -45,6 +45,7 @@ def _settings(database_url: str, bootstrap: str, unique_name: str, client: Clien
         consumer_group=f"g-{unique_name}",
         interactions_topic=f"i-{unique_name}",
         feedback_topic=f"f-{unique_name}",
+        judgements_topic=f"j-{unique_name}",
         consumer_instance_id=f"m-{unique_name}",
         consumer_max_records=300,
         consumer_poll_ms=50,

@@ -24,8 +24,10 @@ DEADLINE_S = 60.0
 
 
 @pytest.fixture
-def topics(kafka_bootstrap: str, unique_name: str) -> Iterator[tuple[str, str]]:
-    names = (f"it-{unique_name}", f"fb-{unique_name}")
+def topics(kafka_bootstrap: str, unique_name: str) -> Iterator[tuple[str, str, str]]:
+    # All three topics the consumer reads are the test's own: the broker is shared, and the
+    # default judgements topic holds what other tests' gateways sent (they were counted here).
+    names = (f"it-{unique_name}", f"fb-{unique_name}", f"jd-{unique_name}")
     admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap, request_timeout_ms=20_000)
     admin.create_topics([NewTopic(n, num_partitions=2, replication_factor=1) for n in names])
     yield names
@@ -34,7 +36,7 @@ def topics(kafka_bootstrap: str, unique_name: str) -> Iterator[tuple[str, str]]:
 
 
 @pytest.fixture
-def kafka_service(database_url: str, kafka_bootstrap: str, topics: tuple[str, str]) -> Iterator[Service]:
+def kafka_service(database_url: str, kafka_bootstrap: str, topics: tuple[str, str, str]) -> Iterator[Service]:
     with analytics_service(
         database_url,
         TOKEN,
@@ -42,6 +44,7 @@ def kafka_service(database_url: str, kafka_bootstrap: str, topics: tuple[str, st
         kafka_bootstrap=kafka_bootstrap,
         interactions_topic=topics[0],
         feedback_topic=topics[1],
+        judgements_topic=topics[2],
         consumer_group=f"g-{secrets.token_hex(6)}",
         snapshot_interval_s="0",
         rollout_controller="false",
@@ -53,7 +56,7 @@ def kafka_service(database_url: str, kafka_bootstrap: str, topics: tuple[str, st
 
 
 def test_events_from_kafka_reach_the_report(
-    kafka_service: Service, kafka_bootstrap: str, topics: tuple[str, str], engine: Engine
+    kafka_service: Service, kafka_bootstrap: str, topics: tuple[str, str, str], engine: Engine
 ) -> None:
     with engine.begin() as conn:
         eid, name = create_experiment(conn, [("control", 1), ("candidate", 1)], metrics=["error_rate"])
@@ -99,7 +102,7 @@ def test_events_from_kafka_reach_the_report(
 
 
 def test_health_turns_red_when_the_consumer_gives_up_on_a_client_fenced_without_end(
-    database_url: str, kafka_bootstrap: str, topics: tuple[str, str], unique_name: str
+    database_url: str, kafka_bootstrap: str, topics: tuple[str, str, str], unique_name: str
 ) -> None:
     """A consumer whose new clients keep being fenced (here: a second member with its
     instance id rejoining again and again) stops after its replacement budget: /healthz then
@@ -111,6 +114,7 @@ def test_health_turns_red_when_the_consumer_gives_up_on_a_client_fenced_without_
         kafka_bootstrap=kafka_bootstrap,
         interactions_topic=topics[0],
         feedback_topic=topics[1],
+        judgements_topic=topics[2],
         consumer_group=group,
         consumer_instance_id=instance,
         consumer_session_timeout_ms="6000",
@@ -130,6 +134,7 @@ def test_health_turns_red_when_the_consumer_gives_up_on_a_client_fenced_without_
             consumer_instance_id=instance,
             interactions_topic=topics[0],
             feedback_topic=topics[1],
+            judgements_topic=topics[2],
             consumer_session_timeout_ms=6000,
             kafka_client="confluent",
         )
