@@ -36,6 +36,7 @@ class SinkConfig:
     """Tuning of the sink. Times in seconds."""
 
     hard_max_queue: int = 1_000_000  # events waiting for the spool writer; beyond this emit drops (counted)
+    client_id: str = "liftgate-gateway"  # how the broker (quotas, request logs) names this producer
     batch_max: int = 5_000
     # How often the spool writer moves what emit queued to the spool (one write, no fsync): a
     # SIGKILL of the gateway loses about this much of the latest events, never more than what

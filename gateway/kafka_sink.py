@@ -319,7 +319,7 @@ class KafkaSink:
         flush_ms = int(cfg.flush_timeout_s * 1000)
         options = ProducerOptions(
             bootstrap=self.bootstrap,
-            client_id="liftgate-gateway",
+            client_id=cfg.client_id,
             linger_ms=cfg.linger_ms,
             batch_bytes=cfg.batch_bytes,
             # Every record is acknowledged or expired by the time a flush gives up, so no

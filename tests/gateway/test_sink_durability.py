@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import http.client as httpclient
 import json
 import os
 import random
+import secrets
 import signal
 import subprocess
 import sys
@@ -247,11 +249,12 @@ class Traffic:
             conn.close()
 
 
-def _kafka_producers(client: ClientChoice) -> int:
+def _kafka_producers(client: ClientChoice, client_id: str) -> int:
     """Kafka client instances alive in this process: each librdkafka one runs a native
-    ``rdk:main`` thread, each kafka-python producer a ``<client id>-network-thread``."""
+    ``rdk:main`` thread (of any client id), each kafka-python producer a
+    ``<client id>-network-thread`` (of ``client_id`` only)."""
     if client == "python":
-        return sum(1 for t in threading.enumerate() if t.name.endswith("-network-thread"))
+        return sum(1 for t in threading.enumerate() if t.name == f"{client_id}-network-thread")
     found = 0
     for tid in os.listdir("/proc/self/task"):
         with contextlib.suppress(FileNotFoundError):  # a thread that just ended
@@ -415,12 +418,15 @@ async def test_events_reach_the_spool_within_100_ms_while_delivery_hangs_on_a_fr
     broker = PrivateBroker(tmp_path / "state")
     broker.up()
     try:
-        # Clients other tests of this process left (their threads end on their own time): the
-        # count below is this sink's, on top of them.
-        others = _kafka_producers(kafka_client)
+        # Clients other tests of this process left, or still make (a sink never closed goes on
+        # reconnecting): kafka-python's threads are told apart by this sink's own client id,
+        # librdkafka's are counted on top of those alive at the start.
+        client_id = f"sink-{secrets.token_hex(4)}"
+        others = _kafka_producers(kafka_client, client_id)
         topics = Topics()
         ensure_topics(broker.bootstrap, 6, topics, bus=bus)
-        sink = KafkaSink(broker.bootstrap, tmp_path / "spool", topics=topics, config=FAST, bus=bus)
+        config = dataclasses.replace(FAST, client_id=client_id)
+        sink = KafkaSink(broker.bootstrap, tmp_path / "spool", topics=topics, config=config, bus=bus)
         await sink.start()
         await wait_until(lambda: sink.live, 30, "connected")
         broker.freeze()
@@ -448,7 +454,9 @@ async def test_events_reach_the_spool_within_100_ms_while_delivery_hangs_on_a_fr
         )
         # The producer given up on during the freeze is closed once its requests end: no thread leak.
         await wait_until(
-            lambda: _kafka_producers(kafka_client) <= others + 1, 30, "the abandoned producer closed"
+            lambda: _kafka_producers(kafka_client, client_id) <= others + 1,
+            30,
+            "the abandoned producer closed",
         )
         await sink.close()
         check_complete_and_ordered(
