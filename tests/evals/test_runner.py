@@ -91,10 +91,17 @@ def test_an_unknown_model_is_an_error_not_a_retry(engine: Engine, simulator_url:
     assert summary.errors == 3 and time.monotonic() - started < 5
 
 
+def _sigint_as_at_a_terminal() -> None:
+    # The test's process may ignore SIGINT (a CI started in the background, `cmd &` in a
+    # non-interactive shell, or something earlier in the session), and a child inherits it:
+    # Python keeps an ignored SIGINT ignored, so the interrupt below would never arrive.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _cli(*args: str, database_url: str) -> subprocess.Popen[str]:
     env = {**os.environ, "LIFTGATE_DATABASE_URL": database_url}
     return subprocess.Popen([sys.executable, "-m", "liftgate", "eval", *args], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+                            stderr=subprocess.PIPE, text=True, preexec_fn=_sigint_as_at_a_terminal)  # fmt: skip
 
 
 def test_an_interrupted_run_resumes_where_it_stopped(
