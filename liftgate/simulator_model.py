@@ -259,7 +259,7 @@ class ModelBehaviour:
         self._answers: dict[str, Any] | None = None
         self._category_quality = parse_skills(model.category_quality)
         self._rules: Any = None
-        self._judge_rng = random.Random(f"judge:{model.seed}:{model.name}")
+        self._judge_seed = f"judge:{model.seed}:{model.name}:".encode()
 
     def quality_for(self, prompt: str) -> float:
         """The model's quality on this prompt: per task category when configured."""
@@ -290,7 +290,11 @@ class ModelBehaviour:
         score += m.judge_length_gain * math.log2(words / 120.0)
         if m.judge_phrase and m.judge_phrase.lower() in answer.lower():
             score += m.judge_phrase_bonus
-        score += self._judge_rng.gauss(0.0, m.judge_noise) if m.judge_noise > 0 else 0.0
+        if m.judge_noise > 0:
+            # Drawn per answer (seeded by its text), not in call order: the same answers get the
+            # same scores however concurrent calls interleave, so a run is reproducible.
+            noise = random.Random(self._judge_seed + answer.strip().encode())
+            score += noise.gauss(0.0, m.judge_noise)
         return round(min(10.0, max(1.0, score)), 2)
 
     def draw(self) -> Draw:
