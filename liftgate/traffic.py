@@ -120,6 +120,10 @@ class TrafficRun:
         self._population = u.build_population(config.users, seed=config.seed, prefix=config.user_prefix)
         self._deadline = 0.0
         self._base = config.gateway_url.rstrip("/")
+        # The gateway limits feedback per client, and all simulated users share one client: after
+        # a 429 every worker holds its feedback until the Retry-After has passed, so the bucket
+        # refills and the retried call is not starved by the other workers draining it.
+        self._feedback_hold_until = 0.0
 
     def stop(self) -> None:
         self._stop.set()
@@ -285,6 +289,9 @@ class TrafficRun:
         # per-client feedback rate: a 429 is waited out (its Retry-After, bounded) and sent
         # again, a bounded number of times, rather than silently thinning the signals.
         for attempt in range(_FEEDBACK_ATTEMPTS):
+            hold = min(self._feedback_hold_until, self._deadline) - time.monotonic()
+            if hold > 0:
+                await asyncio.sleep(hold)
             try:
                 async with session.post(
                     f"{self._base}/v1/feedback",
@@ -302,7 +309,7 @@ class TrafficRun:
                     self.stats.last_error = f"feedback: HTTP {resp.status}"
                 break
             self.stats.feedback_retried += 1
-            await asyncio.sleep(min(wait, max(0.0, self._deadline - time.monotonic())))
+            self._feedback_hold_until = max(self._feedback_hold_until, time.monotonic() + wait)
         if ok:
             self.stats.feedback_sent += 1
             vs.feedback[signal.kind] = vs.feedback.get(signal.kind, 0) + 1
