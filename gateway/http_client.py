@@ -68,6 +68,11 @@ class _Conn(asyncio.Protocol):
             self._fail(UpstreamError("protocol", "unexpected upgrade"))
         except httptools.HttpParserError as exc:
             self._fail(UpstreamError("protocol", f"bad response: {exc}"))
+        else:
+            # A stream's reader is woken once per read, not per chunk: a read often carries
+            # a dozen SSE events, each its own chunk, and the reader takes them all at once.
+            if self.streaming and self.parts:
+                self._wake()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -83,11 +88,14 @@ class _Conn(asyncio.Protocol):
 
     def on_body(self, body: bytes) -> None:
         self.parts.append(body)
-        if self.streaming:
-            if len(self.parts) > _PAUSE_CHUNKS and not self.paused and self.transport is not None:
-                self.paused = True
-                self.transport.pause_reading()
-            self._wake()
+        if (
+            self.streaming
+            and len(self.parts) > _PAUSE_CHUNKS
+            and not self.paused
+            and self.transport is not None
+        ):
+            self.paused = True
+            self.transport.pause_reading()
 
     def on_message_complete(self) -> None:
         self.complete = True

@@ -49,6 +49,7 @@ from gateway.routing import Decision, RequestFacts, api_key_of, decide, parse_ta
 from gateway.shadow import ShadowJob, ShadowMirror
 from gateway.snapshot import RouteConfig, VariantConfig
 from gateway.upstreams import UpstreamPool
+from serving.protocol import arrived_body, disconnection, respond
 
 MAX_BODY = 32 * 1024 * 1024
 _JSON = (b"content-type", b"application/json")
@@ -169,7 +170,11 @@ class CompletionProxy:
             return
         try:
             try:
-                body = await read_body(receive, self.max_body)
+                body = arrived_body(scope)  # nearly always: the body came with the head
+                if body is None:
+                    body = await read_body(receive, self.max_body)
+                elif len(body) > self.max_body:
+                    raise BodyTooLarge
             except BodyTooLarge:
                 refused["body_too_large"].inc()
                 await send_json(send, *self._too_large, [CLOSE])
@@ -177,7 +182,7 @@ class CompletionProxy:
             except ClientGone:
                 return
             await self._serve(
-                send, receive, endpoint, body, snap, t0, headers, authorization, digest,
+                scope, send, receive, endpoint, body, snap, t0, headers, authorization, digest,
                 unit_header, tags_raw, conversation, show_variant,
             )  # fmt: skip
         finally:
@@ -185,6 +190,7 @@ class CompletionProxy:
 
     async def _serve(
         self,
+        scope: Scope,
         send: Send,
         receive: Receive,
         endpoint: str,
@@ -273,9 +279,9 @@ class CompletionProxy:
         )
         prompt = prompt_text(req, endpoint) if info.content_logging != "none" else None
         if stream:
-            await self._stream(send, receive, info, route, d, req, keep_usage, t0, prompt)
+            await self._stream(scope, send, receive, info, route, d, req, keep_usage, t0, prompt)
         else:
-            await self._json(send, info, route, d, req, t0, prompt)
+            await self._json(scope, send, info, route, d, req, t0, prompt)
         if route.shadows and d.attributed and self.shadow is not None:
             self._mirror(info, route, req, prompt)
 
@@ -367,6 +373,7 @@ class CompletionProxy:
 
     async def _json(
         self,
+        scope: Scope,
         send: Send,
         info: CallInfo,
         route: RouteConfig,
@@ -391,7 +398,10 @@ class CompletionProxy:
             status, body = error_for(res, variant.upstream)
         if status == 200 and route.experiment.echo_model:
             body = model_echo(info.route).first(body, variant.model)
-        await send_json(send, status, body, self._headers(info, route, d.variant))
+        headers = self._headers(info, route, d.variant)
+        # Head and body in one write, without the two ASGI messages (serving.protocol.respond).
+        if not respond(scope, status, [_JSON, *headers], body):
+            await send_json(send, status, body, headers)
         if res.error_type is None:
             summarize_json(res, info.endpoint, info.keep_text)
         self._record_served(info, d, variant, res, status, latency, fallback_from, prompt)
@@ -416,6 +426,7 @@ class CompletionProxy:
 
     async def _stream(
         self,
+        scope: Scope,
         send: Send,
         receive: Receive,
         info: CallInfo,
@@ -446,13 +457,18 @@ class CompletionProxy:
         await send({"type": "http.response.start", "status": 200, "headers": [_SSE, _NO_CACHE, *headers]})
         echo = model_echo(info.route) if route.experiment.echo_model else None
         flt = SseFilter(res, info.endpoint == "chat", keep_usage, info.keep_text, t0, echo)
-        # Resolves when the client goes away: then stop relaying and drop the upstream
+        # True once the client went away: then stop relaying and drop the upstream
         # connection, so vLLM aborts the generation instead of finishing it for nobody.
-        gone = asyncio.ensure_future(receive())
+        # Asked of the connection (no task per stream) when the protocol is serving.protocol's.
+        client_gone = disconnection(scope)
+        waiter = None
+        if client_gone is None:
+            waiter = asyncio.ensure_future(receive())
+            client_gone = waiter.done
         tail = b""
         try:
             async for chunk in resp.chunks():
-                if gone.done():
+                if client_gone():
                     res.finish_reason = "client_closed"
                     break
                 out = flt.feed(chunk)
@@ -470,7 +486,8 @@ class CompletionProxy:
         finally:
             resp.release()
         await send({"type": "http.response.body", "body": tail, "more_body": False})
-        gone.cancel()
+        if waiter is not None:
+            waiter.cancel()
         self._record_served(info, d, variant, res, 200, perf_counter() - t0, fallback_from, prompt)
 
     def _mirror(self, info: CallInfo, route: RouteConfig, req: dict[str, Any], prompt: str | None) -> None:

@@ -47,7 +47,10 @@ close sends what is held first.
 from __future__ import annotations
 
 import asyncio
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any, ClassVar, Final
 
 from uvicorn.config import Config
@@ -57,6 +60,10 @@ from uvicorn.server import ServerState
 #: An ASGI scope key: a request whose scope holds it true has its connection closed at once
 #: when its answer closes it (no staged close). For an application's own deadline refusal.
 CLOSE_AT_ONCE: Final = "liftgate.close_at_once"
+
+#: An ASGI scope key the protocol sets on every request, for :func:`respond` (an application
+#: that does not use it sends through ASGI as usual).
+RESPOND: Final = "liftgate.respond"
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -69,6 +76,10 @@ MAX_HEADER_BYTES: Final = 64 * KiB
 _IDLE, _HEADERS, _BODY = 0, 1, 2
 _HEAD = b"HTTP/"
 _MERGE_MAX = 64 * KiB  # a larger body is handed over with the head as two buffers, not copied
+# What uvicorn refuses in a response's header names and values (its ``send`` raises on them).
+_BAD_NAME = re.compile(b'[\x00-\x1f\x7f()<>@,;:\\[\\]={} \t\\\\"]')
+_BAD_VALUE = re.compile(b"[\x00-\x08\x0a-\x1f\x7f]")
+_STATUS_LINES: dict[int, bytes] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +126,117 @@ def limits_of(app: Any) -> ReadLimits | None:
         if app is None:
             break
     return None
+
+
+def _status_line(status: int) -> bytes:
+    line = _STATUS_LINES.get(status)
+    if line is None:
+        try:
+            phrase = HTTPStatus(status).phrase.encode()
+        except ValueError:
+            phrase = b""
+        line = _STATUS_LINES[status] = b"HTTP/1.1 %d %s\r\n" % (status, phrase)
+    return line
+
+
+def respond(scope: Any, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> bool:
+    """Send a whole response — head, ``content-length`` and body in one write — for the
+    request of ``scope``, as the two ASGI messages ``http.response.start`` +
+    ``http.response.body`` would, minus their per-message work. ``headers`` must not carry a
+    content length or transfer coding (the body's length is written). False, with nothing
+    sent, when the response must go through ASGI instead: the request is not served by a
+    :class:`ServingProtocol`, its response already started, the client left, writes are
+    paused, an access log is written, or it is a ``HEAD``. Refuses bad header names and
+    values as uvicorn does."""
+    protocol = scope.get(RESPOND)
+    if protocol is None:
+        return False
+    cycle = protocol.cycle
+    if (
+        cycle is None
+        or cycle.scope is not scope
+        or cycle.response_started
+        or cycle.disconnected
+        or cycle.flow.write_paused
+        or cycle.access_log
+        or scope["method"] == "HEAD"
+    ):
+        return False
+    keep_alive = cycle.keep_alive
+    has_close = False
+    parts = [_status_line(status)]
+    for name, value in (*cycle.default_headers, *headers) if cycle.default_headers else headers:
+        if _BAD_NAME.search(name):
+            raise RuntimeError("Invalid HTTP header name.")
+        if _BAD_VALUE.search(value):
+            raise RuntimeError("Invalid HTTP header value.")
+        name = name.lower()
+        if name == b"connection" and b"close" in [t.lower().strip() for t in value.split(b",")]:
+            keep_alive = False
+            has_close = True
+        parts += (name, b": ", value, b"\r\n")
+    if not keep_alive:
+        cycle.keep_alive = False
+        if not has_close:
+            parts.append(b"connection: close\r\n")
+    parts.append(b"content-length: %d\r\n\r\n" % len(body))
+    cycle.response_started = True
+    cycle.waiting_for_100_continue = False
+    transport = protocol._wrapper
+    if len(body) <= _MERGE_MAX:
+        parts.append(body)
+        transport.write_whole(b"".join(parts))
+    else:
+        transport.write_whole(b"".join(parts), body)
+    cycle.response_complete = True
+    cycle.message_event.set()
+    if not keep_alive:
+        transport.close()
+    cycle.on_response()
+    return True
+
+
+def arrived_body(scope: Any) -> bytes | None:
+    """The request's whole body when all of it has arrived and none of it was received yet
+    — what the application's first ``receive()`` would return, taken without the message
+    round trip (the request is then read, as after that ``receive()``). None otherwise
+    (more to come, already read, the client gone, a ``100 Continue`` to send, or a request
+    not served by a :class:`ServingProtocol`): then ``receive()`` as usual."""
+    protocol = scope.get(RESPOND)
+    if protocol is None:
+        return None
+    cycle = protocol.cycle
+    if (
+        cycle is None
+        or cycle.scope is not scope
+        or cycle.more_body
+        or cycle.disconnected
+        or cycle.response_complete
+        or cycle.waiting_for_100_continue
+        or not cycle.message_event.is_set()  # nothing arrived since the last receive()
+    ):
+        return None
+    body = bytes(cycle.body)
+    cycle.body = bytearray()
+    cycle.message_event.clear()
+    cycle.flow.resume_reading()
+    return body
+
+
+def disconnection(scope: Any) -> Callable[[], bool] | None:
+    """A check that turns true once the client of the request of ``scope`` is gone — what a
+    ``receive()`` waiting after the whole body was read tells, without a task to wait in.
+    None for a request not served by a :class:`ServingProtocol` (or queued behind another)."""
+    protocol = scope.get(RESPOND)
+    if protocol is None:
+        return None
+    cycle = protocol.cycle
+    if cycle is None or cycle.scope is not scope:
+        return None
+    # uvicorn marks only the connection's newest request disconnected (a pipelined one may
+    # follow this one): the transport tells for every request of the connection.
+    is_closing = protocol._raw.is_closing
+    return lambda: cycle.disconnected or is_closing()
 
 
 class _HeadTooLarge(Exception):
@@ -164,6 +286,14 @@ class Transport:
             self._held = None
             if not self._transport.is_closing():  # the client left: nothing to send it
                 self._transport.write(held)
+
+    def write_whole(self, data: bytes, more: bytes = b"") -> None:
+        """A whole response (:func:`respond`): never held, after anything that is."""
+        self.flush()
+        if more:
+            self._transport.writelines((data, more))
+        else:
+            self._transport.write(data)
 
     def writelines(self, data: Any) -> None:
         self.flush()
@@ -220,6 +350,11 @@ class ServingProtocol(HttpToolsProtocol):
         # (a reference cycle would leave every connection to the cyclic garbage collector).
         self._wrapper.close = self._raw.close
         self._wrapper.is_closing = self._raw.is_closing
+        # Likewise the request's scope, which names this protocol (RESPOND): its task may still
+        # run, and then answers through ASGI, which knows the client is gone.
+        scope = getattr(self, "scope", None)
+        if scope is not None:
+            scope.pop(RESPOND, None)
 
     def data_received(self, data: bytes) -> None:
         if self._linger is not None:  # a staged close: dropped, up to linger_bytes
@@ -265,6 +400,7 @@ class ServingProtocol(HttpToolsProtocol):
         self._phase = _BODY
         self._head_bytes = 0
         super().on_headers_complete()
+        self.scope[RESPOND] = self  # type: ignore[typeddict-unknown-key]  # see respond()
 
     def on_message_complete(self) -> None:
         self._phase = _IDLE
