@@ -219,6 +219,7 @@ def create_app(
         return problems
 
     def on_tick(ok: bool) -> None:
+        gm.flush()  # batched counts reach the counters at least this often
         gm.config_reloads.labels("ok" if ok else "error").inc()
         gm.config_age.set(time.monotonic() - holder.loaded_at if holder.loaded_at else -1)
         with contextlib.suppress(Exception):

@@ -112,14 +112,14 @@ class Recorder:
         ok = res.error_type is None and http_status < 400
         exp_label = info.experiment or ""
         ch = self.metrics.children(info.route, exp_label, variant, role)
-        ch.requests["2xx" if ok else ("4xx" if 400 <= http_status < 500 else "5xx")].inc()
+        ch.count(
+            "2xx" if ok else ("4xx" if 400 <= http_status < 500 else "5xx"),
+            res.prompt_tokens,
+            res.completion_tokens,
+        )
         ch.duration.observe(latency)
         if res.ttft is not None:
             ch.ttft.observe(res.ttft)
-        if res.prompt_tokens:
-            ch.prompt_tokens.inc(res.prompt_tokens)
-        if res.completion_tokens:
-            ch.completion_tokens.inc(res.completion_tokens)
         if res.error_type is not None:
             self.metrics.upstream_errors.labels(info.route, exp_label, variant, res.error_type).inc()
         policy = info.content_logging
@@ -175,7 +175,7 @@ class Recorder:
             log.exception("event sink raised on emit; event dropped")
             return
         if isinstance(event, InteractionEvent):
-            self.metrics.interaction_events.inc()
+            self.metrics.count_interaction()
         elif isinstance(event, JudgeEvent):
             self.metrics.judge_events.inc()
         elif isinstance(event, NgramsEvent):

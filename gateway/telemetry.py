@@ -60,6 +60,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 _STATUS_CLASSES = ("2xx", "4xx", "5xx")
+_CLASS_INDEX = {c: i for i, c in enumerate(_STATUS_CLASSES)}
 REFUSALS = (
     "unauthorized",
     "body_too_large",
@@ -74,15 +75,55 @@ def multiprocess_enabled() -> bool:
     return bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
 
 
+_PROMPT, _COMPLETION = 3, 4  # after the status classes in VariantChildren.pending
+
+
 @dataclass(slots=True)
 class VariantChildren:
-    """Pre-bound label children for one (route, experiment, variant, role)."""
+    """Pre-bound label children for one (route, experiment, variant, role).
+
+    Counts go through :meth:`count`. In one process they are added up in plain integers and
+    handed to the counters by :meth:`GatewayMetrics.flush` (before every ``/metrics``
+    render, and on every config refresh tick): a counter's ``inc`` takes a lock and checks
+    its arguments, several times per request, while an integer add is a few bytecodes. With
+    several worker processes the counters are written at once (another worker may answer
+    the scrape)."""
 
     requests: dict[str, Any]  # status_class -> counter child
     duration: Any
     ttft: Any
     prompt_tokens: Any
     completion_tokens: Any
+    # [2xx, 4xx, 5xx, prompt tokens, completion tokens] not yet added to the counters;
+    # None: added at once (several worker processes).
+    pending: list[int] | None = None
+
+    def count(self, status_class: str, prompt_tokens: int | None, completion_tokens: int | None) -> None:
+        """One answered request (``status_class``: 2xx, 4xx or 5xx) and the tokens it reported."""
+        pending = self.pending
+        if pending is not None:
+            pending[_CLASS_INDEX[status_class]] += 1
+            if prompt_tokens:
+                pending[_PROMPT] += prompt_tokens
+            if completion_tokens:
+                pending[_COMPLETION] += completion_tokens
+            return
+        self.requests[status_class].inc()
+        if prompt_tokens:
+            self.prompt_tokens.inc(prompt_tokens)
+        if completion_tokens:
+            self.completion_tokens.inc(completion_tokens)
+
+    def flush(self) -> None:
+        pending = self.pending
+        if pending is None or not any(pending):
+            return
+        counters = (*self.requests.values(), self.prompt_tokens, self.completion_tokens)
+        for i, counter in enumerate(counters):
+            n = pending[i]
+            if n:
+                pending[i] = 0
+                counter.inc(n)
 
 
 class GatewayMetrics:
@@ -179,6 +220,9 @@ class GatewayMetrics:
             registry=r,
         )
         self._children: dict[tuple[str, str, str, str], VariantChildren] = {}
+        # One process: counts are batched (VariantChildren, count_interaction) until flush().
+        self.batched = not multiprocess_enabled()
+        self._interactions = 0
         self.interaction_events = self.events.labels("interaction")
         self.feedback_events = self.events.labels("feedback")
         self.judge_events = self.events.labels("judge")
@@ -196,13 +240,32 @@ class GatewayMetrics:
                 ttft=self.ttft.labels(route, experiment, variant, role),
                 prompt_tokens=self.tokens.labels(route, experiment, variant, "prompt"),
                 completion_tokens=self.tokens.labels(route, experiment, variant, "completion"),
+                pending=[0] * 5 if self.batched else None,
             )
             # Bounded: keys come from the config snapshot (routes x experiments x variants), not
             # from clients; the cap only guards against a pathological config churn.
             if len(self._children) > 10_000:
+                self.flush()
                 self._children.clear()
             self._children[key] = found
         return found
+
+    def count_interaction(self) -> None:
+        """One interaction event handed to the sink."""
+        if self.batched:
+            self._interactions += 1
+        else:
+            self.interaction_events.inc()
+
+    def flush(self) -> None:
+        """Add the batched counts to the counters. Called on the event loop's thread, the one
+        that counts (the ``/metrics`` route and the config refresh tick run there)."""
+        for children in self._children.values():
+            children.flush()
+        n = self._interactions
+        if n:
+            self._interactions = 0
+            self.interaction_events.inc(n)
 
     def update_sink(self, stats: dict[str, int]) -> None:
         for state, value in stats.items():
@@ -210,6 +273,7 @@ class GatewayMetrics:
 
     def render(self) -> tuple[bytes, str]:
         """The exposition text; aggregates all worker processes in multiprocess mode."""
+        self.flush()
         if multiprocess_enabled():
             registry = CollectorRegistry()
             MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
