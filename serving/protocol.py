@@ -131,6 +131,8 @@ def limits_of(app: Any) -> ReadLimits | None:
 def _status_line(status: int) -> bytes:
     line = _STATUS_LINES.get(status)
     if line is None:
+        if not 100 <= status <= 599:  # uvicorn has no status line for it either (its send fails)
+            raise RuntimeError(f"Invalid HTTP status code {status}.")
         try:
             phrase = HTTPStatus(status).phrase.encode()
         except ValueError:

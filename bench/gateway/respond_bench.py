@@ -51,7 +51,8 @@ async def by_respond(scope: Any, receive: Any, send: Any) -> None:
 
 
 async def _round(app: Any, n: int) -> float:
-    config = Config(app, log_level="warning", access_log=False, lifespan="off")
+    # As the entry points serve (gateway.server.uvicorn_options): no proxy-headers middleware.
+    config = Config(app, log_level="warning", access_log=False, lifespan="off", proxy_headers=False)
     config.load()
     done = asyncio.Event()
     proto = GatewayProtocol(config=config, server_state=ServerState(), app_state={})

@@ -310,3 +310,19 @@ def test_the_disconnection_check_turns_true_when_the_client_leaves_mid_response(
 
 def test_the_disconnection_check_is_left_to_receive_for_a_scope_the_protocol_did_not_make() -> None:
     assert disconnection({"type": "http", "method": "POST", "headers": []}) is None
+
+
+def test_a_status_uvicorn_cannot_send_is_refused_too() -> None:
+    raised: list[BaseException] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await receive()
+        try:
+            respond(scope, 999, [], b"{}")
+        except RuntimeError as exc:
+            raised.append(exc)
+            raise
+
+    t = drive(app, [request()])
+    assert len(raised) == 1
+    assert t.sent.startswith(b"HTTP/1.1 500")
