@@ -90,6 +90,14 @@ class Delivery:
         self.live = False
         self.counters = dict.fromkeys(("delivered", "replayed", "adopted", "send_failures", "probes"), 0)
 
+    @property
+    def clients_closing(self) -> int:
+        """Clients given up on that could not close yet (their records still pending). One
+        that never closes is a thread left behind: kafka-python's idempotent producer can stay
+        without a producer id after a broker hang, its batches neither sent nor expired, and
+        has no public way to abandon them (librdkafka's clients close)."""
+        return len(self._closing)
+
     # --- called from the spool writer's thread ----------------------------------------------
 
     def offer(self, chunk: Chunk) -> None:

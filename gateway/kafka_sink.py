@@ -179,6 +179,7 @@ class KafkaSink:
             "spool_bytes": spool.pending_bytes if spool else 0,
             "spool_corrupt": spool.corrupt_records if spool else 0,
             "live": int(self.live),
+            "clients_closing": delivery.clients_closing if delivery else 0,
             **self._counters,
             **(
                 delivery.counters

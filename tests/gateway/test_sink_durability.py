@@ -452,12 +452,20 @@ async def test_events_reach_the_spool_within_100_ms_while_delivery_hangs_on_a_fr
         await wait_until(
             lambda: sink.live and sink.stats()["spool_pending"] == 0, 60, "delivery after the thaw"
         )
-        # The producer given up on during the freeze is closed once its requests end: no thread leak.
-        await wait_until(
-            lambda: _kafka_producers(kafka_client, client_id) <= others + 1,
-            30,
-            "the abandoned producer closed",
-        )
+
+        # The producer given up on during the freeze is closed once its requests end: no thread
+        # leak. librdkafka's always closes. kafka-python's idempotent producer can stay without a
+        # producer id after the hang (seen in about a third of runs: no InitProducerId in flight,
+        # its batches neither sent nor expired, so its close() flush never ends) and has no public
+        # way to abandon them: its thread is left behind, and the sink must say so.
+        def settled() -> bool:
+            alive = _kafka_producers(kafka_client, client_id)
+            if kafka_client == "python":  # this sink's own threads: exactly the live one and the stuck
+                return alive == 1 + sink.stats()["clients_closing"]
+            return alive <= others + 1
+
+        await wait_until(settled, 30, "the abandoned producer closed (or reported as not closing)")
+        assert sink.stats()["clients_closing"] <= 1  # one freeze, one client given up on
         await sink.close()
         check_complete_and_ordered(
             consume(broker.bootstrap, [topics.interactions], len(sent)), sent, len(sent)
