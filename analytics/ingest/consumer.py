@@ -464,6 +464,14 @@ class Consumer:
             return True
 
     def _commit(self, offsets: dict[TopicPartition, int]) -> None:
+        # Only partitions this member still owns: one a rebalance moved away while the batch
+        # was written may already be read further (and committed) by its new owner, and this
+        # older offset would move the group back over what that owner stored (the broker takes
+        # a commit from any member of the current generation).
+        owned = set(self.kafka.assignment())
+        offsets = {tp: o for tp, o in offsets.items() if tp in owned}
+        if not offsets:
+            return
         try:
             self.kafka.commit(offsets)
         except BusFatal:
