@@ -376,6 +376,11 @@ class SegmentRollup(RollupMeasures, Base):
     last_ts: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
+#: ``rl_rollups.lbin``: bins per doubling of the response length, bins [2^(b/2) − 1,
+#: 2^((b+1)/2) − 1) of completion tokens (the fold and the report's curve both use it).
+LENGTH_BINS_PER_DOUBLING = 2
+
+
 class RlRollup(Base):
     """The RL-risk detectors' rollup: per (experiment, variant, unit, task category, length
     bin) the successful primary responses, their completion tokens and their counted
@@ -407,6 +412,13 @@ class PreperiodRollup(RollupMeasures, Base):
     experiment_id: Mapped[int] = mapped_column(Integer, primary_key=True)
     unit_id: Mapped[str] = mapped_column(String(256), primary_key=True)
     computed_at: Mapped[datetime] = _created()
+
+
+#: ``latency_histograms.bucket`` = floor(BUCKETS_PER_E · ln(max(ms, MIN_BUCKETED))): the fold
+#: (``analytics.ingest.rollups.bucket_sql``) and ``analytics.stats.quantile.bucket_of``.
+BUCKETS_PER_E = 20
+#: Values below this share its bucket (a 0 ms latency has no logarithm).
+MIN_BUCKETED = 0.01
 
 
 class LatencyHistogram(Base):

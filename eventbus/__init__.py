@@ -23,6 +23,7 @@ from eventbus.interface import (
     Message,
     Producer,
     ProducerOptions,
+    RevokeCallback,
     TopicPartition,
 )
 
@@ -39,6 +40,7 @@ __all__ = [
     "Message",
     "Producer",
     "ProducerOptions",
+    "RevokeCallback",
     "TopicPartition",
     "open_bus",
 ]

@@ -27,6 +27,7 @@ from eventbus.interface import (
     DeliveryCallback,
     Message,
     ProducerOptions,
+    RevokeCallback,
     TopicPartition,
 )
 
@@ -158,11 +159,18 @@ class ConfluentConsumer:
             return BusFatal(self._dead)
         return _error(exc) if kind is None else kind(str(err if err is not None else exc))
 
-    def subscribe(self, topics: Sequence[str]) -> None:
+    def subscribe(self, topics: Sequence[str], on_revoke: RevokeCallback | None = None) -> None:
         self._alive()
         self._topics = list(topics)
         try:
-            self._consumer.subscribe(self._topics)
+            if on_revoke is None:
+                self._consumer.subscribe(self._topics)
+            else:
+
+                def revoked(_: Any, parts: list[Any]) -> None:
+                    on_revoke([TopicPartition(p.topic, p.partition) for p in parts])
+
+                self._consumer.subscribe(self._topics, on_revoke=revoked)
         except ck.KafkaException as exc:
             raise self._failure(exc) from exc
 

@@ -51,6 +51,11 @@ class BusFatal(BusError):
 # error; from the thread that calls poll/flush (confluent) or the client's network thread
 # (kafka-python), so it must only record the outcome.
 DeliveryCallback = Callable[[BusError | None], None]
+#: Called inside ``poll_batch`` just before a rebalance takes these partitions from the member
+#: (it still owns them: it may commit their offsets). Every owned partition is revoked (eager
+#: rebalancing); whatever is assigned next is read again from its committed offset. The
+#: kafka-python backend does not call it (its listeners run on its IO thread).
+RevokeCallback = Callable[[list["TopicPartition"]], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +114,7 @@ class Producer(Protocol):
 
 
 class Consumer(Protocol):
-    def subscribe(self, topics: Sequence[str]) -> None:
+    def subscribe(self, topics: Sequence[str], on_revoke: RevokeCallback | None = None) -> None:
         """Join the group for ``topics`` (replacing an earlier subscription: a rebalance)."""
 
     def assign(self, partitions: Sequence[TopicPartition]) -> None:

@@ -37,6 +37,7 @@ from eventbus.interface import (
     DeliveryCallback,
     Message,
     ProducerOptions,
+    RevokeCallback,
     TopicPartition,
 )
 
@@ -176,8 +177,11 @@ class PythonConsumer:
             return BusFatal(self._dead)
         return kind(str(exc))
 
-    def subscribe(self, topics: Sequence[str]) -> None:
+    def subscribe(self, topics: Sequence[str], on_revoke: RevokeCallback | None = None) -> None:
         self._alive()
+        # ``on_revoke`` is not called: kafka-python runs rebalance listeners on its IO thread,
+        # where a commit cannot block. A rebalance redelivers what was not committed (ingest
+        # ignores the events it stored).
         self._consumer.unsubscribe()
         self._consumer.subscribe(list(topics))
 

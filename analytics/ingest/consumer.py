@@ -275,6 +275,26 @@ def decode_batch(records: list[Message]) -> Batch:
     return b
 
 
+def since_rebalance(records: list[Message], owned: set[TopicPartition]) -> list[Message]:
+    """Of a poll during which partitions were revoked, the records to write: per partition
+    still owned, those from its last restart on.
+
+    A poll can return records read before the rebalance and, after it, the same partition
+    read again from its committed offset (the offsets go back): the earlier run is dropped
+    (its records are in the later one or will be read again). Partitions no longer owned
+    are dropped too: their new owner reads them from the committed offsets.
+    """
+    runs: dict[tuple[str, int], list[Message]] = {}
+    last: dict[tuple[str, int], int] = {}
+    for r in records:
+        k = (r.topic, r.partition)
+        if k in last and r.offset <= last[k]:
+            runs[k] = []
+        runs.setdefault(k, []).append(r)
+        last[k] = r.offset
+    return [r for (t, p), rs in runs.items() if TopicPartition(t, p) in owned for r in rs]
+
+
 class Consumer:
     """One consumer-group member; ``run`` loops until ``stop`` is set."""
 
@@ -299,6 +319,8 @@ class Consumer:
             self.metrics.dead_lettered.labels(topic)
         self._bus = bus if bus is not None else open_bus(settings.kafka_client)
         self._topics = [settings.interactions_topic, settings.feedback_topic, settings.judgements_topic]
+        # Rebalances seen (``_on_revoke``): records a poll returned across one are dropped.
+        self._revocations = 0
         self.kafka = self._open_client()
         self._kafka_open = True
         self._restarts: deque[float] = deque()  # when clients were replaced, within the window
@@ -387,7 +409,11 @@ class Consumer:
                             self.kafka.pause(paused)
                         # Paused partitions return no records; polling keeps this member in the
                         # group (a member that stops polling is evicted after max.poll.interval).
-                        self._held += self.kafka.poll_batch(self.s.consumer_max_records, 0.0)
+                        seen = self._revocations
+                        held = self.kafka.poll_batch(self.s.consumer_max_records, 0.0)
+                        if self._revocations != seen:
+                            held = since_rebalance(held, set(self.kafka.assignment()))
+                        self._held += held
         finally:
             if paused:
                 # A rebalance while paused may have moved some of them away.
@@ -411,11 +437,41 @@ class Consumer:
     def _open_client(self) -> BusConsumer:
         client = self._bus.consumer(consumer_options(self.s, self.member))
         try:
-            client.subscribe(self._topics)
+            client.subscribe(self._topics, on_revoke=self._on_revoke)
         except BaseException:
             client.close()
             raise
         return client
+
+    def _on_revoke(self, revoked: list[TopicPartition]) -> None:
+        """Inside a poll, before a rebalance takes the partitions: the batch being written is
+        awaited and its offsets committed while this member still owns them.
+
+        Their next owner (this member too: every partition is revoked, and whatever comes back
+        is read again from its committed offset) then starts after the written batch instead
+        of reading it again: a group whose members start one after the other redelivered the
+        first member's batch (tens of thousands of events, stored twice over and waiting on
+        each other's row locks) to the second. Records polled but not yet handed to the
+        writer, or held, are read again from the committed offsets (``since_rebalance``). A write
+        still failing after ``consumer_stop_grace_s`` is left to finish later; its events are
+        then redelivered (ingest ignores those it stored).
+        """
+        self._revocations += 1
+        self._held = []  # read again from the committed offsets
+        if self._inflight is None:
+            return
+        batch, fut = self._inflight
+        try:
+            res = fut.result(timeout=self.s.consumer_stop_grace_s)
+        except FutureTimeout:
+            log.warning("partitions revoked while a batch write is still running: it will be redelivered")
+            return
+        except Exception:  # the writer's own error: the main thread reports it on its next wait
+            return
+        if res is None:  # not written (stopping): redelivered
+            return
+        self._inflight = None
+        self._finish(batch, res)
 
     def _close_client(self) -> None:
         if self._kafka_open:
@@ -464,6 +520,14 @@ class Consumer:
             return True
 
     def _commit(self, offsets: dict[TopicPartition, int]) -> None:
+        # Only partitions this member still owns: one a rebalance moved away while the batch
+        # was written may already be read further (and committed) by its new owner, and this
+        # older offset would move the group back over what that owner stored (the broker takes
+        # a commit from any member of the current generation).
+        owned = set(self.kafka.assignment())
+        offsets = {tp: o for tp, o in offsets.items() if tp in owned}
+        if not offsets:
+            return
         try:
             self.kafka.commit(offsets)
         except BusFatal:
@@ -529,7 +593,7 @@ class Consumer:
             "no partition assigned for %.0fs although the topics have partitions: rejoining the group",
             now - self._unassigned_since,
         )
-        self.kafka.subscribe(self._topics)
+        self.kafka.subscribe(self._topics, on_revoke=self._on_revoke)
         self._unassigned_since = now
         self._rejoin_after = min(self._rejoin_after * 2, 600.0)
 
@@ -560,16 +624,21 @@ class Consumer:
     def _step(self, writer: ThreadPoolExecutor) -> bool:
         """One poll: the batch before it committed, this one handed to the writer. False when
         stopped while the database was down (the batch in flight stays uncommitted)."""
+        seen = self._revocations
         records = self.kafka.poll_batch(self.s.consumer_max_records, self.s.consumer_poll_ms / 1000)
+        if self._revocations != seen:
+            records = since_rebalance(records, set(self.kafka.assignment()))
         if self._held:
             records, self._held = self._held + records, []
         batch = decode_batch(records) if records else None
         if self._inflight is not None:
-            res = self._await(self._inflight[1])
+            done, fut = self._inflight
+            res = self._await(fut)
             if res is None:
                 return False
-            done, self._inflight = self._inflight[0], None
-            self._finish(done, res)
+            if self._inflight is not None:  # else finished by _on_revoke meanwhile
+                self._inflight = None
+                self._finish(done, res)
         if batch is not None:
             self._inflight = (batch, writer.submit(self._write, batch))
         self._update_lag()

@@ -36,10 +36,14 @@ from typing import Any, Final
 import psycopg
 
 from analytics.ingest import samples
-from analytics.risks.curve import LENGTH_BINS_PER_DOUBLING
-from analytics.stats.quantile import BUCKETS_PER_E, MIN_BUCKETED
 from contracts.events import FEEDBACK_KINDS
-from contracts.tables import FEEDBACK_MEASURES, INTERACTION_MEASURES
+from contracts.tables import (
+    BUCKETS_PER_E,
+    FEEDBACK_MEASURES,
+    INTERACTION_MEASURES,
+    LENGTH_BINS_PER_DOUBLING,
+    MIN_BUCKETED,
+)
 
 _BUILTIN_KINDS: Final = "ARRAY[" + ", ".join(f"'{k}'" for k in sorted(FEEDBACK_KINDS)) + "]"
 #: Feedback that says yes about a response: counted once per response, with a value > 0.
@@ -153,7 +157,7 @@ RL_FEEDBACK_DELTAS: Final = {"thumbs_up": _rate("thumbs_up"), "thumbs_down": _ra
 
 def length_bin_sql(tokens: str) -> str:
     """The length bin of ``tokens`` completion tokens in SQL: ``analytics.risks.curve.length_bin``'s
-    rule, two bins per doubling (tests/analytics/ingest/test_rl_rollups.py checks both agree)."""
+    rule, ``LENGTH_BINS_PER_DOUBLING`` (tests/analytics/ingest/test_rl_rollups.py checks both agree)."""
     return (
         f"floor({LENGTH_BINS_PER_DOUBLING} * ln(1 + greatest(coalesce({tokens}, 0), 0)::float8)"
         " / ln(2.0::float8))::int"

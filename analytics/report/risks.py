@@ -66,9 +66,10 @@ from analytics.risks import (
     stuffed_phrases,
     verbosity,
 )
-from analytics.risks.curve import LENGTH_BINS_PER_DOUBLING, score_bin
+from analytics.risks.curve import score_bin
 from analytics.stats import DEFAULT_PLANNED_UNITS, Direction, ErrorCode, MetricKind, SampleStats
 from contracts.ngrams import TEXT_MAX, grams, hash_label
+from contracts.tables import LENGTH_BINS_PER_DOUBLING
 
 #: The user outcome of the decomposition and judge parts.
 OUTCOME = "satisfaction"

@@ -34,9 +34,8 @@ from scipy import sparse
 
 from analytics.risks.evidence import Evidence, evidence
 from analytics.stats import DEFAULT_PLANNED_UNITS, ErrorCode
+from contracts.tables import LENGTH_BINS_PER_DOUBLING as LENGTH_BINS_PER_DOUBLING  # defined with the table
 
-#: Bins per doubling of the response length: length bins are [2^(b/2) − 1, 2^((b+1)/2) − 1).
-LENGTH_BINS_PER_DOUBLING = 2
 _CHUNK = 25  # bootstrap replicates per vectorised step (bounds memory at 25 × cells)
 
 

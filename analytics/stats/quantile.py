@@ -32,9 +32,9 @@ from analytics.stats.estimate import MetricKind, estimate
 from analytics.stats.lift import Interval
 from analytics.stats.sufficient import SampleStats
 
-BUCKETS_PER_E = 20
-#: Values below this share its bucket (a 0 ms latency has no logarithm).
-MIN_BUCKETED = 0.01
+# Defined with the table (the ingest fold reads them without importing the statistics).
+from contracts.tables import BUCKETS_PER_E as BUCKETS_PER_E
+from contracts.tables import MIN_BUCKETED as MIN_BUCKETED
 
 
 def bucket_of(value: float, buckets_per_e: int = BUCKETS_PER_E) -> int:

@@ -424,7 +424,7 @@ def main() -> None:
                     naive_rates.append(
                         consumer_processes_run(
                             db_url, args.bootstrap, topic, args.events, args.timeout, max(1, args.consumers),
-                            naive_cpu, naive=True,
+                            naive_cpu, naive=True, log_dir=args.logs,
                         )
                     )  # fmt: skip
                     naive = f", naive kafka->COPY {naive_rates[-1]:,.0f} ev/s"

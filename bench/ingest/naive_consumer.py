@@ -3,7 +3,7 @@
 What a team would write without liftgate's guarantees: poll, decode (the same
 ``contracts.events.decode``), COPY the interaction rows straight into ``interactions``
 (psycopg's ``write_row``, same columns), commit, commit the offsets. No de-duplication
-(a redelivered event fails the batch), no rollups, no dead letters, no conversation or
+(a batch holding a redelivered event is written again without the stored ones), no rollups, no dead letters, no conversation or
 feedback handling. Same Kafka client (``LIFTGATE_KAFKA_CLIENT``), settings and GC tuning as the real consumer,
 and the same overlap (the next poll runs while the previous batch is written).
 
@@ -29,9 +29,22 @@ COPY = f"COPY interactions ({copy_text.INTERACTION_COLUMNS}) FROM STDIN".encode(
 
 
 def write(pg: psycopg.Connection[Any], values: list[bytes]) -> None:
+    events = [decode(v) for v in values]
+    try:
+        _copy(pg, events)
+    except psycopg.errors.UniqueViolation:
+        # Redelivered after the group's start-up rebalance (the first member to join owns
+        # every partition for a moment): skip what is stored, or the reference run dies.
+        ids = "{" + ",".join(e.event_id for e in events) + "}"
+        rows = pg.execute(b"SELECT event_id::text FROM interactions WHERE event_id = ANY(%s::uuid[])", (ids,))
+        stored = {r[0] for r in rows.fetchall()}
+        pg.commit()
+        _copy(pg, [e for e in events if e.event_id not in stored])
+
+
+def _copy(pg: psycopg.Connection[Any], events: list[Any]) -> None:
     with pg.transaction(), pg.cursor() as cur, cur.copy(COPY) as copy:
-        for v in values:
-            e = decode(v)
+        for e in events:
             assert isinstance(e, InteractionEvent)
             copy.write_row(copy_text.interaction_row(e, copy_text.ts_text(e.ts)))
 
@@ -50,7 +63,12 @@ def main() -> None:
     def finish() -> None:
         assert pending is not None
         pending[0].result()
-        kafka.commit(pending[1])  # the written batch's offsets (not the newer positions)
+        # The written batch's offsets (not the newer positions), of partitions still owned: a
+        # rebalance may have moved one to a member that committed further meanwhile.
+        owned = set(kafka.assignment())
+        offsets = {tp: o for tp, o in pending[1].items() if tp in owned}
+        if offsets:
+            kafka.commit(offsets)
 
     try:
         while not stop.is_set():

@@ -37,10 +37,12 @@ def _settings(database_url: str, bootstrap: str, name: str, **kw: object) -> Con
         interactions_topic=f"i-{name}",
         feedback_topic=f"f-{name}",
         judgements_topic=f"j-{name}",
-        consumer_max_records=500,
-        consumer_poll_ms=100,
-        consumer_sweep_interval_s=1.0,
-        **kw,  # type: ignore[arg-type]
+        **{
+            "consumer_max_records": 500,
+            "consumer_poll_ms": 100,
+            "consumer_sweep_interval_s": 1.0,
+            **kw,
+        },  # type: ignore[arg-type]
     )
 
 
@@ -295,3 +297,37 @@ def test_judge_scores_from_kafka_are_stored_once_and_a_bad_one_is_dead_lettered(
             (exp,),
         ).fetchone()
     assert row == (8.0, "code")
+
+
+def test_a_member_joining_while_another_writes_makes_the_group_read_nothing_twice(
+    database_url: str, kafka_bootstrap: str, unique_name: str
+) -> None:
+    """The first member owns every partition and always has a batch in flight; when the
+    second joins, that batch is committed before the partitions move (``_on_revoke``), and
+    what was polled past it is read again from the committed offsets: no event is
+    delivered twice (before, the joining member re-read the first one's uncommitted batch).
+    librdkafka only: kafka-python's rebalance listener cannot commit (eventbus.kafka_python)."""
+    s = _settings(
+        database_url,
+        kafka_bootstrap,
+        unique_name,
+        kafka_client="confluent",
+        consumer_max_records=100,
+        consumer_session_timeout_ms=6000,  # heartbeats every 1.5 s: the rebalance comes sooner
+    )
+    create_topics(kafka_bootstrap, s.interactions_topic, s.feedback_topic)
+    exp = new_experiment_id()
+    events = random_events(exp, 20_000, random.Random(9), units=300)
+    produce(kafka_bootstrap, event_records(events, s.interactions_topic, s.feedback_topic))
+    m1, m2 = ConsumerMetrics(CollectorRegistry()), ConsumerMetrics(CollectorRegistry())
+    consumed = "liftgate_analytics_events_consumed_total"
+    with running(s, m1):
+        wait_for(lambda: _value(m1, consumed, topic=s.interactions_topic) > 0, 60, "the first batch written")
+        with running(s, m2):
+            wait_for(lambda: _all_ingested(database_url, exp, events), 120, "all events ingested")
+    # The second member took a share: the rebalance came while the first was writing.
+    assert _value(m2, consumed, topic=s.interactions_topic) > 0
+    duplicates = [_value(m, "liftgate_analytics_events_duplicate_total") for m in (m1, m2)]
+    assert duplicates == [0.0, 0.0]
+    with connect(database_url) as conn:
+        assert_rollups_equal(stored_rollups(conn, exp), expected_rollups(events))
