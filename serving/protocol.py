@@ -141,6 +141,19 @@ def _status_line(status: int) -> bytes:
     return line
 
 
+def _serving(scope: Any) -> tuple[Any, Any] | None:
+    """The :class:`ServingProtocol` serving the request of ``scope`` and its uvicorn request
+    cycle, or None: a scope no ServingProtocol made, or a request not (or no longer) the
+    connection's current one."""
+    protocol = scope.get(RESPOND)
+    if protocol is None:
+        return None
+    cycle = protocol.cycle
+    if cycle is None or cycle.scope is not scope:
+        return None
+    return protocol, cycle
+
+
 def respond(scope: Any, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> bool:
     """Send a whole response — head, ``content-length`` and body in one write — for the
     request of ``scope``, as the two ASGI messages ``http.response.start`` +
@@ -150,14 +163,12 @@ def respond(scope: Any, status: int, headers: list[tuple[bytes, bytes]], body: b
     :class:`ServingProtocol`, its response already started, the client left, writes are
     paused, an access log is written, or it is a ``HEAD``. Refuses bad header names and
     values as uvicorn does."""
-    protocol = scope.get(RESPOND)
-    if protocol is None:
+    served = _serving(scope)
+    if served is None:
         return False
-    cycle = protocol.cycle
+    protocol, cycle = served
     if (
-        cycle is None
-        or cycle.scope is not scope
-        or cycle.response_started
+        cycle.response_started
         or cycle.disconnected
         or cycle.flow.write_paused
         or cycle.access_log
@@ -204,14 +215,12 @@ def arrived_body(scope: Any) -> bytes | None:
     round trip (the request is then read, as after that ``receive()``). None otherwise
     (more to come, already read, the client gone, a ``100 Continue`` to send, or a request
     not served by a :class:`ServingProtocol`): then ``receive()`` as usual."""
-    protocol = scope.get(RESPOND)
-    if protocol is None:
+    served = _serving(scope)
+    if served is None:
         return None
-    cycle = protocol.cycle
+    cycle = served[1]
     if (
-        cycle is None
-        or cycle.scope is not scope
-        or cycle.more_body
+        cycle.more_body
         or cycle.disconnected
         or cycle.response_complete
         or cycle.waiting_for_100_continue
@@ -229,12 +238,10 @@ def disconnection(scope: Any) -> Callable[[], bool] | None:
     """A check that turns true once the client of the request of ``scope`` is gone — what a
     ``receive()`` waiting after the whole body was read tells, without a task to wait in.
     None for a request not served by a :class:`ServingProtocol` (or queued behind another)."""
-    protocol = scope.get(RESPOND)
-    if protocol is None:
+    served = _serving(scope)
+    if served is None:
         return None
-    cycle = protocol.cycle
-    if cycle is None or cycle.scope is not scope:
-        return None
+    protocol, cycle = served
     # uvicorn marks only the connection's newest request disconnected (a pipelined one may
     # follow this one): the transport tells for every request of the connection.
     is_closing = protocol._raw.is_closing

@@ -409,11 +409,7 @@ class Consumer:
                             self.kafka.pause(paused)
                         # Paused partitions return no records; polling keeps this member in the
                         # group (a member that stops polling is evicted after max.poll.interval).
-                        seen = self._revocations
-                        held = self.kafka.poll_batch(self.s.consumer_max_records, 0.0)
-                        if self._revocations != seen:
-                            held = since_rebalance(held, set(self.kafka.assignment()))
-                        self._held += held
+                        self._held += self._poll(0.0)
         finally:
             if paused:
                 # A rebalance while paused may have moved some of them away.
@@ -442,6 +438,15 @@ class Consumer:
             client.close()
             raise
         return client
+
+    def _poll(self, timeout_s: float) -> list[Message]:
+        """One poll's records; of a poll a rebalance interrupted, only those to write
+        (``since_rebalance``)."""
+        seen = self._revocations
+        records = self.kafka.poll_batch(self.s.consumer_max_records, timeout_s)
+        if self._revocations != seen:
+            records = since_rebalance(records, set(self.kafka.assignment()))
+        return records
 
     def _on_revoke(self, revoked: list[TopicPartition]) -> None:
         """Inside a poll, before a rebalance takes the partitions: the batch being written is
@@ -624,10 +629,7 @@ class Consumer:
     def _step(self, writer: ThreadPoolExecutor) -> bool:
         """One poll: the batch before it committed, this one handed to the writer. False when
         stopped while the database was down (the batch in flight stays uncommitted)."""
-        seen = self._revocations
-        records = self.kafka.poll_batch(self.s.consumer_max_records, self.s.consumer_poll_ms / 1000)
-        if self._revocations != seen:
-            records = since_rebalance(records, set(self.kafka.assignment()))
+        records = self._poll(self.s.consumer_poll_ms / 1000)
         if self._held:
             records, self._held = self._held + records, []
         batch = decode_batch(records) if records else None

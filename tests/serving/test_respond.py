@@ -41,14 +41,20 @@ class Recording(Transport):
         super().write(data)
 
 
+def connected(app: App, limits: ReadLimits | None = None) -> tuple[Any, Recording]:
+    """A serving protocol for ``app`` on a recording transport (call inside a running loop)."""
+    config = Config(app, log_level="critical", access_log=False, lifespan="off")
+    config.load()
+    cls = protocol_class(limits or ReadLimits(), Refusals())
+    proto = cls(config=config, server_state=ServerState(), app_state={})
+    transport = Recording()
+    proto.connection_made(transport)
+    return proto, transport
+
+
 def drive(app: App, reads: list[bytes]) -> Recording:
     async def main() -> Recording:
-        config = Config(app, log_level="critical", access_log=False, lifespan="off")
-        config.load()
-        cls = protocol_class(ReadLimits(linger_s=0.05), Refusals())
-        proto = cls(config=config, server_state=ServerState(), app_state={})
-        transport = Recording()
-        proto.connection_made(transport)
+        proto, transport = connected(app, ReadLimits(linger_s=0.05))
         for data in reads:
             if not transport.closed:
                 proto.data_received(data)
@@ -195,13 +201,7 @@ def test_a_request_whose_client_left_is_not_answered_and_its_scope_lets_go_of_th
         outcomes.append(respond(scope, 200, [], b"{}"))
 
     async def main() -> Recording:
-        config = Config(app, log_level="critical", access_log=False, lifespan="off")
-        config.load()
-        proto = protocol_class(ReadLimits(), Refusals())(
-            config=config, server_state=ServerState(), app_state={}
-        )
-        transport = Recording()
-        proto.connection_made(transport)
+        proto, transport = connected(app)
         proto.data_received(request())
         await asyncio.sleep(0.01)
         proto.connection_lost(None)
@@ -291,13 +291,7 @@ def test_the_disconnection_check_turns_true_when_the_client_leaves_mid_response(
         seen.append(gone())
 
     async def main() -> None:
-        config = Config(app, log_level="critical", access_log=False, lifespan="off")
-        config.load()
-        proto = protocol_class(ReadLimits(), Refusals())(
-            config=config, server_state=ServerState(), app_state={}
-        )
-        transport = Recording()
-        proto.connection_made(transport)
+        proto, transport = connected(app)
         proto.data_received(request())
         await asyncio.sleep(0.02)
         transport.closed = True  # the client hangs up
