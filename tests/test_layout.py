@@ -253,8 +253,15 @@ for lib in (
 """
 _CHILD = """
 import importlib, os, sys, traceback
-failed = []
+failed, running = [], {}
+def reap():
+    pid, status = os.wait()
+    if status != 0:
+        failed.append(running[pid])
+    del running[pid]
 for name in sys.argv[1:]:
+    if len(running) >= max(1, os.cpu_count() or 1):  # one child per core: independent imports
+        reap()
     pid = os.fork()
     if pid == 0:
         try:
@@ -263,10 +270,10 @@ for name in sys.argv[1:]:
             traceback.print_exc()
             os._exit(1)
         os._exit(0)
-    _, status = os.waitpid(pid, 0)
-    if status != 0:
-        failed.append(name)
-print("FAILED:" + ",".join(failed))
+    running[pid] = name
+while running:
+    reap()
+print("FAILED:" + ",".join(sorted(failed)))
 """
 
 
