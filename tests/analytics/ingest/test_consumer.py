@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -324,6 +325,19 @@ def test_a_member_joining_while_another_writes_makes_the_group_read_nothing_twic
     with running(s, m1):
         wait_for(lambda: _value(m1, consumed, topic=s.interactions_topic) > 0, 60, "the first batch written")
         with running(s, m2):
+            # The first member must still be writing when the second one's join lands: on a
+            # machine that drains the backlog before the rebalance, more events keep it busy
+            # (bounded) until the joiner has written a share of its own.
+            more = random.Random(10)
+            for _ in range(60):
+                if _value(m2, consumed, topic=s.interactions_topic) > 0:
+                    break
+                extra = random_events(exp, 500, more, units=300)
+                produce(kafka_bootstrap, event_records(extra, s.interactions_topic, s.feedback_topic))
+                events += extra
+                deadline = time.monotonic() + 1.0
+                while time.monotonic() < deadline and _value(m2, consumed, topic=s.interactions_topic) == 0:
+                    time.sleep(0.05)
             wait_for(lambda: _all_ingested(database_url, exp, events), 120, "all events ingested")
     # The second member took a share: the rebalance came while the first was writing.
     assert _value(m2, consumed, topic=s.interactions_topic) > 0
