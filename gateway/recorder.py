@@ -140,7 +140,7 @@ class Recorder:
             prompt_stored = self._content(prompt, policy)
             response_stored = self._content("".join(res.texts or ()), policy)
         ttft = res.ttft
-        # Positional, in the field order of InteractionEvent (checked below, at import): a
+        # Positional, in the field order of InteractionEvent (_EVENT_FIELDS, checked at import): a
         # call with thirty keywords spends a visible share of its time matching their names.
         event = InteractionEvent(
             info.request_id,
