@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,10 @@ TASK_TAG = "task"
 SCAN_CHARS = 512
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,31}$")
 _MAX_RULES = 64
+#: Categories remembered per scanned text. Each turn of a conversation resends its first user
+#: message, and many clients send the same fixed prompts: a dict lookup then replaces the
+#: match. Emptied when full (a bound on memory, at most this many texts of SCAN_CHARS).
+SEEN_MAX = 4096
 
 #: The built-in rules: the task families whose regressions RL post-training most often
 #: causes (coding, maths, writing); everything else is ``other``.
@@ -81,6 +85,8 @@ class CategoryRules:
     order: tuple[str, ...]
     names: frozenset[str]
     matcher: Any  # re2.Set: Match(text) -> indices of the matching patterns, or None
+    # scanned text -> its category: the rules never change, so neither does the answer.
+    _seen: dict[str, str] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
     def compile(cls, entries: Sequence[Mapping[str, Any]]) -> CategoryRules:
@@ -152,11 +158,17 @@ class CategoryRules:
             if task in self.names or task == OTHER:
                 return task
         text = first_user_text(request, endpoint)
-        if text and self.order:
+        if not text or not self.order:
+            return OTHER
+        seen = self._seen
+        category = seen.get(text)
+        if category is None:
             found: list[int] | None = self.matcher.Match(text)
-            if found:
-                return self.order[min(found)]
-        return OTHER
+            category = self.order[min(found)] if found else OTHER
+            if len(seen) >= SEEN_MAX:
+                seen.clear()
+            seen[text] = category
+        return category
 
 
 def first_user_text(request: Mapping[str, Any], endpoint: str) -> str:

@@ -43,6 +43,13 @@ class _Conn(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.reused = False
+        # The current wait's deadline (loop time) and the timer that checks it. One timer
+        # outlives the waits it bounds: a wait only moves the deadline, and the timer, when it
+        # fires early (armed for an earlier wait), is armed again for the deadline then
+        # current. So a call costs no timer of its own.
+        self._deadline: float | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
         self._reset()
 
     def _reset(self) -> None:
@@ -76,6 +83,9 @@ class _Conn(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         self.pool._forget(self)
         if not self.complete:
             self._fail(UpstreamError("protocol", "upstream closed the connection"))
@@ -115,9 +125,22 @@ class _Conn(asyncio.Protocol):
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    def _on_timeout(self) -> None:
+    def _check_deadline(self) -> None:
+        self._timer = None
+        deadline = self._deadline
+        if deadline is None:  # no wait in progress: the next one arms the timer again
+            return
+        if self.loop.time() < deadline:  # armed for an earlier wait
+            self._arm(deadline)
+            return
         self._fail(UpstreamError("timeout", "upstream timed out"))
         self.abort()
+
+    def _arm(self, when: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self.loop.call_at(when, self._check_deadline)
+        self._timer_at = when
 
     def abort(self) -> None:
         self.closed = True
@@ -127,13 +150,15 @@ class _Conn(asyncio.Protocol):
     async def wait(self, timeout: float | None) -> None:
         """Wait for the next parser progress (or failure), bounded by ``timeout``."""
         waiter = self.waiter = self.loop.create_future()
-        handle = self.loop.call_later(timeout, self._on_timeout) if timeout else None
+        if timeout:
+            deadline = self._deadline = self.loop.time() + timeout
+            if self._timer is None or deadline < self._timer_at:
+                self._arm(deadline)
         try:
             await waiter
         finally:
             self.waiter = None
-            if handle is not None:
-                handle.cancel()
+            self._deadline = None
 
 
 class StreamResponse:

@@ -19,6 +19,8 @@ from gateway.snapshot import RouteConfig, VariantConfig
 
 MAX_UNIT_LENGTH = 256
 MAX_TAGS = 16
+#: Units whose variant a route remembers (RouteConfig.assigned); emptied when full.
+ASSIGNED_MAX = 4096
 
 
 @dataclass(slots=True)
@@ -102,4 +104,12 @@ def decide(route: RouteConfig, facts: RequestFacts) -> Decision:
         return Decision(control, False, unit, source, "none")
     if exp.mode == "shadow":
         return Decision(control, True, unit, source, "shadow")
-    return Decision(route.by_name[choose(exp.salt, unit, route.layout)], True, unit, source, exp.mode)
+    assigned = route.assigned
+    name = assigned.get(unit)
+    if name is None:
+        name = choose(exp.salt, unit, route.layout)
+        if source != "random":  # a random unit never comes back
+            if len(assigned) >= ASSIGNED_MAX:
+                assigned.clear()
+            assigned[unit] = name
+    return Decision(route.by_name[name], True, unit, source, exp.mode)

@@ -99,6 +99,9 @@ class RouteConfig:
     control: VariantConfig
     by_name: Mapping[str, VariantConfig]
     shadows: tuple[VariantConfig, ...]  # candidates mirrored in shadow mode
+    # unit id -> its variant under this layout (gateway.routing.decide): a unit sends many
+    # requests, and its variant is a pure function of the unit while the snapshot lasts.
+    assigned: dict[str, str] = field(default_factory=dict, init=False, repr=False, compare=False)
 
 
 def build_route(exp: ExperimentConfig) -> RouteConfig:

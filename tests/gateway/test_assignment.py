@@ -7,8 +7,8 @@ import random
 from scipy.stats import chisquare
 
 from gateway.assignment import BUCKETS, bucket, choose, covered, layout_from_weights, matches
-from gateway.routing import RequestFacts, decide
-from gateway.snapshot import VariantConfig, build_route
+from gateway.routing import ASSIGNED_MAX, RequestFacts, decide
+from gateway.snapshot import RouteConfig, VariantConfig, build_route
 from tests.gateway.conftest import experiment
 
 UNITS = [f"user-{i}" for i in range(100_000)]
@@ -146,3 +146,26 @@ def test_unit_falls_back_from_header_to_user_to_api_key() -> None:
     assert d.unit_source == "api_key" and "sk-secret" not in d.unit_id
     route_user = build_route(experiment("r", variants, unit_key="user"))
     assert decide(route_user, RequestFacts("hdr", None, None, [], {}, "r")).unit_source == "random"
+
+
+def test_a_remembered_unit_gets_what_the_layout_gives_and_a_new_snapshot_forgets() -> None:
+    def route_with(weight: float) -> RouteConfig:
+        variants = [
+            VariantConfig("control", "u", "m0", 100 - weight, True),
+            VariantConfig("cand", "u", "m1", weight),
+        ]
+        return build_route(experiment("r", variants))
+
+    half = route_with(50)
+    units = [f"unit-{i}" for i in range(ASSIGNED_MAX + 500)]
+    for _ in range(2):  # the second pass answers from memory
+        for unit in units:
+            assert decide(half, _facts(unit)).variant.name == choose(half.experiment.salt, unit, half.layout)
+    assert 0 < len(half.assigned) <= ASSIGNED_MAX
+    # Weights change only with a new snapshot, whose route remembers nothing yet.
+    everyone = route_with(100)
+    assert {decide(everyone, _facts(unit)).variant.name for unit in units[:200]} == {"cand"}
+    # Units drawn at random are not remembered (they never come back).
+    before = len(everyone.assigned)
+    d = decide(everyone, _facts(None))
+    assert d.unit_source == "random" and len(everyone.assigned) == before

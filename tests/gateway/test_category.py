@@ -9,7 +9,15 @@ from pathlib import Path
 import pytest
 
 from contracts.events import decode, encode
-from gateway.category import OTHER, SCAN_CHARS, CategoryRules, RulesError, default_rules, first_user_text
+from gateway.category import (
+    OTHER,
+    SCAN_CHARS,
+    SEEN_MAX,
+    CategoryRules,
+    RulesError,
+    default_rules,
+    first_user_text,
+)
 from gateway.snapshot import UpstreamConfig, VariantConfig
 from tests.gateway.conftest import MemorySink, experiment, post, start_gateway, static_source
 
@@ -66,6 +74,21 @@ def test_text_parts_and_completions_prompts_are_read_and_odd_shapes_are_other() 
     for odd in ({"messages": None}, {"messages": [1, None]}, {"messages": [{"role": "user", "content": 3}]}):
         assert RULES.categorize(odd, "chat", {}) == OTHER
     assert RULES.categorize({"prompt": ["python"]}, "completions", {}) == OTHER
+
+
+def test_a_remembered_text_keeps_its_category_and_the_memory_stays_bounded() -> None:
+    rules = CategoryRules.compile([{"name": "code", "keywords": ["python"]}])
+    for _ in range(3):  # the answer from memory is the rules' answer
+        assert rules.categorize(chat("python please"), "chat", {}) == "code"
+        assert rules.categorize(chat("hello"), "chat", {}) == OTHER
+    # A task tag still wins over a remembered text, and does not change what is remembered.
+    assert rules.categorize(chat("python please"), "chat", {"task": "other"}) == OTHER
+    assert rules.categorize(chat("python please"), "chat", {}) == "code"
+    for i in range(SEEN_MAX + 10):
+        assert rules.categorize(chat(f"python {i}" if i % 2 else f"hello {i}"), "chat", {}) == (
+            "code" if i % 2 else OTHER
+        )
+    assert 0 < len(rules._seen) <= SEEN_MAX
 
 
 def test_rules_scan_a_bounded_prefix_so_a_huge_prompt_costs_what_a_short_one_does() -> None:

@@ -138,3 +138,22 @@ async def test_upstream_api_key_is_sent_as_bearer_and_model_is_rewritten() -> No
     await client.http.close()
     await client.session.close()
     server.close()
+
+
+async def test_each_call_on_a_kept_alive_connection_is_bounded_by_its_own_timeout() -> None:
+    """One timer serves a connection's calls: a call with a longer timeout than the one before
+    it is not cut off at the earlier call's deadline, and a shorter one is cut off at its own."""
+    srv = Server(delay=0.4)
+    async with srv as url:
+        pool = HttpPool(url, limit=1)
+        head = pool.head("/chat/completions", {})
+        assert await pool.post(head, b"{}", 0.6) == (200, BODY)
+        # The first call's timer would fire 0.2 s into this call: the call goes on to its answer.
+        assert await pool.post(head, b"{}", 5.0) == (200, BODY)
+        assert srv.connections == 1
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(UpstreamError) as err:
+            await pool.post(head, b"{}", 0.1)
+        assert err.value.kind == "timeout"
+        assert asyncio.get_running_loop().time() - started < 0.35  # its own deadline, not 5 s
+        await pool.close()

@@ -140,6 +140,38 @@ def test_an_idle_keep_alive_connection_is_closed(gw: GatewayThread) -> None:
     assert KEEP_ALIVE_S - 0.3 <= c.closed_at - c.opened <= KEEP_ALIVE_S + SLACK_S
 
 
+def _answer(s: socket.socket) -> bytes:
+    """One whole answer to a GET /healthz (a JSON body with a content-length)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = s.recv(65536)
+        assert chunk, "closed before an answer"
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+    while len(body) < length:
+        chunk = s.recv(65536)
+        assert chunk, "closed mid-answer"
+        body += chunk
+    return head
+
+
+def test_the_keep_alive_deadline_counts_from_the_last_answer(gw: GatewayThread) -> None:
+    """A connection idle for part of the keep-alive time and then used again is closed a whole
+    keep-alive time after its last answer, not after its first."""
+    get = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", gw.port), timeout=KEEP_ALIVE_S + 2 * SLACK_S) as s:
+        s.sendall(get)
+        assert _answer(s).startswith(b"HTTP/1.1 200")
+        time.sleep(0.6 * KEEP_ALIVE_S)  # idle, but within the keep-alive time
+        s.sendall(get)
+        assert _answer(s).startswith(b"HTTP/1.1 200")
+        last = time.monotonic()
+        assert s.recv(65536) == b""  # closed by the server
+        idle = time.monotonic() - last
+    assert KEEP_ALIVE_S - 0.3 <= idle <= KEEP_ALIVE_S + SLACK_S
+
+
 def test_oversized_headers_are_refused_with_431(gw: GatewayThread) -> None:
     big = b"X-Big: " + b"a" * 8000 + b"\r\n"
     c = _open(gw.port, "big", b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" + big * 10)
