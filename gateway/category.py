@@ -42,7 +42,8 @@ _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,31}$")
 _MAX_RULES = 64
 #: Categories remembered per scanned text. Each turn of a conversation resends its first user
 #: message, and many clients send the same fixed prompts: a dict lookup then replaces the
-#: match. Emptied when full (a bound on memory, at most this many texts of SCAN_CHARS).
+#: match. Keyed by the text's hash, so no user text outlives its request (two of 4,096 texts
+#: sharing a 64-bit hash is the only way to get a wrong category); emptied when full.
 SEEN_MAX = 4096
 
 #: The built-in rules: the task families whose regressions RL post-training most often
@@ -85,8 +86,8 @@ class CategoryRules:
     order: tuple[str, ...]
     names: frozenset[str]
     matcher: Any  # re2.Set: Match(text) -> indices of the matching patterns, or None
-    # scanned text -> its category: the rules never change, so neither does the answer.
-    _seen: dict[str, str] = field(default_factory=dict, init=False, repr=False, compare=False)
+    # hash of a scanned text -> its category: the rules never change, so neither does the answer.
+    _seen: dict[int, str] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
     def compile(cls, entries: Sequence[Mapping[str, Any]]) -> CategoryRules:
@@ -161,13 +162,14 @@ class CategoryRules:
         if not text or not self.order:
             return OTHER
         seen = self._seen
-        category = seen.get(text)
+        key = hash(text)
+        category = seen.get(key)
         if category is None:
             found: list[int] | None = self.matcher.Match(text)
             category = self.order[min(found)] if found else OTHER
             if len(seen) >= SEEN_MAX:
                 seen.clear()
-            seen[text] = category
+            seen[key] = category
         return category
 
 

@@ -76,7 +76,7 @@ def test_text_parts_and_completions_prompts_are_read_and_odd_shapes_are_other() 
     assert RULES.categorize({"prompt": ["python"]}, "completions", {}) == OTHER
 
 
-def test_a_remembered_text_keeps_its_category_and_the_memory_stays_bounded() -> None:
+def test_a_remembered_text_keeps_its_category_the_memory_stays_bounded_and_holds_no_text() -> None:
     rules = CategoryRules.compile([{"name": "code", "keywords": ["python"]}])
     for _ in range(3):  # the answer from memory is the rules' answer
         assert rules.categorize(chat("python please"), "chat", {}) == "code"
@@ -89,6 +89,7 @@ def test_a_remembered_text_keeps_its_category_and_the_memory_stays_bounded() -> 
             "code" if i % 2 else OTHER
         )
     assert 0 < len(rules._seen) <= SEEN_MAX
+    assert not any(isinstance(k, str) for k in rules._seen), "no user text is kept past its request"
 
 
 def test_rules_scan_a_bounded_prefix_so_a_huge_prompt_costs_what_a_short_one_does() -> None:
