@@ -99,6 +99,8 @@ class Experiment(Base):
     metrics: Mapped[list[Any]] = mapped_column(JSONB, server_default="[]")
     rollout_plan: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     rollout_stage: Mapped[int | None] = mapped_column(Integer)
+    # Tag keys ingest rolls up per segment (``rollout_stage`` always is, whether listed or not).
+    segment_tags: Mapped[list[str]] = mapped_column(ARRAY(String(127)), server_default="{}")
     stage_started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     status_reason: Mapped[str | None] = mapped_column(Text)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

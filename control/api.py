@@ -17,6 +17,7 @@ conflict, 422 invalid input. Routes:
   nothing), ``/admin/experiments/{id_or_name}`` (GET, PATCH),
   ``/admin/experiments/{id_or_name}/start|pause|stop`` (POST);
 - ``/admin/experiments/{id_or_name}/rollout/advance|pause|resume|rollback`` (POST);
+- ``/admin/experiments/{id_or_name}/segments/backfill`` (POST: recompute declared segments);
 - ``/admin/api-keys`` (GET, POST), ``/admin/api-keys/{name}`` (DELETE: revoke);
 - ``/admin/metrics`` (POST), ``/admin/metrics/{name}`` (PUT, DELETE);
 - ``/admin/me``, ``/admin/users…`` (:mod:`control.users_api`);
@@ -33,7 +34,14 @@ from starlette.concurrency import run_in_threadpool
 
 from control import config, experiment_check, users_api
 from control import metrics as metric_store
-from control.bodies import ApiKeyIn, ExperimentIn, ExperimentPatch, UpstreamIn, UpstreamPatch
+from control.bodies import (
+    ApiKeyIn,
+    ExperimentIn,
+    ExperimentPatch,
+    SegmentBackfillIn,
+    UpstreamIn,
+    UpstreamPatch,
+)
 from control.deps import Admin, Db, Operator, Plane, Viewer
 from control.errors import ControlError
 from control.plane import ControlPlane
@@ -150,6 +158,19 @@ async def rollout_action(id_or_name: str, action: str, who: Operator, plane: Pla
     if plane.rollout_action is None:
         raise ControlError(404, _ELSEWHERE)
     return await run_in_threadpool(plane.rollout_action, id_or_name, action, who.actor)
+
+
+@router.post("/experiments/{id_or_name}/segments/backfill")
+def backfill_segments(
+    id_or_name: str, who: Operator, plane: Plane, db: Db, body: SegmentBackfillIn | None = None
+) -> dict[str, Any]:
+    """Recompute the segment rollups of declared tag keys (``keys``, default all declared)
+    from the stored requests: for a key declared after traffic began."""
+    if plane.segment_backfill is None:
+        raise ControlError(404, _ELSEWHERE)
+    return config.backfill_segments(
+        db, id_or_name, body or SegmentBackfillIn(), who.actor, plane.segment_backfill
+    )
 
 
 # --- client API keys ---------------------------------------------------------------------

@@ -17,6 +17,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from contracts.config_rules import key_problem, url_problem, validate_rules
+from contracts.events import TAG_KEY_MAX
 from contracts.rollout_plan import plan_problems
 
 MODES = ("ab", "shadow", "rollout")
@@ -24,6 +25,9 @@ UNIT_KEYS = ("auto", "header", "user", "api_key")
 CONTENT_LOGGING = ("none", "hashed", "full")
 MAX_JSON_INT = 2**63 - 1
 MAX_DEPTH = 64  # nesting of free-form JSON fields, as the gateway allows in requests
+# Tag keys an experiment rolls up per segment: each costs a segment rollup row per unit and
+# value at ingest, so the list is short (rollout_stage is always rolled up, listed or not).
+SEGMENT_TAGS_MAX = 8
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _TEXT_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # tabs and newlines allowed
 
@@ -113,6 +117,22 @@ Connections = Annotated[int, Field(ge=1, le=100_000)]
 Forced = Annotated[dict[Name256, Name64], Field(max_length=10_000)]
 
 
+def _tag_key(value: str) -> str:
+    if "=" in value:
+        raise ValueError("a segment tag key must not contain '=' (segments read 'key=value')")
+    return _no_control(value)
+
+
+def _distinct(values: list[str]) -> list[str]:
+    if len(set(values)) != len(values):
+        raise ValueError("segment tag keys must be distinct")
+    return values
+
+
+TagKey = Annotated[str, Field(min_length=1, max_length=TAG_KEY_MAX), AfterValidator(_tag_key)]
+SegmentTags = Annotated[list[TagKey], Field(max_length=SEGMENT_TAGS_MAX), AfterValidator(_distinct)]
+
+
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
@@ -185,6 +205,9 @@ class ExperimentIn(_Body):
     content_logging: Word = "none"
     blinding: Blinding = Field(default_factory=Blinding)
     metrics: Annotated[list[Json], Field(max_length=256)] = Field(default_factory=list)
+    # Tag keys rolled up per segment at ingest (the report's breakdowns); others are stored
+    # with each request only. A key declared later: POST …/segments/backfill.
+    segment_tags: SegmentTags = Field(default_factory=list)
     rollout_plan: dict[str, Json] | None = None
     variants: Annotated[list[VariantIn], Field(min_length=1, max_length=64)]
 
@@ -203,6 +226,7 @@ class ExperimentPatch(_Body):
             "content_logging",
             "blinding",
             "metrics",
+            "segment_tags",
             "variants",
         }
     )
@@ -219,6 +243,7 @@ class ExperimentPatch(_Body):
     content_logging: Word | None = None
     blinding: Blinding | None = None
     metrics: Annotated[list[Json], Field(max_length=256)] | None = None
+    segment_tags: SegmentTags | None = None
     rollout_plan: dict[str, Json] | None = None
     rollout_stage: Annotated[int, Field(ge=0, le=10_000)] | None = None
     variants: Annotated[list[VariantIn], Field(min_length=1, max_length=64)] | None = None
@@ -226,6 +251,12 @@ class ExperimentPatch(_Body):
 
 class ApiKeyIn(_Body):
     name: Name128
+
+
+class SegmentBackfillIn(_Body):
+    """Which declared keys to recompute from the stored requests (default: all declared)."""
+
+    keys: SegmentTags | None = None
 
 
 def check_rollout_plan(plan: Any) -> str | None:

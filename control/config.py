@@ -17,18 +17,20 @@ import secrets
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
 from contracts import offline_gate, redaction
 from contracts.config_rules import key_hash
+from contracts.events import ROLLOUT_STAGE_TAG
 from contracts.tables import ApiKey, Experiment, Upstream, Variant
 from control import audit
 from control.bodies import (
     ApiKeyIn,
     ExperimentIn,
     ExperimentPatch,
+    SegmentBackfillIn,
     UpstreamIn,
     UpstreamPatch,
     VariantIn,
@@ -37,6 +39,7 @@ from control.bodies import (
 )
 from control.errors import ControlError
 from control.locking import lock
+from control.plane import SegmentBackfill
 
 MAX_ID: Final = 2**31 - 1  # ids are 32-bit integer columns
 
@@ -156,6 +159,7 @@ _EXP_FIELDS: Final = (
     "content_logging",
     "blinding",
     "metrics",
+    "segment_tags",
     "rollout_plan",
     "rollout_stage",
     "status_reason",
@@ -164,6 +168,7 @@ _EXP_FIELDS: Final = (
 
 def experiment_out(e: Experiment) -> dict[str, Any]:
     out = {k: getattr(e, k) for k in _EXP_FIELDS}
+    out["segment_tags"] = list(out["segment_tags"] or [])
     for k in ("started_at", "stopped_at", "stage_started_at", "created_at", "updated_at"):
         value = getattr(e, k)
         out[k] = value.isoformat() if isinstance(value, datetime) else None
@@ -299,6 +304,10 @@ def update_experiment(db: Session, id_or_name: str, body: ExperimentPatch, actor
         raise ControlError(422, reason)
     if e.status == "running" and "route" in changes and _running_elsewhere(db, changes["route"], e.id):
         raise ControlError(422, "another experiment is already running on this route")
+    if "segment_tags" in changes and changes["segment_tags"] != before["segment_tags"]:
+        # Ingest folds each batch by the declaration it read at its start: wait for the
+        # batches in flight, and hold new ones until this commits (rollups.declared_segments).
+        _lock_segment_folds(db)
     for key, value in changes.items():
         setattr(e, key, value)
     if body.variants is not None:
@@ -312,6 +321,41 @@ def update_experiment(db: Session, id_or_name: str, body: ExperimentPatch, actor
     _audit(db, actor, "update", "experiment", e.id, before, experiment_out(after))
     _commit(db)
     return experiment_out(after)
+
+
+def _lock_segment_folds(db: Session) -> None:
+    """Exclude ingest's segment folds until this transaction ends (they take ROW EXCLUSIVE)."""
+    db.execute(text("LOCK TABLE segment_rollups IN SHARE ROW EXCLUSIVE MODE"))
+
+
+def backfill_segments(
+    db: Session, id_or_name: str, body: SegmentBackfillIn, actor: str, backfill: SegmentBackfill
+) -> dict[str, Any]:
+    """Recompute the segments of declared tag keys from the stored requests (a key declared
+    after traffic began has segments only from then on). One transaction: the experiment's
+    lock, ingest's segment folds held (batches in flight finish first, new ones wait), the
+    keys' segment rows deleted and folded again, the audit row."""
+    eid = _experiment_id(db, id_or_name)
+    lock(db.connection(), eid)
+    e = _load(db, eid)
+    declared = list(e.segment_tags or [])
+    keys = body.keys if body.keys is not None else [k for k in declared if k != ROLLOUT_STAGE_TAG]
+    if ROLLOUT_STAGE_TAG in keys:
+        raise ControlError(422, f"{ROLLOUT_STAGE_TAG} is always rolled up: there is nothing to backfill")
+    undeclared = [k for k in keys if k not in declared]
+    if undeclared:
+        raise ControlError(
+            422,
+            f"not declared in segment_tags: {', '.join(map(repr, undeclared))}; declare them first (PATCH)",
+        )
+    if not keys:
+        raise ControlError(422, "no segment tag keys to backfill: the experiment declares none")
+    _lock_segment_folds(db)
+    rows = backfill(db.connection(), eid, sorted(keys))
+    result = {"experiment_id": eid, "keys": sorted(keys), "segment_rows": rows}
+    _audit(db, actor, "backfill_segments", "experiment", eid, None, result)
+    _commit(db)
+    return result
 
 
 def _require_gate(db: Session, e: Experiment) -> None:

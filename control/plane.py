@@ -1,7 +1,8 @@
 """What the admin API needs from the process serving it, built once at startup.
 
-The analytics service (the control plane's home) passes its engine and the two hooks that
-need analytics knowledge: the metric catalogue's validation and the rollout actions. A
+The analytics service (the control plane's home) passes its engine and the hooks that
+need analytics knowledge: the metric catalogue's validation, the rollout actions and the
+segment backfill (the rollup formulas). A
 process that passes neither (the gateway, which keeps serving the configuration routes for
 compatibility) answers those routes with a pointer to the control plane.
 """
@@ -12,7 +13,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import Engine, create_engine
+from sqlalchemy import Connection, Engine, create_engine
 
 from control.auth import Authenticator
 from control.notify_settings import NotifySettings
@@ -21,6 +22,9 @@ from control.notify_settings import NotifySettings
 MetricSpec = Callable[[Any], dict[str, Any]]
 #: (experiment id or name, action, actor) -> the rollout's status after the action.
 RolloutAction = Callable[[str, str, str], dict[str, Any]]
+#: (the caller's connection, experiment id, tag keys) -> segment rollup rows written: recompute
+#: those segments from the stored requests (the caller holds the locks and writes the audit).
+SegmentBackfill = Callable[[Connection, int, list[str]], int]
 
 
 class ControlPlane:
@@ -33,6 +37,7 @@ class ControlPlane:
         metric_spec: MetricSpec | None = None,
         builtin_metrics: frozenset[str] = frozenset(),
         rollout_action: RolloutAction | None = None,
+        segment_backfill: SegmentBackfill | None = None,
         read_token: str | None = None,
         auth: Authenticator | None = None,
         notify: NotifySettings | None = None,
@@ -43,6 +48,7 @@ class ControlPlane:
         self.metric_spec = metric_spec
         self.builtin_metrics = builtin_metrics
         self.rollout_action = rollout_action
+        self.segment_backfill = segment_backfill
         # Webhook delivery settings (the SSRF policy, the test button's deadline).
         self.notify = notify if notify is not None else NotifySettings()
         self._engine = engine

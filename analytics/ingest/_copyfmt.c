@@ -6,16 +6,18 @@
  * JSON, psycopg's per-value dumpers, the rollup input row). ``render`` writes the same
  * bytes in one pass over the batch:
  *
- *   render(events, flags) -> (interactions_text, fold_text)
+ *   render(events, flags, declared, always) -> (interactions_text, fold_text)
  *
  * ``events``: a list of ``contracts.events.InteractionEvent``; ``flags``: one byte per
  * event, 0 = not folded into the rollups, 1 = folded (conv = false), 2 = folded and opens
- * a conversation (conv = true). ``interactions_text`` is the COPY text of the columns
+ * a conversation (conv = true). ``declared``: experiment id -> the set of tag keys folded
+ * into its segments, ``always`` the set for an experiment not in it (``rollout_stage``).
+ * ``interactions_text`` is the COPY text of the columns
  * ``analytics.ingest.copy_text.INTERACTION_COLUMNS`` (the bytes psycopg's text formatter writes for
  * ``bulk.interaction_row(e, bulk.ts_text(e.ts))``), ``fold_text`` that of the ``lg_fold``
  * rows of the flagged events. Anything outside the common case — an int beyond 64 bits, a
  * non-finite float, a NUL or an unpaired surrogate in a string, a timestamp outside years
- * 1–9999, a tag containing the segment separator U+001F, a value of another type — raises
+ * 1–9999, a folded tag containing the segment separator U+001F, a value of another type — raises
  * ValueError and the caller renders the batch in Python, which decides as before.
  */
 #define PY_SSIZE_T_CLEAN
@@ -236,15 +238,13 @@ static int put_json_string(Buf *b, const char *s, Py_ssize_t n) {
     return 0;
 }
 
-/* tags (dict[str, str]) -> its JSON text into ``b``, and its segments text ("k=v" joined
- * by U+001F, COPY-escaped, or \N when empty) into ``seg``. */
-static int put_tags(Buf *b, Buf *seg, PyObject *tags) {
+/* tags (dict[str, str]) -> its JSON text into ``b``, and the segments text of those whose
+ * key is in ``keys`` ("k=v" joined by U+001F, COPY-escaped, or \N when none) into ``seg``;
+ * ``keys`` NULL: no segments text (the event is not folded). */
+static int put_tags(Buf *b, Buf *seg, PyObject *tags, PyObject *keys) {
     if (!PyDict_CheckExact(tags)) return unsupported("tags not a dict");
     if (putc_(b, '{') < 0) return -1;
-    if (PyDict_GET_SIZE(tags) == 0) {
-        if (put(seg, "\\N", 2) < 0) return -1;
-    }
-    Py_ssize_t pos = 0, i = 0;
+    Py_ssize_t pos = 0, i = 0, folded = 0;
     PyObject *k, *v;
     while (PyDict_Next(tags, &pos, &k, &v)) {
         Py_ssize_t kn, vn;
@@ -252,14 +252,20 @@ static int put_tags(Buf *b, Buf *seg, PyObject *tags) {
         if (!ks) return -1;
         const char *vs = utf8_of(v, &vn);
         if (!vs) return -1;
-        if (memchr(ks, 0x1f, (size_t)kn) || memchr(vs, 0x1f, (size_t)vn))
-            return unsupported("a tag contains the segment separator U+001F");
         if (i && putc_(b, ',') < 0) return -1;
         if (put_json_string(b, ks, kn) < 0 || putc_(b, ':') < 0 || put_json_string(b, vs, vn) < 0) return -1;
-        if (i && putc_(seg, 0x1f) < 0) return -1;
-        if (put_escaped(seg, ks, kn) < 0 || putc_(seg, '=') < 0 || put_escaped(seg, vs, vn) < 0) return -1;
         i++;
+        if (keys == NULL) continue;
+        int declared = PySet_Contains(keys, k);
+        if (declared < 0) return -1;
+        if (!declared) continue;
+        if (memchr(ks, 0x1f, (size_t)kn) || memchr(vs, 0x1f, (size_t)vn))
+            return unsupported("a tag contains the segment separator U+001F");
+        if (folded && putc_(seg, 0x1f) < 0) return -1;
+        if (put_escaped(seg, ks, kn) < 0 || putc_(seg, '=') < 0 || put_escaped(seg, vs, vn) < 0) return -1;
+        folded++;
     }
+    if (keys != NULL && !folded && put(seg, "\\N", 2) < 0) return -1;
     return putc_(b, '}');
 }
 
@@ -283,12 +289,25 @@ static const Kind kinds[N_ATTRS] = {
     K_INT, K_STR, K_FLOAT, K_FLOAT, K_INT, K_INT, K_INT, K_STR, K_BOOL, K_BOOL, K_STR, K_STR, K_TAGS, K_STR,
     K_STR, K_STR};
 
-static int render_event(Buf *rows, Buf *fold, Buf *seg, PyObject *e, int flag) {
+static int render_event(Buf *rows, Buf *fold, Buf *seg, PyObject *e, int flag, PyObject *declared,
+                        PyObject *always) {
     PyObject *v[N_ATTRS];
+    PyObject *keys = NULL; /* borrowed: the tag keys folded into segments (flagged events only) */
     int rc = -1, got = 0;
     for (; got < N_ATTRS; got++) {
         v[got] = PyObject_GetAttr(e, attr_str[got]);
         if (!v[got]) goto done;
+    }
+    if (flag) {
+        keys = PyDict_GetItemWithError(declared, v[A_EXPERIMENT_ID]);
+        if (keys == NULL) {
+            if (PyErr_Occurred()) goto done;
+            keys = always;
+        }
+        if (!PyAnySet_Check(keys)) {
+            PyErr_SetString(PyExc_TypeError, "declared keys must be sets");
+            goto done;
+        }
     }
     Py_ssize_t ts_at = 0, ts_len = 0;
     seg->n = 0;
@@ -305,7 +324,7 @@ static int render_event(Buf *rows, Buf *fold, Buf *seg, PyObject *e, int flag) {
                 r = put_ts(rows, v[i]);
                 ts_len = rows->n - ts_at;
                 break;
-            default: r = put_tags(rows, seg, v[i]); break;
+            default: r = put_tags(rows, seg, v[i], keys); break;
         }
         if (r < 0) goto done;
     }
@@ -335,9 +354,10 @@ done:
 }
 
 static PyObject *render(PyObject *self, PyObject *args) {
-    PyObject *events;
+    PyObject *events, *declared, *always;
     Py_buffer flags;
-    if (!PyArg_ParseTuple(args, "O!y*", &PyList_Type, &events, &flags)) return NULL;
+    if (!PyArg_ParseTuple(args, "O!y*O!O", &PyList_Type, &events, &flags, &PyDict_Type, &declared, &always))
+        return NULL;
     PyObject *out = NULL;
     Buf rows = {0}, fold = {0}, seg = {0};
     Py_ssize_t n = PyList_GET_SIZE(events);
@@ -351,7 +371,7 @@ static PyObject *render(PyObject *self, PyObject *args) {
             PyErr_SetString(PyExc_ValueError, "flags are 0, 1 or 2");
             goto done;
         }
-        if (render_event(&rows, &fold, &seg, PyList_GET_ITEM(events, i), f[i]) < 0) goto done;
+        if (render_event(&rows, &fold, &seg, PyList_GET_ITEM(events, i), f[i], declared, always) < 0) goto done;
     }
     out = Py_BuildValue("(y#y#)", rows.p ? rows.p : "", rows.n, fold.p ? fold.p : "", fold.n);
 done:
@@ -364,7 +384,8 @@ done:
 
 static PyMethodDef methods[] = {
     {"render", render, METH_VARARGS,
-     "render(events, flags) -> (interactions COPY text, lg_fold COPY text); ValueError: render in Python"},
+     "render(events, flags, declared, always) -> (interactions COPY text, lg_fold COPY text); ValueError: "
+     "render in Python"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "analytics.ingest._copyfmt",

@@ -1,3 +1,6 @@
+from collections.abc import Set
 from typing import Any
 
-def render(events: list[Any], flags: bytes) -> tuple[bytes, bytes]: ...
+def render(
+    events: list[Any], flags: bytes, declared: dict[int, Set[str]], always: Set[str]
+) -> tuple[bytes, bytes]: ...

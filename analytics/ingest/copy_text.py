@@ -17,12 +17,13 @@ multi-insert path and writes every row twice. Instead:
 
 Only primary interactions in an experiment count; a conversation is counted on its first
 primary turn (first in the batch by (ts, event_id) and none stored before), in that turn's
-segments.
+segments. An event's segments are its tags whose key the experiment declares
+(``experiments.segment_tags``) and ``rollout_stage``; every tag stays in ``interactions.tags``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Sequence, Set
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -165,29 +166,33 @@ def interaction_row(e: InteractionEvent, ts: Any) -> tuple[Any, ...]:
     )
 
 
-def _segments(tags: dict[str, str]) -> str | None:
-    """The event's segments ("key=value" per tag) joined by ``_SEP``; None without tags."""
-    if not tags:
+def _segments(tags: dict[str, str], keys: Set[str]) -> str | None:
+    """The event's segments ("key=value" per tag whose key is in ``keys``) joined by ``_SEP``;
+    None when there are none."""
+    out = _SEP.join([f"{k}={v}" for k, v in tags.items() if k in keys])
+    if not out:
         return None
-    out = _SEP.join([f"{k}={v}" for k, v in tags.items()])
-    if out.count(_SEP) != len(tags) - 1:
+    if out.count(_SEP) != sum(1 for k in tags if k in keys) - 1:
         raise Unsupported("a tag contains the segment separator U+001F")
     return out
 
 
-# The segments text by the tags' JSON text (which the row carries anyway): events share few
-# tag combinations, and a dict lookup costs a tenth of building the text (~0.8 µs).
-_SEGMENTS_OF: dict[str, str | None] = {}
+# The segments text by (the declared keys, the tags' JSON text, which the row carries
+# anyway): events share few tag combinations, and a dict lookup costs a tenth of building
+# the text (~0.8 µs).
+_SEGMENTS_OF: dict[tuple[frozenset[str], str], str | None] = {}
 _TAGS: Final = [c.strip() for c in INTERACTION_COLUMNS.split(",")].index("tags")  # in interaction_row
 
 
-def _segments_cached(tags_json: str, tags: dict[str, str]) -> str | None:
-    found = _SEGMENTS_OF.get(tags_json, _SEP)  # _SEP: not cached (None is a valid value)
+def _segments_cached(
+    tags_json: str, tags: dict[str, str], keys: frozenset[str] = rollups.ALWAYS
+) -> str | None:
+    found = _SEGMENTS_OF.get((keys, tags_json), _SEP)  # _SEP: not cached (None is a valid value)
     if found == _SEP:
-        found = _segments(tags)
+        found = _segments(tags, keys)
         if len(_SEGMENTS_OF) >= 10_000:
             _SEGMENTS_OF.clear()
-        _SEGMENTS_OF[tags_json] = found
+        _SEGMENTS_OF[(keys, tags_json)] = found
     return found
 
 
@@ -229,9 +234,13 @@ def _counted(e: InteractionEvent) -> bool:
 
 
 def python_rows(
-    new: list[InteractionEvent], counted_ids: set[int], firsts: set[int]
+    new: list[InteractionEvent],
+    counted_ids: set[int],
+    firsts: set[int],
+    declared: rollups.Declared = rollups.NONE_DECLARED,
 ) -> Iterator[tuple[tuple[Any, ...], tuple[Any, ...] | None]]:
-    """Per event: its ``interactions`` row and its ``lg_fold`` row (None when not counted)."""
+    """Per event: its ``interactions`` row and its ``lg_fold`` row (None when not counted),
+    whose segments are those of the tag keys ``declared`` for its experiment."""
     for e in new:
         ts = ts_text(e.ts)
         row = interaction_row(e, ts)
@@ -252,7 +261,7 @@ def python_rows(
                 e.prompt_tokens,
                 e.completion_tokens,
                 e.response_chars,
-                _segments_cached(row[_TAGS], e.tags),
+                _segments_cached(row[_TAGS], e.tags, declared.get(e.experiment_id or 0, rollups.ALWAYS)),
                 e.conversation_id is None or id(e) in firsts,
                 e.category,
             ),
@@ -260,7 +269,10 @@ def python_rows(
 
 
 def render_c(
-    new: list[InteractionEvent], counted_ids: set[int], firsts: set[int]
+    new: list[InteractionEvent],
+    counted_ids: set[int],
+    firsts: set[int],
+    declared: rollups.Declared = rollups.NONE_DECLARED,
 ) -> tuple[bytes, bytes] | None:
     """The COPY text of ``interactions`` and ``lg_fold`` rows of the batch, rendered in C.
 
@@ -277,15 +289,22 @@ def render_c(
         ]
     )
     try:
-        return _copyfmt.render(new, flags)
+        return _copyfmt.render(new, flags, dict(declared), rollups.ALWAYS)
     except ValueError:
         return None
 
 
 def insert_interactions(
-    pg: psycopg.Connection[Any], events: Sequence[InteractionEvent], *, c_renderer: bool = True
+    pg: psycopg.Connection[Any],
+    events: Sequence[InteractionEvent],
+    *,
+    declared: rollups.Declared,
+    c_renderer: bool = True,
 ) -> Inserted:
     """COPY the batch's interactions, and its counted ones into ``lg_fold`` (caller's transaction).
+
+    ``declared``: the tag keys folded into segments per experiment, as
+    ``rollups.declared_segments`` read them in the caller's transaction.
 
     ``c_renderer``: render the COPY text with ``analytics.ingest._copyfmt`` when it is built
     (False: the Python loop, which writes the same bytes; tests and benchmarks compare both).
@@ -311,7 +330,7 @@ def insert_interactions(
     counted = [e for e in new if _counted(e)]
     counted_ids = {id(e) for e in counted}
     firsts = _first_turns(pg, counted)
-    rendered = render_c(new, counted_ids, firsts) if c_renderer else None
+    rendered = render_c(new, counted_ids, firsts, declared) if c_renderer else None
     fold_rows: list[tuple[Any, ...]] = []
     fold_text = b""
     with pg.cursor() as cur:
@@ -320,7 +339,7 @@ def insert_interactions(
                 copy.write(rendered[0])
                 fold_text = rendered[1]
             else:
-                for row, fold_row in python_rows(new, counted_ids, firsts):
+                for row, fold_row in python_rows(new, counted_ids, firsts, declared):
                     copy.write_row(row)
                     if fold_row is not None:
                         fold_rows.append(fold_row)

@@ -10,6 +10,14 @@ Nothing else defines how an event changes a rollup: the formulas are the two tab
 ``INTERACTION_DELTAS`` and ``FEEDBACK_DELTAS`` (``RL_*_DELTAS`` for ``rl_rollups``), the histogram bucket is :func:`bucket_sql`,
 an event's segments are :func:`segments_of`.
 
+Segments: an event's tags whose key its experiment declares (``experiments.segment_tags``),
+and ``rollout_stage`` always (the rollout controller reads it). Undeclared tags stay in
+``interactions.tags`` only: a client sending many tags costs no segment rows. A batch reads
+the declaration in its own transaction (:func:`declared_segments`), after taking
+``segment_rollups``' ROW EXCLUSIVE lock; a change of the declaration (and a backfill,
+:func:`backfill_segments`) takes SHARE ROW EXCLUSIVE on it, so it waits for the batches in
+flight and every batch folds by one declaration, the one committed when it began.
+
 Each row there is counted exactly once because it only appears when its raw row was
 inserted (``ON CONFLICT DO NOTHING``, or a COPY that fails as a whole on a stored id) or
 when its ``experiment_id`` went from NULL to set. Rows are grouped per key in SQL and
@@ -31,12 +39,13 @@ counts as one of each: the kinds are independent signals, never retracted.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import psycopg
 
 from analytics.ingest import samples
-from contracts.events import FEEDBACK_KINDS
+from contracts.events import FEEDBACK_KINDS, ROLLOUT_STAGE_TAG
 from contracts.tables import (
     BUCKETS_PER_E,
     FEEDBACK_MEASURES,
@@ -89,6 +98,38 @@ FOLD_COLUMNS: Final = (
 )
 #: What ``lg_new_f`` rows carry of their response (the RL-risk fold's key), in this order.
 RESPONSE_COLUMNS: Final = ("status", "category", "completion_tokens")
+
+
+#: The tag keys folded into an experiment's segments: experiment id -> keys (with
+#: ``rollout_stage``), for the experiments declaring any; any other experiment: ``ALWAYS``.
+Declared = Mapping[int, frozenset[str]]
+ALWAYS: Final = frozenset({ROLLOUT_STAGE_TAG})
+NONE_DECLARED: Final[Declared] = {}
+
+# One round trip: the lock, then the declarations (a batch's other statements are few).
+_DECLARED: Final = (
+    b"LOCK TABLE segment_rollups IN ROW EXCLUSIVE MODE;"
+    b" SELECT id, segment_tags FROM experiments WHERE segment_tags <> '{}'"
+)
+
+
+def declared_segments(pg: psycopg.Connection[Any]) -> Declared:
+    """The declared segment keys, read in the caller's transaction (a batch's) under
+    ``segment_rollups``' ROW EXCLUSIVE lock: a declaration change waits for this batch, and
+    this batch for a change already under way (see the module's docstring)."""
+    cur = pg.execute(_DECLARED)
+    cur.nextset()  # past the LOCK's empty result
+    rows = cur.fetchall()
+    return {int(eid): frozenset((*keys, ROLLOUT_STAGE_TAG)) for eid, keys in rows}
+
+
+def declared_sql(key: str, experiment: str) -> str:
+    """Whether the tag key ``key`` is folded into the segments of experiment ``experiment``
+    (SQL expressions): ``declared_segments``' rule, for the statements that expand tags themselves."""
+    return (
+        f"({key} = '{ROLLOUT_STAGE_TAG}' OR {key} = ANY(coalesce((SELECT x.segment_tags::text[]"
+        f" FROM experiments x WHERE x.id = {experiment}), '{{}}')))"
+    )
 
 
 def segments_of(row: str) -> str:
@@ -209,6 +250,22 @@ _TS_SET: Final = (
 )
 
 
+def _segment_upsert(deltas: dict[str, str], segment_source: str) -> str:
+    """Upsert the deltas of ``segment_source`` rows (one per segment, with a ``segment``
+    column) per segment and unit."""
+    cols = ", ".join(deltas)
+    sums = "min(ts), max(ts), " + ", ".join(deltas.values())
+    add = ", ".join(f"{m} = t.{m} + EXCLUDED.{m}" for m in deltas)
+    return f"""
+INSERT INTO segment_rollups AS t (experiment_id, segment, variant, unit_id, first_ts, last_ts, {cols})
+SELECT experiment_id, segment, variant, unit_id, {sums}
+FROM {segment_source}
+GROUP BY experiment_id, segment, variant, unit_id
+ORDER BY experiment_id, segment, variant, unit_id
+ON CONFLICT (experiment_id, segment, variant, unit_id) DO UPDATE SET {_TS_SET}, {add}
+"""
+
+
 def _upsert(deltas: dict[str, str], source: str, segment_source: str) -> str:
     """Upsert the deltas of ``source`` rows per unit, and of ``segment_source`` rows (the
     same, one per segment, with a ``segment`` column) per segment and unit."""
@@ -224,25 +281,27 @@ WITH u AS (
     FROM {source} GROUP BY experiment_id, variant, unit_id
     ORDER BY experiment_id, variant, unit_id
     ON CONFLICT (experiment_id, variant, unit_id) DO UPDATE SET {_TS_SET}, {add}
-)
-INSERT INTO segment_rollups AS t (experiment_id, segment, variant, unit_id, first_ts, last_ts, {cols})
-SELECT experiment_id, segment, variant, unit_id, {sums}
-FROM {segment_source}
-GROUP BY experiment_id, segment, variant, unit_id
-ORDER BY experiment_id, segment, variant, unit_id
-ON CONFLICT (experiment_id, segment, variant, unit_id) DO UPDATE SET {_TS_SET}, {add}
-"""
+){_segment_upsert(deltas, segment_source)}"""
 
 
 # Unit and segment deltas are aggregated separately, each straight from ``lg_fold``: one
-# grouping of (unit rows + segment rows) sorted twice the rows.
-FOLD: Final = _upsert(
-    INTERACTION_DELTAS, "lg_fold", f"lg_fold f, {segments_of('f')} segment WHERE {_has_segments('f')}"
-).encode()
+# grouping of (unit rows + segment rows) sorted twice the rows. lg_fold's segments are
+# the declared ones already (the renderer drops the others).
+_FOLD_SEGMENTS: Final = f"lg_fold f, {segments_of('f')} segment WHERE {_has_segments('f')}"
+FOLD: Final = _upsert(INTERACTION_DELTAS, "lg_fold", _FOLD_SEGMENTS).encode()
+SEGMENT_FOLD: Final = _segment_upsert(INTERACTION_DELTAS, _FOLD_SEGMENTS).encode()
 
-# Last statement of a batch's interactions: every consumer updates the same histogram rows,
-# so their locks are taken as late as possible (held until the commit that follows).
-HISTOGRAMS: Final = f"""
+
+def _histograms(overall: bool) -> str:
+    """Fold lg_fold into the latency histograms: per segment, and overall ('') when ``overall``."""
+    whole = (
+        """SELECT experiment_id, metric, '' AS segment, variant, bucket, n FROM g
+        UNION ALL
+        """
+        if overall
+        else ""
+    )
+    return f"""
 WITH v AS (
     SELECT experiment_id, variant, segments, tags_with_sep, 'latency' AS metric,
         {bucket_sql("latency_ms")} AS bucket
@@ -256,9 +315,7 @@ WITH v AS (
     FROM v GROUP BY 1, 2, 3, 4, 5, 6
 ), dh AS (
     SELECT experiment_id, metric, segment, variant, bucket, sum(n) AS n FROM (
-        SELECT experiment_id, metric, '' AS segment, variant, bucket, n FROM g
-        UNION ALL
-        SELECT experiment_id, metric, segment, variant, bucket, n
+        {whole}SELECT experiment_id, metric, segment, variant, bucket, n
         FROM g, {segments_of("g")} segment WHERE {_has_segments("g")}
     ) x GROUP BY 1, 2, 3, 4, 5
 )
@@ -266,51 +323,67 @@ INSERT INTO latency_histograms AS h (experiment_id, metric, segment, variant, bu
 SELECT experiment_id, metric, segment, variant, bucket, n FROM dh
 ORDER BY experiment_id, metric, segment, variant, bucket
 ON CONFLICT (experiment_id, metric, segment, variant, bucket) DO UPDATE SET count = h.count + EXCLUDED.count
-""".encode()
+"""
+
+
+# Last statement of a batch's interactions: every consumer updates the same histogram rows,
+# so their locks are taken as late as possible (held until the commit that follows).
+HISTOGRAMS: Final = _histograms(overall=True).encode()
+SEGMENT_HISTOGRAMS: Final = _histograms(overall=False).encode()
 
 SAMPLES: Final = samples.fold_sql("lg_fold", segments_of, _has_segments).encode()
 
 _BUILTIN_FEEDBACK: Final = f"(SELECT * FROM lg_new_f WHERE kind = ANY({_BUILTIN_KINDS}))"
-FEEDBACK_FOLD: Final = _upsert(
-    FEEDBACK_DELTAS,
-    f"{_BUILTIN_FEEDBACK} f",
-    f"(SELECT f.*, t.key || '=' || t.value AS segment FROM {_BUILTIN_FEEDBACK} f, jsonb_each_text(f.tags) t) s",
-).encode()
+_FEEDBACK_SEGMENTS: Final = (
+    f"(SELECT f.*, t.key || '=' || t.value AS segment FROM {_BUILTIN_FEEDBACK} f, jsonb_each_text(f.tags) t"
+    f" WHERE {declared_sql('t.key', 'f.experiment_id')}) s"
+)
+FEEDBACK_FOLD: Final = _upsert(FEEDBACK_DELTAS, f"{_BUILTIN_FEEDBACK} f", _FEEDBACK_SEGMENTS).encode()
+SEGMENT_FEEDBACK_FOLD: Final = _segment_upsert(FEEDBACK_DELTAS, _FEEDBACK_SEGMENTS).encode()
 
 # Custom feedback kinds: {"<kind>": sum, "<kind>:n": count} merged key by key.
 _MERGE = """(SELECT coalesce(jsonb_object_agg(k, s), '{}'::jsonb) FROM (
         SELECT k, sum(v::float8) AS s FROM (
             SELECT * FROM jsonb_each_text(t.counters) UNION ALL SELECT * FROM jsonb_each_text(EXCLUDED.counters)
         ) x(k, v) GROUP BY k) y)"""
-COUNTERS: Final = f"""
+
+
+def _counters(units: bool) -> str:
+    """Fold custom feedback kinds: per segment, and per unit when ``units``."""
+    unit_part = f"""ua AS (
+    SELECT experiment_id, variant, unit_id, min(t0) AS t0, max(t1) AS t1,
+        jsonb_object_agg(kind, s) || jsonb_object_agg(kind || ':n', n) AS counters
+    FROM a GROUP BY experiment_id, variant, unit_id
+), u AS (
+    INSERT INTO unit_rollups AS t (experiment_id, variant, unit_id, first_ts, last_ts, counters)
+    SELECT * FROM ua ORDER BY experiment_id, variant, unit_id
+    ON CONFLICT (experiment_id, variant, unit_id) DO UPDATE SET counters = {_MERGE}
+    RETURNING 1
+), """
+    return f"""
 WITH f AS (
     SELECT experiment_id, variant, unit_id, tags, ts, kind, value FROM lg_new_f
     WHERE NOT (kind = ANY({_BUILTIN_KINDS}))
 ), a AS (
     SELECT experiment_id, variant, unit_id, kind, sum(value) AS s, count(*) AS n, min(ts) AS t0, max(ts) AS t1
     FROM f GROUP BY experiment_id, variant, unit_id, kind
-), ua AS (
-    SELECT experiment_id, variant, unit_id, min(t0) AS t0, max(t1) AS t1,
-        jsonb_object_agg(kind, s) || jsonb_object_agg(kind || ':n', n) AS counters
-    FROM a GROUP BY experiment_id, variant, unit_id
-), sa0 AS (
+), {unit_part if units else ""}sa0 AS (
     SELECT f.experiment_id, t.key || '=' || t.value AS segment, f.variant, f.unit_id, f.kind,
         sum(f.value) AS s, count(*) AS n, min(f.ts) AS t0, max(f.ts) AS t1
-    FROM f, jsonb_each_text(f.tags) t GROUP BY 1, 2, 3, 4, 5
+    FROM f, jsonb_each_text(f.tags) t WHERE {declared_sql("t.key", "f.experiment_id")} GROUP BY 1, 2, 3, 4, 5
 ), sa AS (
     SELECT experiment_id, segment, variant, unit_id, min(t0) AS t0, max(t1) AS t1,
         jsonb_object_agg(kind, s) || jsonb_object_agg(kind || ':n', n) AS counters
     FROM sa0 GROUP BY experiment_id, segment, variant, unit_id
-), u AS (
-    INSERT INTO unit_rollups AS t (experiment_id, variant, unit_id, first_ts, last_ts, counters)
-    SELECT * FROM ua ORDER BY experiment_id, variant, unit_id
-    ON CONFLICT (experiment_id, variant, unit_id) DO UPDATE SET counters = {_MERGE}
-    RETURNING 1
 )
 INSERT INTO segment_rollups AS t (experiment_id, segment, variant, unit_id, first_ts, last_ts, counters)
 SELECT * FROM sa ORDER BY experiment_id, segment, variant, unit_id
 ON CONFLICT (experiment_id, segment, variant, unit_id) DO UPDATE SET counters = {_MERGE}
-""".encode()
+"""
+
+
+COUNTERS: Final = _counters(units=True).encode()
+SEGMENT_COUNTERS: Final = _counters(units=False).encode()
 
 
 # Of the batch's attributed feedback of ONCE_KINDS, keep in lg_new_f only the first per
@@ -347,3 +420,89 @@ def fold_feedback(pg: psycopg.Connection[Any]) -> None:
     pg.execute(FEEDBACK_FOLD)
     pg.execute(RL_FEEDBACK_FOLD)
     pg.execute(COUNTERS)
+
+
+# --- backfill of declared segments -------------------------------------------------------
+
+# The experiment's counted interactions carrying one of the keys, into lg_fold with only
+# those keys as segments. A conversation counts in the segments of its first primary turn
+# by (ts, event_id) — the batch rule, over all stored turns.
+_BACKFILL_FOLD: Final = f"""
+INSERT INTO lg_fold ({FOLD_COLUMNS}, tags_with_sep)
+SELECT experiment_id, variant, unit_id, ts, status, fallback, latency_ms, ttft_ms, prompt_tokens,
+    completion_tokens, response_chars, CASE WHEN NOT s.sep THEN s.joined END, conv, category,
+    CASE WHEN s.sep THEN s.kept END
+FROM (
+    SELECT i.*, i.conversation_id IS NULL OR row_number() OVER (
+        PARTITION BY i.conversation_id ORDER BY i.ts, i.event_id) = 1 AS conv
+    FROM interactions i
+    WHERE i.experiment_id = %(e)s AND i.role = 'primary' AND i.variant IS NOT NULL
+) c CROSS JOIN LATERAL (
+    SELECT string_agg(t.key || '=' || t.value, E'\\x1f') AS joined,
+        coalesce(bool_or(strpos(t.key || t.value, E'\\x1f') > 0), false) AS sep,
+        jsonb_object_agg(t.key, t.value) AS kept
+    FROM jsonb_each_text(c.tags) t WHERE t.key = ANY(%(keys)s::text[])) s
+WHERE c.tags ?| %(keys)s::text[]
+""".encode()
+
+# The experiment's attributed feedback on responses carrying one of the keys, into
+# lg_new_f (tags: only those keys) as the batches counted it: every custom kind and rating;
+# of ONCE_KINDS the first stored per (response, kind) with a value > 0 (task_success: any).
+_BACKFILL_FEEDBACK: Final = f"""
+INSERT INTO lg_new_f
+SELECT request_id, kind, value, ts, experiment_id, variant, unit_id, kept, status, category, completion_tokens
+FROM (
+    SELECT f.request_id, f.kind, f.value, f.ts, f.experiment_id, f.variant, i.unit_id, i.status, i.category,
+        i.completion_tokens,
+        (SELECT jsonb_object_agg(t.key, t.value) FROM jsonb_each_text(i.tags) t
+         WHERE t.key = ANY(%(keys)s::text[])) AS kept,
+        f.kind = ANY({_ONCE}) AS once, (f.value > 0 OR f.kind = 'task_success') AS counts,
+        row_number() OVER (
+            PARTITION BY f.request_id, f.kind, (f.value > 0 OR f.kind = 'task_success')
+            ORDER BY f.ingested_at, f.ts, f.event_id) AS nth
+    FROM feedback f JOIN interactions i ON i.request_id = f.request_id AND i.experiment_id = f.experiment_id
+        AND i.role = 'primary'
+    WHERE f.experiment_id = %(e)s AND i.tags ?| %(keys)s::text[]
+) x
+WHERE NOT once OR (counts AND nth = 1)
+""".encode()
+
+_BACKFILL_DELETE: Final = (
+    b"DELETE FROM segment_rollups WHERE experiment_id = %(e)s AND split_part(segment, '=', 1) = ANY(%(keys)s::text[])",
+    b"DELETE FROM latency_histograms WHERE experiment_id = %(e)s AND segment <> ''"
+    b" AND split_part(segment, '=', 1) = ANY(%(keys)s::text[])",
+)
+
+
+def backfill_segments(pg: psycopg.Connection[Any], experiment_id: int, keys: Sequence[str]) -> int:
+    """Recompute the experiment's segments of the tag ``keys`` from the stored events
+    (``interactions.tags``): their segment rollups and latency histograms are deleted and
+    folded again, as the batches would have folded them had the keys been declared from the
+    start. Returns the segment rollup rows written.
+
+    The caller's transaction must hold ``segment_rollups`` in SHARE ROW EXCLUSIVE mode
+    (no batch in flight or starting) and the keys must be declared (the segment folds keep
+    declared keys only) and not ``rollout_stage`` (always folded: recomputing it would be
+    the same rows). Feedback counts as the batches count it, the first stored per response
+    and kind for the yes/no kinds (``feedback_counted`` keeps which responses, not which event).
+    """
+    keys = sorted(set(keys))
+    if not keys:
+        return 0
+    if ROLLOUT_STAGE_TAG in keys:
+        raise ValueError(f"{ROLLOUT_STAGE_TAG} is always folded: nothing to backfill")
+    params = {"e": experiment_id, "keys": keys}
+    pg.execute(TEMP_TABLES.encode())
+    pg.execute(b"DELETE FROM lg_fold; DELETE FROM lg_new_f")
+    with pg.cursor() as cur:
+        for delete in _BACKFILL_DELETE:
+            cur.execute(delete, params)
+        cur.execute(_BACKFILL_FOLD, params)
+        cur.execute(SEGMENT_FOLD)
+        written = max(0, cur.rowcount)
+        cur.execute(SEGMENT_HISTOGRAMS)
+        cur.execute(_BACKFILL_FEEDBACK, params)
+        cur.execute(SEGMENT_FEEDBACK_FOLD)
+        cur.execute(SEGMENT_COUNTERS)
+    pg.execute(b"DELETE FROM lg_fold; DELETE FROM lg_new_f")
+    return written

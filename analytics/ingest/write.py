@@ -8,6 +8,9 @@ The steps of a batch (``_batch``):
    and ``INSERT … SELECT … ON CONFLICT (event_id) DO NOTHING`` stores them. Either way only
    the rows actually inserted, and of those the counted ones, reach the session temp table
    ``lg_fold``, so a redelivered event is never counted twice.
+   An event's segments are its tags of the keys its experiment declares (and
+   ``rollout_stage``), read at the start of the batch's transaction
+   (``rollups.declared_segments``).
 2. ``analytics.ingest.rollups.fold_interactions`` folds ``lg_fold`` into ``unit_rollups``,
    ``segment_rollups``, ``latency_histograms`` and ``latency_samples``: one fold for both paths.
 3. Feedback stored before its interaction is attributed now (the UPDATE only touches rows
@@ -120,11 +123,12 @@ WITH src AS (
                     SELECT x.experiment_id, x.role FROM interactions x
                     WHERE x.conversation_id = c.conversation_id OFFSET 0) x
                 WHERE x.role = 'primary' AND x.experiment_id = c.experiment_id)),
-        category, CASE WHEN s.sep THEN c.tags END
-    FROM counted c CROSS JOIN LATERAL (
+        category, CASE WHEN s.sep THEN s.kept END
+    FROM counted c CROSS JOIN LATERAL (  -- the declared tags only (rollups.declared_sql)
         SELECT string_agg(t.key || '=' || t.value, E'\\x1f') AS joined,
-            coalesce(bool_or(strpos(t.key || t.value, E'\\x1f') > 0), false) AS sep
-        FROM jsonb_each_text(c.tags) t) s
+            coalesce(bool_or(strpos(t.key || t.value, E'\\x1f') > 0), false) AS sep,
+            jsonb_object_agg(t.key, t.value) AS kept
+        FROM jsonb_each_text(c.tags) t WHERE {rollups.declared_sql("t.key", "c.experiment_id")}) s
 )
 SELECT (SELECT count(*) FROM ins), (SELECT coalesce(array_agg(request_id), '{{}}') FROM counted)
 """
@@ -286,14 +290,16 @@ def _count(pg: psycopg.Connection[Any], sql: bytes) -> int:
     return int(row[0]) if row else 0
 
 
-def _insert_by_copy(pg: psycopg.Connection[Any], raws: Sequence[Raw]) -> tuple[int, list[str]]:
+def _insert_by_copy(
+    pg: psycopg.Connection[Any], raws: Sequence[Raw], declared: rollups.Declared
+) -> tuple[int, list[str]]:
     """The COPY fast path: (rows inserted, request ids of the counted ones)."""
     events: list[InteractionEvent] = []
     for r in raws:
         e = r.event if r.event is not None else decode(r.payload)
         assert isinstance(e, InteractionEvent)
         events.append(e)
-    ins = copy_text.insert_interactions(pg, events)
+    ins = copy_text.insert_interactions(pg, events, declared=declared)
     return ins.rows, ins.attributable
 
 
@@ -310,6 +316,7 @@ def _batch(
     pg: psycopg.Connection[Any],
     interactions: Sequence[Raw],
     feedback: Sequence[Raw],
+    declared: rollups.Declared,
     nested: bool = True,
     fast: bool = False,
 ) -> IngestResult:
@@ -318,7 +325,7 @@ def _batch(
     if interactions:
         # 1. store the new interactions; the counted ones also go into lg_fold
         if fast:
-            n_i, counted = _insert_by_copy(pg, interactions)
+            n_i, counted = _insert_by_copy(pg, interactions, declared)
         else:
             n_i, counted = _insert_on_conflict(pg, interactions)
         # 2. fold lg_fold into the rollups: the one fold, whichever path stored the rows
@@ -340,17 +347,21 @@ def _batch(
 
 
 def _fast_or_safe(
-    pg: psycopg.Connection[Any], interactions: Sequence[Raw], feedback: Sequence[Raw], nested: bool
+    pg: psycopg.Connection[Any],
+    interactions: Sequence[Raw],
+    feedback: Sequence[Raw],
+    declared: rollups.Declared,
+    nested: bool,
 ) -> IngestResult:
     """COPY fast path in a savepoint; on a concurrent duplicate, the ON CONFLICT path."""
     if not interactions:
-        return _batch(pg, interactions, feedback, nested)
+        return _batch(pg, interactions, feedback, declared, nested)
     try:
         with pg.transaction():
-            return _batch(pg, interactions, feedback, nested, fast=True)
+            return _batch(pg, interactions, feedback, declared, nested, fast=True)
     except (psycopg.errors.UniqueViolation, copy_text.Unsupported) as exc:
         log.info("COPY fast path not applicable (%s); batch redone with ON CONFLICT", exc)
-    return _batch(pg, interactions, feedback, nested=True)
+    return _batch(pg, interactions, feedback, declared, nested=True)
 
 
 # What the database refuses because of the values of the events at hand: their data
@@ -408,7 +419,11 @@ def _screen(part: _Part) -> tuple[_Part, list[_Part]]:
 
 
 def _isolating(
-    pg: psycopg.Connection[Any], interactions: Sequence[Raw], feedback: Sequence[Raw], nested: bool
+    pg: psycopg.Connection[Any],
+    interactions: Sequence[Raw],
+    feedback: Sequence[Raw],
+    declared: rollups.Declared,
+    nested: bool,
 ) -> tuple[IngestResult, list[DeadLetterRow]]:
     """Write the batch; if the database refuses it, isolate the refused events.
 
@@ -429,7 +444,7 @@ def _isolating(
         try:
             with pg.transaction():
                 # After the first attempt the temp tables may hold a written part's rows.
-                total += _fast_or_safe(pg, *part, nested=nested or not first)
+                total += _fast_or_safe(pg, *part, declared, nested=nested or not first)
         except _REFUSED as exc:
             if first:
                 log.warning(
@@ -519,7 +534,10 @@ def ingest_raw(
     """
     nested = pg.info.transaction_status != pq.TransactionStatus.IDLE
     with pg.transaction():
-        res, refused = _isolating(pg, interactions, feedback, nested)
+        # The declared segment keys, read once under the fold's lock (kept by this
+        # transaction whatever the attempts' savepoints roll back): rollups.declared_segments.
+        declared = rollups.declared_segments(pg)
+        res, refused = _isolating(pg, interactions, feedback, declared, nested)
         write_judgements(pg, judgements)
         dead = [*dead_letters, *refused]
         write_dead_letters(pg, dead)
@@ -541,6 +559,7 @@ def attribute_pending(pg: psycopg.Connection[Any], since: datetime | None = None
     """
     with pg.transaction():
         _prepare(pg, nested=True)
+        rollups.declared_segments(pg)  # the fold's lock, as a batch takes it
         row = pg.execute(b"SELECT now()").fetchone()
         assert row is not None
         if since is None:

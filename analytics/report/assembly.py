@@ -49,6 +49,7 @@ from analytics.risks import Guardrail
 from analytics.stats.correction import benjamini_hochberg, holm
 from analytics.stats.sequential import DEFAULT_PLANNED_UNITS
 from analytics.stats.sufficient import SampleStats
+from contracts.events import ROLLOUT_STAGE_TAG
 from contracts.ngrams import NgramKey, phrase_lookup
 from contracts.rollout_plan import RolloutPlanSchema
 
@@ -209,6 +210,7 @@ class _Experiment:
     stage_started_at: datetime | None
     metrics: list[Any]
     variants: list[tuple[str, float, bool]]  # name, weight, is_control
+    segment_tags: list[str]  # declared tag keys (rollout_stage is rolled up whether listed or not)
 
     @property
     def control(self) -> str | None:
@@ -218,8 +220,8 @@ class _Experiment:
 def _load_experiment(conn: Connection, experiment_id: int) -> _Experiment:
     row = conn.execute(
         text(
-            "SELECT id, name, route, mode, status, rollout_stage, started_at, stage_started_at, metrics"
-            " FROM experiments WHERE id = :id"
+            "SELECT id, name, route, mode, status, rollout_stage, started_at, stage_started_at, metrics,"
+            " segment_tags FROM experiments WHERE id = :id"
         ),
         {"id": experiment_id},
     ).first()
@@ -229,11 +231,11 @@ def _load_experiment(conn: Connection, experiment_id: int) -> _Experiment:
         text("SELECT name, weight, is_control FROM variants WHERE experiment_id = :id ORDER BY id"),
         {"id": experiment_id},
     ).all()
-    eid, name, route, mode, status, stage, started, stage_started, wanted = row
+    eid, name, route, mode, status, stage, started, stage_started, wanted, tags = row
     return _Experiment(
         id=eid, name=name, route=route, mode=mode, status=status, stage=stage, started_at=started,
         stage_started_at=stage_started, metrics=list(wanted or []),
-        variants=[(str(n), float(w), bool(c)) for n, w, c in variants],
+        variants=[(str(n), float(w), bool(c)) for n, w, c in variants], segment_tags=list(tags or []),
     )  # fmt: skip
 
 
@@ -428,7 +430,12 @@ def _segment_tables(conn: Connection, exp: _Experiment, metrics: Sequence[Metric
     stats, units = segment_stats(_driver(conn), exp.id, plain, failed)
     errors += [error("metric_failed", f"metric {n!r} in segments: {why}") for n, why in failed.items()]
     metrics = [m for m in metrics if m.name not in failed]
-    names = sorted((s for s in units if "=" in s), key=lambda s: (-units[s], s))
+    # Only declared keys (and rollout_stage) are rolled up; rows of a key no longer declared
+    # are left from before and not shown.
+    shown = {*exp.segment_tags, ROLLOUT_STAGE_TAG}
+    names = sorted(
+        (s for s in units if s.partition("=")[0] in shown and "=" in s), key=lambda s: (-units[s], s)
+    )
     if len(names) > opts.max_segments:
         errors.append(
             error("segments_truncated", f"{len(names)} segments; showing the {opts.max_segments} largest")
@@ -511,6 +518,7 @@ def build_report(
         "stage": exp.stage, "started_at": exp.started_at, "generated_at": generated, "alpha": opts.alpha,
         "control": exp.control, "metrics": [_plan_metric_info(metric_info(m, opts.mde), guards) for m in metrics],
         "planned_units": compare.planned_units, "min_units": compare.min_units,
+        "segment_tags": exp.segment_tags,
     }  # fmt: skip
     if exp.control is None:
         allocation, srm = srm_all_units(exp.variants, {}, exp.mode)

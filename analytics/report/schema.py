@@ -391,6 +391,9 @@ class Report(_Model):
     results: list[VariantResult]
     verdicts: list[Verdict]
     timeseries: list[TimeSeries] = Field(default_factory=list)
+    # The tag keys the experiment declares for segments (experiments.segment_tags): only
+    # these, and rollout_stage, are rolled up at ingest and can appear in ``segments``.
+    segment_tags: list[str] = Field(default_factory=list)
     segments: list[SegmentBreakdown] = Field(default_factory=list)
     paired: list[PairedComparison] = Field(default_factory=list)
     rollout: RolloutSection | None = None

@@ -33,7 +33,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse, Response
-from sqlalchemy import Engine, create_engine
+from sqlalchemy import Connection, Engine, create_engine
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
@@ -114,6 +114,8 @@ def controller_worker(ctx: ServiceContext) -> BackgroundWorker | None:
 def control_plane(ctx: ServiceContext, authenticator: Authenticator | None = None) -> ControlPlane:
     """The admin API's dependencies: this service's engine, the metric catalogue's validation
     and the rollout actions (with the operator as the decision's actor)."""
+    from analytics.ingest.rollups import backfill_segments
+    from analytics.ingest.write import psycopg_connection
     from analytics.report.catalogue import BUILTINS, parse_spec, spec_dict
     from analytics.rollout import manual
     from analytics.rollout.telemetry import for_registry
@@ -126,12 +128,17 @@ def control_plane(ctx: ServiceContext, authenticator: Authenticator | None = Non
     def rollout_action(id_or_name: str, action: str, actor: str) -> dict[str, Any]:
         return manual.act(ctx.engine, id_or_name, action, actor, rollout_metrics)
 
+    def segment_backfill(conn: Connection, experiment_id: int, keys: list[str]) -> int:
+        with psycopg_connection(conn) as pg:
+            return backfill_segments(pg, experiment_id, keys)
+
     return ControlPlane(
         ctx.settings.admin_token,
         engine=ctx.engine,
         metric_spec=metric_spec,
         builtin_metrics=frozenset(BUILTINS),
         rollout_action=rollout_action,
+        segment_backfill=segment_backfill,
         read_token=ctx.settings.read_token,
         auth=authenticator,
         notify=ctx.settings.notify,

@@ -55,7 +55,7 @@ def main() -> None:
                 for k in range(c)
             ]
             with pg.transaction():
-                if copy_text.insert_interactions(pg, batch).attributable:
+                if copy_text.insert_interactions(pg, batch, declared=rollups.NONE_DECLARED).attributable:
                     rollups.fold_interactions(pg)
             if t not in checkpoints:
                 continue

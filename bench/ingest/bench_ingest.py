@@ -366,6 +366,15 @@ def copy_run(db_url: str, data: bytes, n: int, cpu: list[dict[str, float]]) -> f
         return rate
 
 
+def declare_segments(db_url: str, keys: list[str]) -> None:
+    """The bench experiment (id 1, the events' ``experiment_id``) and its declared segment keys."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute(
+            b"INSERT INTO experiments (id, name, route, mode, salt, segment_tags) VALUES (1, 'bench', 'bench', 'ab', 's', %s)",
+            (keys,),
+        )
+
+
 def truncate(db_url: str) -> None:
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute(f"TRUNCATE {TABLES}".encode())
@@ -387,11 +396,18 @@ def main() -> None:
     )
     ap.add_argument("--logs", default=None, help="directory for the consumer processes' logs (stderr)")
     ap.add_argument("--switch-interval", type=float, default=None, help="sys.setswitchinterval (GIL handoff)")
+    ap.add_argument(
+        "--segment-tags",
+        default="task",
+        help="tag keys the bench experiment declares for segments, comma-separated ('' for none);"
+        " the default declares the events' one tag: the segment work every event cost before declarations",
+    )
     args = ap.parse_args()
     if args.switch_interval:
         sys.setswitchinterval(args.switch_interval)
     topic = f"bench-ingest-{secrets.token_hex(3)}"
     with scratch_database(args.admin_url, "lg_bench_ingest") as db_url:
+        declare_segments(db_url, [k for k in args.segment_tags.split(",") if k])
         admin = KafkaAdminClient(bootstrap_servers=args.bootstrap)
         try:
             admin.create_topics([NewTopic(t, 6, 1) for t in (topic, topic + "-fb")])

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from bench_ingest import ADMIN_URL, make_events, scratch_database
 
-from analytics.ingest import write
+from analytics.ingest import rollups, write
 from contracts.events import InteractionEvent, encode
 
 
@@ -46,7 +46,7 @@ def _one_by_one(pg: psycopg.Connection[Any], raws: list[write.Raw]) -> None:
         for raw in raws:
             try:
                 with pg.transaction():
-                    write._fast_or_safe(pg, [raw], [], nested=True)
+                    write._fast_or_safe(pg, [raw], [], rollups.NONE_DECLARED, nested=True)
             except psycopg.DataError:
                 pass
 

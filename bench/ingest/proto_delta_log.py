@@ -49,7 +49,9 @@ def run(url: str, events: list[Any], batch: int, every: int | None) -> None:
                 t = time.perf_counter()
                 with pg.transaction():
                     write._prepare(pg, True)
-                    counted = copy_text.insert_interactions(pg, events[i : i + batch]).attributable
+                    counted = copy_text.insert_interactions(
+                        pg, events[i : i + batch], declared=rollups.NONE_DECLARED
+                    ).attributable
                     if every is None and counted:
                         rollups.fold_interactions(pg)
                 t_ingest += time.perf_counter() - t

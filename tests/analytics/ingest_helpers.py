@@ -6,14 +6,21 @@ import random
 import secrets
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import psycopg
 
 from analytics.ingest.rollups import ONCE_KINDS
-from contracts.events import FEEDBACK_KINDS, Event, FeedbackEvent, InteractionEvent, JudgeEvent
+from contracts.events import (
+    FEEDBACK_KINDS,
+    ROLLOUT_STAGE_TAG,
+    Event,
+    FeedbackEvent,
+    InteractionEvent,
+    JudgeEvent,
+)
 from contracts.tables import ROLLUP_MEASURES
 
 if TYPE_CHECKING:
@@ -32,6 +39,27 @@ def connect(database_url: str) -> Iterator[psycopg.Connection[tuple[Any, ...]]]:
 
 def new_experiment_id() -> int:
     return random.randint(1_000_000, 2_000_000_000)
+
+
+#: The tag keys the ingest tests' events carry (declared_experiment rolls them all up).
+TEST_TAG_KEYS: Final = ("task", "lang", "ta\\sk")
+
+
+def declare(database_url: str, exp: int, keys: Sequence[str] = TEST_TAG_KEYS) -> int:
+    """Give experiment ``exp`` a row declaring ``keys`` as its segment tags (ingest folds
+    only declared keys, and ``rollout_stage``); returns ``exp``."""
+    with connect(database_url) as conn:
+        conn.execute(
+            "INSERT INTO experiments (id, name, route, mode, salt, segment_tags) VALUES (%s, %s, %s, 'ab', 's', %s)"
+            " ON CONFLICT (id) DO UPDATE SET segment_tags = EXCLUDED.segment_tags",
+            (exp, f"exp-{exp}", f"route-{exp}", list(keys)),
+        )
+    return exp
+
+
+def declared_experiment(database_url: str, keys: Sequence[str] = TEST_TAG_KEYS) -> int:
+    """A new experiment id whose row declares ``keys`` as segment tags."""
+    return declare(database_url, new_experiment_id(), keys)
 
 
 def interaction(exp: int | None, variant: str | None, unit: str, **kw: Any) -> InteractionEvent:
@@ -108,8 +136,13 @@ _KIND_COLUMN = {
 }
 
 
-def expected_rollups(events: Iterable[Event]) -> dict[tuple[int, str, str, str], dict[str, Any]]:
-    """(experiment, segment, variant, unit) -> measures, computed naively in Python."""
+def expected_rollups(
+    events: Iterable[Event], declared: Collection[str] | None = None
+) -> dict[tuple[int, str, str, str], dict[str, Any]]:
+    """(experiment, segment, variant, unit) -> measures, computed naively in Python.
+
+    ``declared``: the tag keys rolled up per segment (with ``rollout_stage``); None: every tag."""
+    keep = None if declared is None else {*declared, ROLLOUT_STAGE_TAG}
     evs = list(events)
     by_request = {e.request_id: e for e in evs if isinstance(e, InteractionEvent) and e.role == "primary"}
     out: dict[tuple[int, str, str, str], dict[str, Any]] = defaultdict(
@@ -128,12 +161,12 @@ def expected_rollups(events: Iterable[Event]) -> dict[tuple[int, str, str, str],
         if isinstance(e, InteractionEvent):
             if e.role != "primary" or e.experiment_id is None or e.variant is None:
                 continue
-            inter, segs = e, ["", *(f"{k}={v}" for k, v in e.tags.items())]
+            inter, segs = e, ["", *(f"{k}={v}" for k, v in e.tags.items() if keep is None or k in keep)]
         else:
             i = by_request.get(e.request_id)
             if i is None or i.experiment_id is None or i.variant is None:
                 continue
-            inter, segs = i, ["", *(f"{k}={v}" for k, v in i.tags.items())]
+            inter, segs = i, ["", *(f"{k}={v}" for k, v in i.tags.items() if keep is None or k in keep)]
         assert inter.experiment_id is not None and inter.variant is not None
         for seg in segs:
             key = (inter.experiment_id, seg, inter.variant, inter.unit_id)

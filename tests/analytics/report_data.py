@@ -28,8 +28,9 @@ def create_experiment(
     metrics: Sequence[Any] = (),
     name: str | None = None,
     stage_started_at: datetime | None = None,
+    segment_tags: Sequence[str] = ("task", "lang"),
 ) -> tuple[int, str]:
-    """An experiment whose first variant is the control; returns (id, name)."""
+    """An experiment whose first variant is the control, declaring ``segment_tags``; returns (id, name)."""
     name = name or f"exp-{secrets.token_hex(4)}"
     up = conn.execute(
         text("INSERT INTO upstreams (name, base_url) VALUES (:n, 'http://127.0.0.1:1') RETURNING id"),
@@ -38,11 +39,11 @@ def create_experiment(
     eid = int(
         conn.execute(
             text(
-                "INSERT INTO experiments (name, route, mode, status, salt, metrics, started_at, stage_started_at)"
-                " VALUES (:n, :r, :m, :s, 'salt', CAST(:metrics AS jsonb), :t, :st) RETURNING id"
+                "INSERT INTO experiments (name, route, mode, status, salt, metrics, started_at, stage_started_at,"
+                " segment_tags) VALUES (:n, :r, :m, :s, 'salt', CAST(:metrics AS jsonb), :t, :st, :tags) RETURNING id"
             ),
             {"n": name, "r": f"route-{name}", "m": mode, "s": status, "metrics": orjson.dumps(list(metrics)).decode(),
-             "t": T0, "st": stage_started_at},
+             "t": T0, "st": stage_started_at, "tags": list(segment_tags)},
         ).scalar_one()
     )  # fmt: skip
     for i, (vname, weight) in enumerate(variants):

@@ -105,3 +105,78 @@ def test_an_experiments_blinding_is_stored_validated_and_reaches_the_gateway_sna
     finally:
         source.dispose()
     assert (exp.echo_model, exp.variant_header) == (False, "always")
+
+
+def test_segment_tags_are_declared_validated_audited_and_backfilled_through_the_control_plane(
+    admin_service: AdminService, engine: Engine, database_url: str, unique_name: str
+) -> None:
+    from analytics.ingest.write import ingest
+    from tests.analytics.ingest_helpers import connect, interaction
+
+    assert (
+        admin_service.call(
+            "POST", "/admin/upstreams", {"name": unique_name, "base_url": "http://127.0.0.1:9"}
+        )[0]
+        == 201
+    )
+    body = {
+        "name": unique_name, "route": f"r-{unique_name}", "mode": "ab",
+        "variants": [{"name": "a", "upstream": unique_name, "model": "m1", "weight": 50, "is_control": True},
+                     {"name": "b", "upstream": unique_name, "model": "m2", "weight": 50}],
+    }  # fmt: skip
+    status, out = admin_service.call("POST", "/admin/experiments", body)
+    assert status == 201 and out["segment_tags"] == []
+    exp = out["id"]
+    path = f"/admin/experiments/{unique_name}"
+    for bad, why in [
+        (["task", "task"], "distinct"),
+        (["a=b"], "'='"),
+        ([f"k{i}" for i in range(9)], "8"),
+        (["tab\there"], "control"),
+        ([""], "at least 1"),
+        ("task", "list"),
+    ]:
+        status, out = admin_service.call("PATCH", path, {"segment_tags": bad})
+        assert status == 422 and why in str(out), (bad, out)
+    assert admin_service.call("PATCH", path, {"segment_tags": None})[0] == 422
+
+    # Traffic before "task" is declared: rolled up per unit, no task segment.
+    events = [interaction(exp, v, f"u{i}", tags={"task": t}) for i, (v, t) in enumerate(
+        [("a", "code"), ("b", "code"), ("a", "math"), ("b", "math"), ("a", "code")])]  # fmt: skip
+    with connect(database_url) as conn:
+        ingest(conn, events)
+    status, out = admin_service.call("POST", f"{path}/segments/backfill", {})
+    assert status == 422 and "declares none" in out["detail"]
+
+    status, out = admin_service.call("PATCH", path, {"segment_tags": ["task"]}, actor="dora")
+    assert status == 200 and out["segment_tags"] == ["task"]
+    status, out = admin_service.call("POST", f"{path}/segments/backfill", {"keys": ["lang"]})
+    assert status == 422 and "'lang'" in out["detail"]
+    status, out = admin_service.call("POST", f"{path}/segments/backfill", {"keys": ["rollout_stage"]})
+    assert status == 422 and "always" in out["detail"]
+    status, out = admin_service.call("POST", f"{path}/segments/backfill", {}, token=None)
+    assert status == 401
+
+    def task_segments() -> dict[str, float]:
+        with engine.connect() as conn:
+            rows = conn.execute(
+                text(
+                    "SELECT segment, sum(requests) FROM segment_rollups WHERE experiment_id = :e GROUP BY 1"
+                ),
+                {"e": exp},
+            )
+            return {str(s): float(n) for s, n in rows}
+
+    assert task_segments() == {}
+    status, out = admin_service.call("POST", f"{path}/segments/backfill", None, actor="dora")
+    assert status == 200 and out == {"experiment_id": exp, "keys": ["task"], "segment_rows": 5}, out
+    assert task_segments() == {"task=code": 3.0, "task=math": 2.0}
+    # Again: recomputed, not added twice.
+    assert admin_service.call("POST", f"{path}/segments/backfill", {"keys": ["task"]}, actor="dora")[0] == 200
+    assert task_segments() == {"task=code": 3.0, "task=math": 2.0}
+    actions = [(a, who) for a, who, _, _ in _audit(engine, "experiment", str(exp))]
+    assert actions[-3:] == [
+        ("update", "admin:dora"),
+        ("backfill_segments", "admin:dora"),
+        ("backfill_segments", "admin:dora"),
+    ]

@@ -19,10 +19,10 @@ from tests.analytics.ingest_helpers import (
     connect,
     count_rows,
     create_topics,
+    declared_experiment,
     event_records,
     expected_rollups,
     interaction,
-    new_experiment_id,
     produce,
     random_events,
     stored_rollups,
@@ -83,7 +83,7 @@ def test_malformed_messages_are_dead_lettered_and_the_consumer_keeps_going(
 ) -> None:
     s = _settings(database_url, kafka_bootstrap, unique_name)
     create_topics(kafka_bootstrap, s.interactions_topic, s.feedback_topic)
-    exp = new_experiment_id()
+    exp = declared_experiment(database_url)
     before = interaction(exp, "control", "u1")
     after = interaction(exp, "candidate", "u1")
     future = encode(interaction(exp, "control", "u1")).replace(
@@ -142,7 +142,7 @@ def test_two_consumers_in_one_group_share_the_partitions_and_count_each_event_on
 ) -> None:
     s = _settings(database_url, kafka_bootstrap, unique_name)
     create_topics(kafka_bootstrap, s.interactions_topic, s.feedback_topic)
-    exp = new_experiment_id()
+    exp = declared_experiment(database_url)
     events = random_events(exp, 3000, random.Random(5), units=200)
     m1, m2 = ConsumerMetrics(CollectorRegistry()), ConsumerMetrics(CollectorRegistry())
     with running(s, m1), running(s, m2):
@@ -172,7 +172,7 @@ def test_consumer_threads_are_group_members_sharing_partitions_and_lag(
 ) -> None:
     s = _settings(database_url, kafka_bootstrap, unique_name, consumer_threads=2)
     create_topics(kafka_bootstrap, s.interactions_topic, s.feedback_topic)
-    exp = new_experiment_id()
+    exp = declared_experiment(database_url)
     events = random_events(exp, 3000, random.Random(11), units=200)
     n_interactions = sum(1 for e in events if e.type == "interaction")
     metrics = ConsumerMetrics(CollectorRegistry())
@@ -235,7 +235,7 @@ def test_a_consumer_started_before_its_topics_exist_starts_ingesting_once_they_d
         consumer_metadata_max_age_ms=300_000,
         kafka_client=kafka_client,
     )
-    exp = new_experiment_id()
+    exp = declared_experiment(database_url)
     events = random_events(exp, 400, random.Random(13), units=40)
     metrics = ConsumerMetrics(CollectorRegistry())
     with running(s, metrics):
@@ -261,7 +261,7 @@ def test_judge_scores_from_kafka_are_stored_once_and_a_bad_one_is_dead_lettered(
 
     s = _settings(database_url, kafka_bootstrap, unique_name)
     create_topics(kafka_bootstrap, s.interactions_topic, s.feedback_topic, s.judgements_topic)
-    exp = new_experiment_id()
+    exp = declared_experiment(database_url)
     call = interaction(exp, "candidate", "u1", category="code")
     judged = JudgeEvent(
         request_id=call.request_id, unit_id="u1", judge="j", role="primary", status="ok", latency_ms=5.0,
@@ -317,7 +317,7 @@ def test_a_member_joining_while_another_writes_makes_the_group_read_nothing_twic
         consumer_session_timeout_ms=6000,  # heartbeats every 1.5 s: the rebalance comes sooner
     )
     create_topics(kafka_bootstrap, s.interactions_topic, s.feedback_topic)
-    exp = new_experiment_id()
+    exp = declared_experiment(database_url)
     events = random_events(exp, 20_000, random.Random(9), units=300)
     produce(kafka_bootstrap, event_records(events, s.interactions_topic, s.feedback_topic))
     m1, m2 = ConsumerMetrics(CollectorRegistry()), ConsumerMetrics(CollectorRegistry())

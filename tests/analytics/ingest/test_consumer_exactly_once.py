@@ -27,9 +27,9 @@ from tests.analytics.ingest_helpers import (
     connect,
     count_rows,
     create_topics,
+    declared_experiment,
     event_records,
     expected_rollups,
-    new_experiment_id,
     pg_url,
     produce,
     random_events,
@@ -100,7 +100,7 @@ def test_consumer_killed_with_sigkill_at_random_moments_ingests_every_event_exac
     rng = random.Random(42)
     topics = (f"i-{unique_name}", f"f-{unique_name}")
     create_topics(kafka_bootstrap, *topics)
-    exp = new_experiment_id()
+    exp = declared_experiment(database_url)
     events = random_events(exp, 9000, rng, units=300)
     n_interactions = sum(1 for e in events if isinstance(e, InteractionEvent))
     env = {
@@ -190,7 +190,7 @@ def test_postgres_stopped_for_30_seconds_mid_run_loses_and_doubles_nothing(
         dbmod.upgrade(url)
         topics = (f"i-{unique_name}", f"f-{unique_name}")
         create_topics(kafka_bootstrap, *topics)
-        exp = new_experiment_id()
+        exp = declared_experiment(url)
         events = random_events(exp, 6000, random.Random(7), units=200)
         settings = ConsumerSettings(
             database_url=url,
@@ -254,7 +254,7 @@ def test_sigterm_while_postgres_blocks_the_write_exits_within_the_grace_and_comm
     """
     topics = (f"i-{unique_name}", f"f-{unique_name}")
     create_topics(kafka_bootstrap, *topics)
-    exp = new_experiment_id()
+    exp = declared_experiment(database_url)
     events = random_events(exp, 600, random.Random(7), units=50)
     group = f"g-{unique_name}"
     env = {

@@ -25,10 +25,10 @@ from tests.analytics.ingest_helpers import (
     connect,
     count_rows,
     create_topics,
+    declared_experiment,
     event_records,
     expected_rollups,
     intrude_as_static_member,
-    new_experiment_id,
     produce,
     random_events,
     stored_rollups,
@@ -72,7 +72,7 @@ def test_a_fenced_static_member_replaces_its_client_and_ingests_every_event_exac
     settings = _settings(database_url, kafka_bootstrap, unique_name, kafka_client)
     topics = (settings.interactions_topic, settings.feedback_topic)
     create_topics(kafka_bootstrap, *topics)
-    exp = new_experiment_id()
+    exp = declared_experiment(database_url)
     rng = random.Random(5)
     before, during, after = (random_events(exp, 900, rng, units=60) for _ in range(3))
     events = before + during + after

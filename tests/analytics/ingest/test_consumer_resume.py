@@ -17,8 +17,8 @@ from eventbus import ClientChoice
 from tests.analytics.ingest_helpers import (
     count_rows,
     create_topics,
+    declared_experiment,
     event_records,
-    new_experiment_id,
     produce,
     random_events,
     wait_for,
@@ -47,7 +47,7 @@ def test_the_consumer_resumes_within_5_s_of_a_crashed_brokers_return(
     try:
         topics = (f"i-{unique_name}", f"f-{unique_name}")
         create_topics(broker.bootstrap, *topics)
-        exp = new_experiment_id()
+        exp = declared_experiment(database_url)
         rng = random.Random(13)
         before = random_events(exp, 400, rng, units=40)
         after = random_events(exp, 400, rng, units=40)

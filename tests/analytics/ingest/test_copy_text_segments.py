@@ -7,6 +7,9 @@ import pytest
 
 from analytics.ingest import copy_text
 
+_BOTH = frozenset({"task", "lang", "rollout_stage"})
+_USER = frozenset({"user", "rollout_stage"})
+
 
 def _json(tags: dict[str, str]) -> str:
     return orjson.dumps(tags).decode()
@@ -15,15 +18,24 @@ def _json(tags: dict[str, str]) -> str:
 def test_segments_are_built_once_per_distinct_tags_text(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(copy_text, "_SEGMENTS_OF", {})
     tags = {"task": "code", "lang": "en"}
-    assert copy_text._segments_cached(_json(tags), tags) == "task=code\x1flang=en"
-    assert copy_text._segments_cached(_json({}), {}) is None
+    assert copy_text._segments_cached(_json(tags), tags, _BOTH) == "task=code\x1flang=en"
+    assert copy_text._segments_cached(_json({}), {}, _BOTH) is None
 
-    def built_again(tags: dict[str, str]) -> str | None:
+    def built_again(tags: dict[str, str], keys: frozenset[str]) -> str | None:
         raise AssertionError(f"segments of {tags} built again")
 
     monkeypatch.setattr(copy_text, "_segments", built_again)
-    assert copy_text._segments_cached(_json(tags), tags) == "task=code\x1flang=en"
-    assert copy_text._segments_cached(_json({}), {}) is None  # None is a cached value too
+    assert copy_text._segments_cached(_json(tags), tags, _BOTH) == "task=code\x1flang=en"
+    assert copy_text._segments_cached(_json({}), {}, _BOTH) is None  # None is a cached value too
+
+
+def test_only_the_declared_keys_and_rollout_stage_become_segments(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(copy_text, "_SEGMENTS_OF", {})
+    tags = {"task": "code", "lang": "en", "rollout_stage": "2", "free": "a\x1fb"}
+    assert copy_text._segments_cached(_json(tags), tags) == "rollout_stage=2"  # nothing declared
+    assert copy_text._segments_cached(_json(tags), tags, _BOTH) == "task=code\x1flang=en\x1frollout_stage=2"
+    only_free = {"free": "x", "other": "y"}
+    assert copy_text._segments_cached(_json(only_free), only_free, _BOTH) is None
 
 
 def test_a_tag_holding_the_separator_is_refused_every_time(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -31,7 +43,7 @@ def test_a_tag_holding_the_separator_is_refused_every_time(monkeypatch: pytest.M
     tags = {"task": "a\x1fb"}
     for _ in range(2):
         with pytest.raises(copy_text.Unsupported):
-            copy_text._segments_cached(_json(tags), tags)
+            copy_text._segments_cached(_json(tags), tags, _BOTH)
     assert copy_text._SEGMENTS_OF == {}
 
 
@@ -39,7 +51,7 @@ def test_the_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(copy_text, "_SEGMENTS_OF", {})
     for i in range(10_050):
         tags = {"user": str(i)}
-        assert copy_text._segments_cached(_json(tags), tags) == f"user={i}"
+        assert copy_text._segments_cached(_json(tags), tags, _USER) == f"user={i}"
     assert 0 < len(copy_text._SEGMENTS_OF) <= 10_000
 
 

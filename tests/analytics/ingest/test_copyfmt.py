@@ -10,12 +10,16 @@ import pytest
 from psycopg._copy_base import TextFormatter
 from psycopg.adapt import Transformer
 
-from analytics.ingest import copy_text
-from contracts.events import InteractionEvent
+from analytics.ingest import copy_text, rollups
+from contracts.events import ROLLOUT_STAGE_TAG, InteractionEvent
 from tests.analytics.ingest_helpers import interaction
 
 # Characters a COPY or JSON escape must handle, and some that must pass verbatim.
 _ODD = "\\\t\n\r\b\v\f\"'\x01\x1e\x7f é€😀\u2028{}[]=,:"
+
+
+# Experiment 1 (the tests' interactions) declares "task".
+_DECLARED: rollups.Declared = {1: frozenset({"task", ROLLOUT_STAGE_TAG})}
 
 
 def _text(rng: random.Random, n: int = 12) -> str:
@@ -66,15 +70,30 @@ def _event(rng: random.Random) -> InteractionEvent:
     )
 
 
-def _python(events: list[InteractionEvent], counted: set[int], firsts: set[int]) -> tuple[bytes, bytes]:
+def _python(
+    events: list[InteractionEvent],
+    counted: set[int],
+    firsts: set[int],
+    declared: rollups.Declared = _DECLARED,
+) -> tuple[bytes, bytes]:
     """What the Python loop of insert_interactions writes through psycopg's formatter."""
     rows, fold = TextFormatter(Transformer()), TextFormatter(Transformer())
     a, b = bytearray(), bytearray()
-    for row, fold_row in copy_text.python_rows(events, counted, firsts):
+    for row, fold_row in copy_text.python_rows(events, counted, firsts, declared):
         a += rows.write_row(row)
         if fold_row is not None:
             b += fold.write_row(fold_row)
     return bytes(a + rows.end()), bytes(b + fold.end())
+
+
+def _declared(rng: random.Random, events: list[InteractionEvent]) -> rollups.Declared:
+    """Per experiment of the batch, a random subset of its tag keys (some experiments none)."""
+    out: dict[int, frozenset[str]] = {}
+    for e in events:
+        if e.experiment_id is not None and e.experiment_id not in out and rng.random() < 0.7:
+            keys = [k for k in e.tags if rng.random() < 0.6]
+            out[e.experiment_id] = frozenset([*keys, "task", ROLLOUT_STAGE_TAG])
+    return out
 
 
 def _flags(rng: random.Random, events: list[InteractionEvent]) -> tuple[set[int], set[int]]:
@@ -93,9 +112,10 @@ def test_c_renders_the_bytes_the_python_loop_writes(seed: int) -> None:
     rng = random.Random(seed)
     events = [_event(rng) for _ in range(300)]
     counted, firsts = _flags(rng, events)
-    rendered = copy_text.render_c(events, counted, firsts)
+    declared = _declared(rng, events)
+    rendered = copy_text.render_c(events, counted, firsts, declared)
     assert rendered is not None
-    want = _python(events, counted, firsts)
+    want = _python(events, counted, firsts, declared)
     assert rendered[0].count(b"\n") == len(events)
     assert rendered[1].count(b"\n") == len(counted)
     assert rendered == want
@@ -128,18 +148,27 @@ def test_an_empty_batch_and_a_batch_without_counted_rows() -> None:
 )
 def test_values_outside_the_common_case_are_left_to_the_python_loop(change: dict[str, Any]) -> None:
     e = dataclasses.replace(interaction(1, "control", "u"), **change)
-    assert copy_text.render_c([e], {id(e)}, set()) is None
+    assert copy_text.render_c([e], {id(e)}, set(), _DECLARED) is None
     with pytest.raises(ValueError):
         assert copy_text._copyfmt is not None
-        copy_text._copyfmt.render([e], b"\x01")
+        copy_text._copyfmt.render([e], b"\x01", dict(_DECLARED), rollups.ALWAYS)
+
+
+def test_a_separator_in_an_undeclared_tag_is_no_obstacle_to_the_c_renderer() -> None:
+    e = interaction(1, "control", "u", tags={"task": "code", "free": "a\x1fb"})
+    rendered = copy_text.render_c([e], {id(e)}, set(), _DECLARED)
+    assert rendered is not None and rendered == _python([e], {id(e)}, set())
+    assert b"\ttask=code\t" in rendered[1]
 
 
 def test_flags_must_match_the_events() -> None:
     assert copy_text._copyfmt is not None
     e = interaction(1, "control", "u")
     with pytest.raises(ValueError, match="one flag per event"):
-        copy_text._copyfmt.render([e], b"")
+        copy_text._copyfmt.render([e], b"", {}, rollups.ALWAYS)
     with pytest.raises(ValueError, match="0, 1 or 2"):
-        copy_text._copyfmt.render([e], b"\x03")
+        copy_text._copyfmt.render([e], b"\x03", {}, rollups.ALWAYS)
     with pytest.raises(TypeError):
-        copy_text._copyfmt.render((e,), b"\x00")  # type: ignore[arg-type]
+        copy_text._copyfmt.render((e,), b"\x00", {}, rollups.ALWAYS)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="sets"):
+        copy_text._copyfmt.render([e], b"\x01", {1: ["task"]}, rollups.ALWAYS)  # type: ignore[dict-item]

@@ -8,7 +8,12 @@ from typing import Any
 
 from analytics.ingest.write import IngestResult, ingest
 from contracts.events import FeedbackEvent
-from tests.analytics.ingest_helpers import connect, feedback, interaction, new_experiment_id
+from tests.analytics.ingest_helpers import (
+    connect,
+    declared_experiment,
+    feedback,
+    interaction,
+)
 
 
 def _unit(conn: Any, exp: int, unit: str) -> dict[str, float]:
@@ -25,7 +30,7 @@ def _unit(conn: Any, exp: int, unit: str) -> dict[str, float]:
 def test_fifty_thumbs_up_for_one_response_count_as_one_in_one_batch_and_across_batches(
     database_url: str,
 ) -> None:
-    exp = new_experiment_id()
+    exp = declared_experiment(database_url)
     first, second = interaction(exp, "control", "u1"), interaction(exp, "control", "u1")
     with connect(database_url) as conn:
         ingest(conn, [first, second, *(feedback(first, "thumbs_up") for _ in range(30))])
@@ -39,7 +44,7 @@ def test_fifty_thumbs_up_for_one_response_count_as_one_in_one_batch_and_across_b
 
 
 def test_a_zero_is_never_a_yes_and_a_later_one_still_counts(database_url: str) -> None:
-    exp = new_experiment_id()
+    exp = declared_experiment(database_url)
     i = interaction(exp, "control", "u1")
     with connect(database_url) as conn:
         ingest(conn, [i, feedback(i, "thumbs_up", 0.0), feedback(i, "copy", 0.0), feedback(i, "copy", -1.0)])
@@ -51,7 +56,7 @@ def test_a_zero_is_never_a_yes_and_a_later_one_still_counts(database_url: str) -
 
 
 def test_a_thumbs_down_after_a_thumbs_up_counts_one_of_each(database_url: str) -> None:
-    exp = new_experiment_id()
+    exp = declared_experiment(database_url)
     i = interaction(exp, "control", "u1")
     with connect(database_url) as conn:
         ingest(conn, [i, feedback(i, "thumbs_up")])
@@ -61,7 +66,7 @@ def test_a_thumbs_down_after_a_thumbs_up_counts_one_of_each(database_url: str) -
 
 
 def test_task_success_counts_its_first_report_per_response_zero_included(database_url: str) -> None:
-    exp = new_experiment_id()
+    exp = declared_experiment(database_url)
     a, b = interaction(exp, "control", "u1"), interaction(exp, "control", "u1")
     with connect(database_url) as conn:
         ingest(conn, [a, b, feedback(a, "task_success", 0.0), feedback(a, "task_success", 1.0)])
@@ -74,7 +79,7 @@ def test_task_success_counts_its_first_report_per_response_zero_included(databas
 
 
 def test_repeats_stored_before_their_interaction_count_once_when_it_arrives(database_url: str) -> None:
-    exp = new_experiment_id()
+    exp = declared_experiment(database_url)
     i = interaction(exp, "control", "u1")
     with connect(database_url) as conn:
         ingest(conn, [feedback(i, "thumbs_up") for _ in range(5)])  # unattributed for now
@@ -87,7 +92,7 @@ def test_repeats_stored_before_their_interaction_count_once_when_it_arrives(data
 def test_concurrent_batches_with_the_same_thumbs_up_count_it_once(database_url: str) -> None:
     """Two transactions count the same response's thumbs-up: the second waits on the first's
     feedback_counted row and, once that commits, counts nothing."""
-    exp = new_experiment_id()
+    exp = declared_experiment(database_url)
     i = interaction(exp, "control", "u1")
     with connect(database_url) as conn:
         ingest(conn, [i])

@@ -20,6 +20,7 @@ from contracts.events import encode
 from tests.analytics.ingest_helpers import (
     assert_rollups_equal,
     connect,
+    declared_experiment,
     expected_rollups,
     feedback,
     interaction,
@@ -37,7 +38,7 @@ def _count(conn: psycopg.Connection[tuple[Any, ...]], sql: str, *params: object)
 
 
 def test_same_batch_twice_gives_the_same_rows_and_rollups(database_url: str) -> None:
-    exp = new_experiment_id()
+    exp = declared_experiment(database_url)
     events = random_events(exp, 400, random.Random(1))
     with connect(database_url) as conn:
         first = ingest(conn, events)
@@ -53,7 +54,7 @@ def test_same_batch_twice_gives_the_same_rows_and_rollups(database_url: str) -> 
 
 
 def test_ingest_through_an_sqlalchemy_engine_commits(engine: Engine, database_url: str) -> None:
-    exp = new_experiment_id()
+    exp = declared_experiment(database_url)
     ev = interaction(exp, "control", "u1")
     assert ingest(engine, [ev]).interactions == 1
     with connect(database_url) as conn:
@@ -63,7 +64,7 @@ def test_ingest_through_an_sqlalchemy_engine_commits(engine: Engine, database_ur
 def test_feedback_before_its_interaction_is_counted_once_when_the_interaction_arrives(
     database_url: str,
 ) -> None:
-    exp = new_experiment_id()
+    exp = declared_experiment(database_url)
     ev = interaction(exp, "candidate", "u7", tags={"task": "code"})
     fb = [feedback(ev, "thumbs_up"), feedback(ev, "rating", 4.0), feedback(ev, "my_signal", 2.5)]
     with connect(database_url) as conn:
@@ -89,7 +90,7 @@ def test_feedback_before_its_interaction_is_counted_once_when_the_interaction_ar
 
 
 def test_feedback_after_its_interaction_is_attributed_at_insert(database_url: str) -> None:
-    exp = new_experiment_id()
+    exp = declared_experiment(database_url)
     ev = interaction(exp, "control", "u1")
     with connect(database_url) as conn:
         ingest(conn, [ev])
@@ -103,7 +104,7 @@ def test_feedback_after_its_interaction_is_attributed_at_insert(database_url: st
 
 
 def test_shadow_and_unexperimented_calls_do_not_feed_rollups(database_url: str) -> None:
-    exp = new_experiment_id()
+    exp = declared_experiment(database_url)
     primary = interaction(exp, "control", "u1")
     shadow = interaction(exp, "candidate", "u1", role="shadow", pair_id=primary.request_id)
     plain = interaction(None, None, "u1")
@@ -116,7 +117,7 @@ def test_shadow_and_unexperimented_calls_do_not_feed_rollups(database_url: str) 
 
 
 def test_tags_become_segments_and_latencies_fill_histograms(database_url: str) -> None:
-    exp = new_experiment_id()
+    exp = declared_experiment(database_url)
     evs = [
         interaction(
             exp, "control", "u1", latency_ms=100.0, ttft_ms=10.0, tags={"task": "code", "lang": "en"}
@@ -137,7 +138,7 @@ def test_tags_become_segments_and_latencies_fill_histograms(database_url: str) -
 
 
 def test_conversations_count_distinct_ids_across_batches(database_url: str) -> None:
-    exp = new_experiment_id()
+    exp = declared_experiment(database_url)
     a1 = interaction(exp, "control", "u1", conversation_id=f"conv-{exp}-a", ts=1.0)
     a2 = interaction(exp, "control", "u1", conversation_id=f"conv-{exp}-a", ts=2.0)
     b1 = interaction(exp, "control", "u1", conversation_id=f"conv-{exp}-b", ts=3.0)
@@ -155,7 +156,7 @@ def test_a_conversation_is_new_per_experiment_and_only_a_stored_primary_turn_con
     database_url: str,
 ) -> None:
     """COPY fast path (every event new): the probe asks per (experiment, conversation) pair."""
-    a, b = new_experiment_id(), new_experiment_id()
+    a, b = declared_experiment(database_url), declared_experiment(database_url)
     conv = f"conv-{a}-{b}"
     first = [
         interaction(a, "control", "u1", conversation_id=conv, ts=1.0),
@@ -205,7 +206,7 @@ def test_late_attribution_probes_feedback_by_request_id_instead_of_reading_it_al
 def test_the_sweep_repairs_the_race_for_feedback_stored_since_a_time(database_url: str) -> None:
     """Feedback stored unattributed although its interaction is stored too (two concurrent
     batches that could not see each other): a sweep attributes and counts it, once."""
-    exp = new_experiment_id()
+    exp = declared_experiment(database_url)
     i = interaction(exp, "control", "u1")
     with connect(database_url) as conn:
         ingest(conn, [i])
@@ -246,7 +247,7 @@ def test_the_sweep_repairs_the_race_for_feedback_stored_since_a_time(database_ur
 def test_the_incremental_sweep_reads_feedback_through_the_ingested_at_index(database_url: str) -> None:
     """100,000 old unattributed rows (traffic outside experiments) and 2,000 recent ones whose
     interactions are stored: the sweep's plan reads neither table sequentially."""
-    exp = new_experiment_id()
+    exp = declared_experiment(database_url)
     recent = [interaction(exp, "control", f"u{k}") for k in range(2000)]
     with connect(database_url) as conn:
         ingest(conn, recent)
@@ -278,7 +279,7 @@ def test_probes_read_only_their_keys_index_even_without_statistics(database_url:
     """Before the first ANALYZE (a new database) the planner once ANDed every probe with a
     bitmap of all the experiment's rows — a batch took tens of seconds. Each probe must
     read only the index of its key (conversation id, request id)."""
-    exp = new_experiment_id()
+    exp = declared_experiment(database_url)
     with connect(database_url) as conn:
         conn.execute(
             b"INSERT INTO interactions (event_id, ts, request_id, route, experiment_id, variant, unit_id,"
@@ -367,7 +368,7 @@ def test_no_probe_reads_a_table_sequentially_after_an_analyze_of_it_empty(pg_adm
 
 
 def test_rows_the_database_rejects_are_dead_lettered_and_the_rest_ingested(database_url: str) -> None:
-    exp = new_experiment_id()
+    exp = declared_experiment(database_url)
     good = interaction(exp, "control", "u1")
     # The contract checks an event id's length only; the database refuses this one.
     bad = interaction(exp, "control", "u2", event_id="z" * 8 + "-zzzz-zzzz-zzzz-" + "z" * 12)
@@ -385,7 +386,7 @@ def test_rows_the_database_rejects_are_dead_lettered_and_the_rest_ingested(datab
 
 @pytest.mark.parametrize("batches", [1, 7])
 def test_rollups_do_not_depend_on_batching(database_url: str, batches: int) -> None:
-    exp = new_experiment_id()
+    exp = declared_experiment(database_url)
     events = random_events(exp, 300, random.Random(batches))
     with connect(database_url) as conn:
         step = -(-len(events) // batches)
@@ -396,7 +397,7 @@ def test_rollups_do_not_depend_on_batching(database_url: str, batches: int) -> N
 
 
 def test_keys_with_tabs_newlines_and_backslashes_survive_the_copy_path(database_url: str) -> None:
-    exp = new_experiment_id()
+    exp = declared_experiment(database_url)
     evs = [
         interaction(exp, "con\ttrol", "u\\1\n", tags={"ta\\sk": "co\tde\r"}, conversation_id="c\\1"),
         interaction(exp, "con\ttrol", "u\\1\n", tags={"ta\\sk": "co\tde\r"}, prompt="line1\nline2\\"),
@@ -414,7 +415,7 @@ def test_keys_with_tabs_newlines_and_backslashes_survive_the_copy_path(database_
 def test_a_tag_containing_the_segment_separator_is_one_segment(database_url: str) -> None:
     # The COPY path joins an event's segments with U+001F; a tag containing it makes the
     # batch take the SQL path, which must count it as one segment like any other.
-    exp = new_experiment_id()
+    exp = declared_experiment(database_url)
     evs = [
         interaction(exp, "control", "u1", tags={"task": "a\x1fb", "lang": "en"}),
         interaction(exp, "candidate", "u2", tags={"task": "code"}),
@@ -428,7 +429,7 @@ def test_a_tag_containing_the_segment_separator_is_one_segment(database_url: str
 
 
 def test_a_batch_overlapping_stored_events_is_counted_once(database_url: str) -> None:
-    exp = new_experiment_id()
+    exp = declared_experiment(database_url)
     events = random_events(exp, 300, random.Random(5))
     with connect(database_url) as conn:
         ingest(conn, events[:200])
@@ -441,7 +442,7 @@ def test_a_batch_overlapping_stored_events_is_counted_once(database_url: str) ->
 def test_a_concurrent_duplicate_waits_and_is_counted_once(database_url: str) -> None:
     """Two consumers racing on the same events (a rebalance): the second one's COPY waits on
     the first's uncommitted rows, fails on the primary key, and is redone with ON CONFLICT."""
-    exp = new_experiment_id()
+    exp = declared_experiment(database_url)
     events = random_events(exp, 200, random.Random(6))
     first, second = events[:150], events[50:]
     with connect(database_url) as a, connect(database_url) as b:
@@ -470,7 +471,7 @@ def _waiting_on_a_lock(conn: psycopg.Connection[tuple[Any, ...]]) -> bool:
 
 
 def test_a_timestamp_out_of_range_is_dead_lettered_and_the_rest_ingested(database_url: str) -> None:
-    exp = new_experiment_id()
+    exp = declared_experiment(database_url)
     good = interaction(exp, "control", "u1")
     bad = interaction(exp, "control", "u2", ts=1e20)  # no datetime for it: the SQL path rejects it
     raws = [Raw(encode(good), "t", 0, 1, b"u1", good), Raw(encode(bad), "t", 0, 2, b"u2", bad)]

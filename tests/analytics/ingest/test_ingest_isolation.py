@@ -22,8 +22,8 @@ from contracts.events import Event, FeedbackEvent, InteractionEvent, encode
 from tests.analytics.ingest_helpers import (
     assert_rollups_equal,
     connect,
+    declared_experiment,
     expected_rollups,
-    new_experiment_id,
     random_events,
     stored_rollups,
 )
@@ -91,9 +91,9 @@ def write(database_url: str, events: list[Event]) -> tuple[Any, Wire]:
 
 def test_a_batch_with_one_or_five_refused_events_costs_about_one_more_clean_batch(database_url: str) -> None:
     rng = random.Random(21)
-    _, base = write(database_url, random_events(new_experiment_id(), BATCH, rng)[:BATCH])
+    _, base = write(database_url, random_events(declared_experiment(database_url), BATCH, rng)[:BATCH])
     for k in (1, 5):
-        exp = new_experiment_id()
+        exp = declared_experiment(database_url)
         events = random_events(exp, BATCH, rng)[:BATCH]
         bad = poison(events, k, rng)
         res, wire = write(database_url, events)
@@ -125,11 +125,11 @@ def test_what_the_screen_misses_is_found_by_bisection_in_log_n_attempts(database
             b"ALTER TABLE interactions ADD CONSTRAINT lg_test_no_poison CHECK (unit_id NOT LIKE 'poison%')"
         )
         ingest_raw(conn, [], [])
-        inter, fb = raws(random_events(new_experiment_id(), BATCH, rng)[:BATCH])
+        inter, fb = raws(random_events(declared_experiment(database_url), BATCH, rng)[:BATCH])
         with traced(conn) as base:
             ingest_raw(conn, inter, fb)
         for k in (1, 5):
-            exp = new_experiment_id()
+            exp = declared_experiment(database_url)
             events = random_events(exp, BATCH, rng)[:BATCH]
             bad = rng.sample([e for e in events if isinstance(e, InteractionEvent)], k)
             for e in bad:
@@ -150,7 +150,7 @@ def test_what_the_screen_misses_is_found_by_bisection_in_log_n_attempts(database
 
 
 def test_refusal_reasons_quote_no_row_values(database_url: str) -> None:
-    exp = new_experiment_id()
+    exp = declared_experiment(database_url)
     events = random_events(exp, 20, random.Random(3))
     secret_unit = "unit-with-a-private-value"
     target = next(e for e in events if isinstance(e, InteractionEvent))

@@ -12,7 +12,7 @@ import psycopg
 from analytics.ingest.samples import BATCHES, SAMPLE_SIZE, read_samples, sample_key_sql
 from analytics.ingest.write import ingest
 from contracts.events import ROLLOUT_STAGE_TAG, InteractionEvent
-from tests.analytics.ingest_helpers import connect, interaction, new_experiment_id
+from tests.analytics.ingest_helpers import connect, declared_experiment, interaction
 
 T0 = 1_780_000_000.0
 
@@ -45,7 +45,7 @@ def _rows(conn: psycopg.Connection[tuple[Any, ...]], exp: int) -> set[tuple[Any,
 def test_every_request_is_sampled_overall_and_in_its_stage_and_a_redelivery_changes_nothing(
     database_url: str,
 ) -> None:
-    exp, rng = new_experiment_id(), random.Random(1)
+    exp, rng = declared_experiment(database_url), random.Random(1)
     events = _events(exp, 300, rng)
     with connect(database_url) as conn:
         ingest(conn, events)
@@ -76,7 +76,7 @@ def test_every_request_is_sampled_overall_and_in_its_stage_and_a_redelivery_chan
 
 def test_the_sql_path_and_the_copy_path_keep_the_same_sample(database_url: str) -> None:
     rng = random.Random(2)
-    fast_exp, mixed_exp = new_experiment_id(), new_experiment_id()
+    fast_exp, mixed_exp = declared_experiment(database_url), declared_experiment(database_url)
     base = _events(fast_exp, 200, rng)
     mixed = [dataclasses.replace(e, experiment_id=mixed_exp, event_id=e.event_id[:-4] + "beef") for e in base]
     with connect(database_url) as conn:
@@ -90,7 +90,7 @@ def test_the_sql_path_and_the_copy_path_keep_the_same_sample(database_url: str) 
 
 
 def test_the_sample_stays_bounded_and_readers_get_the_k_smallest_keys(database_url: str) -> None:
-    exp, rng = new_experiment_id(), random.Random(3)
+    exp, rng = declared_experiment(database_url), random.Random(3)
     n = 3 * SAMPLE_SIZE
     events = _events(exp, n, rng, stage=None)
     with connect(database_url) as conn:

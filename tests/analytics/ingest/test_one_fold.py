@@ -21,8 +21,10 @@ import pytest
 from analytics.ingest.write import ingest
 from contracts.events import ROLLOUT_STAGE_TAG, Event, FeedbackEvent, InteractionEvent
 from tests.analytics.ingest_helpers import (
+    TEST_TAG_KEYS,
     assert_rollups_equal,
     connect,
+    declare,
     expected_rollups,
     feedback,
     interaction,
@@ -77,6 +79,8 @@ def _batches() -> tuple[InteractionEvent, list[list[Event]]]:
     for i, e in enumerate(events):
         if isinstance(e, InteractionEvent) and i % 3 == 0:
             e = dataclasses.replace(e, tags={**e.tags, ROLLOUT_STAGE_TAG: str(i % 2)})
+        if isinstance(e, InteractionEvent) and i % 5 == 0:  # a tag the experiment does not declare
+            e = dataclasses.replace(e, tags={**e.tags, "free": str(i % 4)})
         staged.append(e)
     # Feedback repeats (counted once) and a thumbs-up of 0 (not counted).
     firsts = [e for e in staged if isinstance(e, InteractionEvent)][:30]
@@ -109,6 +113,7 @@ def _ingest_all(
     with connect(url) as conn:
         conn.execute(f"TRUNCATE {_TABLES}".encode())
         conn.commit()
+        declare(url, EXP)
         ingest(conn, [sentinel])
         for b in batches:
             ingest(conn, [sentinel, *b] if redelivered else b)
@@ -116,7 +121,8 @@ def _ingest_all(
         snap = _snapshot(conn)
         n_rollups = len(stored_rollups(conn, EXP))
         unique = {e.event_id: e for b in batches for e in b}.values()
-        assert_rollups_equal(stored_rollups(conn, EXP), expected_rollups(unique))
+        assert_rollups_equal(stored_rollups(conn, EXP), expected_rollups(unique, declared=TEST_TAG_KEYS))
+        assert not conn.execute(b"SELECT 1 FROM segment_rollups WHERE segment LIKE 'free=%%'").fetchall()
     return snap, n_rollups
 
 
@@ -147,7 +153,7 @@ def test_the_copy_path_and_the_on_conflict_path_fold_the_same_events_into_the_sa
 def test_a_tag_holding_the_segment_separator_is_folded_by_the_same_statements(own_database: str) -> None:
     # Only the ON CONFLICT path can carry such a tag (lg_fold.tags_with_sep); the fold reads
     # it through the same segment expression, into rollups, histograms and stage samples.
-    exp = EXP + 1
+    exp = declare(own_database, EXP + 1)
     evs: list[Event] = [
         interaction(exp, "control", "u1", tags={"task": "a\x1fb", ROLLOUT_STAGE_TAG: "1"}),
         interaction(exp, "control", "u1", tags={"task": "plain", ROLLOUT_STAGE_TAG: "1"}),

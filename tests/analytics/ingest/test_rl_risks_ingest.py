@@ -9,7 +9,7 @@ import psycopg
 
 from analytics.ingest.write import Raw, ingest, ingest_raw
 from contracts.events import JudgeEvent, encode, judge_event_id
-from tests.analytics.ingest_helpers import connect, interaction, new_experiment_id
+from tests.analytics.ingest_helpers import connect, declared_experiment, interaction
 
 
 def _rows(conn: psycopg.Connection[tuple[Any, ...]], sql: str, *params: object) -> list[tuple[Any, ...]]:
@@ -17,7 +17,7 @@ def _rows(conn: psycopg.Connection[tuple[Any, ...]], sql: str, *params: object) 
 
 
 def test_the_category_is_stored_on_the_fast_copy_path_and_the_conflict_path(database_url: str) -> None:
-    exp = new_experiment_id()
+    exp = declared_experiment(database_url)
     rng = random.Random(3)
     cats = ["code", "math", None, "writing"]
     events = [interaction(exp, "control", f"u{i}", category=cats[i % 4]) for i in range(40)]
@@ -40,7 +40,7 @@ def _judgement(request_id: str, exp: int, score: float | None, status: str = "ok
 
 
 def test_judge_scores_are_stored_once_per_request_and_judge_with_errors_kept(database_url: str) -> None:
-    exp = new_experiment_id()
+    exp = declared_experiment(database_url)
     ok = _judgement("req-a", exp, 7.5)
     failed = _judgement("req-b", exp, None, "error")
     with connect(database_url) as conn:

@@ -17,6 +17,7 @@ from analytics.stats.sufficient import SampleStats
 from contracts.events import Event, InteractionEvent
 from tests.analytics.ingest_helpers import (
     connect,
+    declared_experiment,
     expected_rollups,
     feedback,
     interaction,
@@ -90,7 +91,7 @@ USER_METRICS = [
 
 @pytest.mark.parametrize("segment", ["", "task=code"])
 def test_variant_stats_equal_numpy_sums_over_units(database_url: str, segment: str) -> None:
-    exp = new_experiment_id()
+    exp = declared_experiment(database_url)
     events = random_events(exp, 3000, random.Random(11), units=400)
     metrics = [*BUILTINS.values(), *USER_METRICS]
     with connect(database_url) as conn:
@@ -108,7 +109,7 @@ def test_variant_stats_equal_numpy_sums_over_units(database_url: str, segment: s
 
 
 def test_unit_counts_segments_and_histogram_quantiles(database_url: str) -> None:
-    exp = new_experiment_id()
+    exp = declared_experiment(database_url)
     rng = random.Random(5)
     events: list[Event] = [
         interaction(

@@ -196,6 +196,25 @@ def test_segments_carry_their_own_table_with_correction_across_segments(db: Sess
     )
 
 
+def test_the_report_names_the_declared_keys_and_shows_only_their_segments_and_rollout_stage(
+    db: Session,
+) -> None:
+    # Rows of a key no longer declared (left from before) are not shown.
+    rng = np.random.default_rng(6)
+    conn = db.connection()
+    eid, _ = create_experiment(
+        conn, [("control", 1), ("candidate", 1)], metrics=["error_rate"], segment_tags=["lang"]
+    )
+    for variant in ("control", "candidate"):
+        units = simulate_units(rng, 200, thumbs_p=0.2, tokens=100, error_p=0.02)
+        insert_units(conn, eid, variant, units, prefix=f"{variant}-all")
+        for segment in ("lang=en", "task=code", "rollout_stage=0"):
+            insert_units(conn, eid, variant, units, segment=segment, prefix=f"{variant}-{segment}")
+    report = build_report(conn, eid, options=OPTS)
+    assert report.segment_tags == ["lang"]
+    assert [s.segment for s in report.segments] == ["lang=en", "rollout_stage=0"]
+
+
 def test_empty_experiment_reports_no_data_without_nan(db: Session) -> None:
     eid, _ = create_experiment(db.connection(), [("control", 1), ("candidate", 1)])
     report = build_report(db.connection(), eid, options=OPTS)

@@ -65,8 +65,8 @@ def create_experiment(conn: Connection, spec: ExperimentSpec) -> int:
     eid = conn.execute(
         text(
             "INSERT INTO experiments (name, route, mode, status, salt, rollout_plan, rollout_stage,"
-            " stage_started_at, started_at) VALUES (:n, :r, :m, :s, :salt, CAST(:plan AS jsonb), :stage,"
-            " :ss, :st) RETURNING id"
+            " stage_started_at, started_at, segment_tags) VALUES (:n, :r, :m, :s, :salt, CAST(:plan AS jsonb),"
+            " :stage, :ss, :st, '{task}') RETURNING id"
         ),
         {
             "n": spec.name,
