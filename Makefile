@@ -17,7 +17,7 @@ check:
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
 	.venv/bin/mypy
-	.venv/bin/python -m pytest -q -p no:cacheprovider -m "not services and not slow"
+	.venv/bin/python -m pytest -q -p no:cacheprovider -n auto -m "not services and not slow"
 
 lint:
 	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy

@@ -106,6 +106,7 @@ def _simulate(rng: random.Random, shifts: dict[str, float], n: int, gate: Offlin
 CATEGORIES = ("math", "code", "json", "instruction_following")
 
 
+@pytest.mark.slow  # a calibration by simulation: CI runs it, the fast loop does not
 @pytest.mark.parametrize("margin", [0.0, 0.05])
 def test_identical_models_fail_the_gate_at_most_alpha_of_the_time(margin: float) -> None:
     """A/A calibration: 1,500 gates over 4 categories × 60 items, both models drawing each

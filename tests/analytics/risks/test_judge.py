@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from analytics.risks.curve import Cells, score_bin
 from analytics.risks.judge import JudgeDivergence, PairMoments, correlation_drop, judge_divergence
@@ -28,6 +29,7 @@ def rates(seed: int, runs: int, units: int, candidate: Arm) -> tuple[float, floa
     )
 
 
+@pytest.mark.slow  # a calibration by simulation: CI runs it, the fast loop does not
 def test_aa_raises_neither_judge_alarm_in_more_than_alpha_of_runs() -> None:
     diverged, dropped = rates(41, 100, 800, Arm())
     assert diverged <= 0.05 and dropped <= 0.05

@@ -27,6 +27,7 @@ def base_rates(rng: np.random.Generator) -> np.ndarray:
     return np.exp(rng.uniform(np.log(0.002), np.log(0.3), len(VOCAB)))
 
 
+@pytest.mark.slow  # a calibration by simulation: CI runs it, the fast loop does not
 def test_aa_flags_any_phrase_in_at_most_alpha_of_runs() -> None:
     rng = np.random.default_rng(51)
     base = base_rates(rng)

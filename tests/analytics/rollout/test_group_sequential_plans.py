@@ -207,6 +207,7 @@ def _simulate(sims: int, harm: float, spending: str, seed: int) -> dict[str, flo
     return {k: v / sims for k, v in outcomes.items()}
 
 
+@pytest.mark.slow  # a calibration by simulation: CI runs it, the fast loop does not
 @pytest.mark.parametrize("spending", ["obrien_fleming", "pocock"])
 def test_group_mode_rolls_back_and_promotes_a_candidate_at_the_margin_at_alpha(spending: str) -> None:
     start = time.monotonic()
@@ -216,6 +217,7 @@ def test_group_mode_rolls_back_and_promotes_a_candidate_at_the_margin_at_alpha(s
     assert abs(rates["promote"] - 0.05) <= 0.015  # false promotion (harm = margin is not < margin)
 
 
+@pytest.mark.slow  # a calibration by simulation: CI runs it, the fast loop does not
 def test_group_mode_promotes_an_equal_candidate_and_rolls_back_a_harmful_one_with_power() -> None:
     # Fixed-horizon power at 1000 units (500/arm, sd 50, margin 10 on a mean of 100):
     # Φ(10/√(50²/500·(1 + 1.1²)) − 1.645) ≈ 0.91 for both questions; O'Brien–Fleming's last

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import pytest
 from scipy import stats as sps
 
 from analytics.rollout.evidence import LOOK_SRM_THRESHOLD, look_srm
@@ -32,6 +33,7 @@ def _paths(rng: np.random.Generator, sims: int, units: int, share: float, lost: 
     return out
 
 
+@pytest.mark.slow  # a calibration by simulation: CI runs it, the fast loop does not
 def test_looking_at_every_few_units_keeps_false_srm_holds_at_the_threshold() -> None:
     """1,000 healthy 10% stages, a look every 3 units from 20 to 600 units: the look's check
     flags ≤ 0.1% of paths; the χ² it replaced flags about 2% of them."""

@@ -54,6 +54,7 @@ def test_intervals_and_risks_match_monte_carlo_draws() -> None:
         assert r.risk_control == pytest.approx(np.maximum(0, y - x).mean(), rel=0.02)
 
 
+@pytest.mark.slow  # a calibration by simulation: CI runs it, the fast loop does not
 def test_credible_intervals_are_calibrated_when_rates_come_from_the_prior() -> None:
     rng = np.random.default_rng(602)
     sims, n, covered = 1000, 300, 0
@@ -68,6 +69,7 @@ def test_credible_intervals_are_calibrated_when_rates_come_from_the_prior() -> N
     assert abs(covered / sims - 0.95) <= 0.015
 
 
+@pytest.mark.slow  # a calibration by simulation: CI runs it, the fast loop does not
 def test_decision_rule_false_positive_rate_and_power() -> None:
     rng = np.random.default_rng(603)
     sims, n = 3000, 2000
@@ -119,6 +121,7 @@ def test_quantile_chance_to_beat_is_the_gaussian_posterior_of_the_quantile_diffe
     assert_json_safe(r)
 
 
+@pytest.mark.slow  # a calibration by simulation: CI runs it, the fast loop does not
 def test_quantile_decision_rule_calibration_and_power_at_stated_sizes() -> None:
     rng = np.random.default_rng(605)
     sims, n = 1000, 3000

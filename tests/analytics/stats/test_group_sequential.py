@@ -72,6 +72,7 @@ def _looks(rng: np.random.Generator, sims: int, per_look: int, effect: float) ->
     return [list(zip(c, t, strict=True)) for c, t in zip(out[0], out[1], strict=True)]
 
 
+@pytest.mark.slow  # a calibration by simulation: CI runs it, the fast loop does not
 @pytest.mark.parametrize("spending", list(Spending))
 def test_aa_false_positive_rate_over_five_looks_is_alpha_and_naive_peeking_is_not(spending: Spending) -> None:
     rng = np.random.default_rng(401)

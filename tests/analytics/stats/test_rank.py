@@ -86,6 +86,7 @@ def test_power_for_a_10_percent_slower_candidate_matches_noether() -> None:
     assert abs(power - noether) <= 0.03
 
 
+@pytest.mark.slow  # a calibration by simulation: CI runs it, the fast loop does not
 def test_moses_interval_covers_the_true_log_ratio_at_its_level() -> None:
     rng = np.random.default_rng(305)
     sims, n, ratio = 1500, 200, 1.2
@@ -99,6 +100,7 @@ def test_moses_interval_covers_the_true_log_ratio_at_its_level() -> None:
     assert 0.935 <= covered / sims <= 0.965
 
 
+@pytest.mark.slow  # a calibration by simulation: CI runs it, the fast loop does not
 def test_guardrail_is_calibrated_at_the_margin_and_catches_a_30_percent_slower_candidate() -> None:
     rng = np.random.default_rng(306)
     sims, n, margin = 2000, 300, 0.1

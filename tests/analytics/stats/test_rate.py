@@ -230,6 +230,7 @@ def _rejections(
     ("p_control", "share"),
     [(0.0, 0.05), (0.01, 0.05), (0.01, 0.5), (0.05, 0.25)],
 )
+@pytest.mark.slow  # a calibration by simulation: CI runs it, the fast loop does not
 def test_false_rollbacks_at_the_margin_stay_below_alpha_over_every_look(
     p_control: float, share: float
 ) -> None:

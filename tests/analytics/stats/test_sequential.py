@@ -114,6 +114,7 @@ def _guardrail_runs(
     return rejected / experiments, float(np.mean(first)) if first else float("nan")
 
 
+@pytest.mark.slow  # a calibration by simulation: CI runs it, the fast loop does not
 def test_sequential_guardrail_rarely_rolls_back_an_equal_candidate_under_continuous_monitoring() -> None:
     # margin 0 puts the A/A truth on the null boundary: the worst case for the error rate
     for relative in (True, False):

@@ -29,6 +29,7 @@ def test_bayes_factor_equals_scipys_dirichlet_multinomial_over_multinomial() -> 
         assert_json_safe(r)
 
 
+@pytest.mark.slow  # a calibration by simulation: CI runs it, the fast loop does not
 def test_continuous_monitoring_keeps_false_alarms_below_alpha_while_a_repeated_chi_square_does_not() -> None:
     rng = np.random.default_rng(502)
     sims, looks, step, alpha = 1500, 100, 200, 0.05
@@ -61,6 +62,7 @@ def test_sequential_srm_catches_a_one_point_mismatch_by_the_stated_sample_size()
     assert found / sims >= 0.9
 
 
+@pytest.mark.slow  # a calibration by simulation: CI runs it, the fast loop does not
 def test_bonferroni_and_holm_intervals_match_their_p_values_and_cover() -> None:
     rng = np.random.default_rng(504)
     effects = [Effect(float(e), 1.0) for e in (0.2, 3.5, 2.6, -2.9, 1.0)]
