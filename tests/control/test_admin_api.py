@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import Engine, text
 
 from tests.control.conftest import AdminService
@@ -17,6 +19,19 @@ def _audit(engine: Engine, entity: str, entity_id: str) -> list[tuple[str, str, 
             {"t": entity, "i": entity_id},
         )
         return [(str(a), str(b), c, d) for a, b, c, d in rows]
+
+
+def _ab_experiment(admin_service: AdminService, name: str) -> dict[str, Any]:
+    """A new upstream ``name`` and the body of an A/B experiment ``name`` on it (not created)."""
+    assert (
+        admin_service.call("POST", "/admin/upstreams", {"name": name, "base_url": "http://127.0.0.1:9"})[0]
+        == 201
+    )
+    return {
+        "name": name, "route": f"r-{name}", "mode": "ab",
+        "variants": [{"name": "a", "upstream": name, "model": "m1", "weight": 50, "is_control": True},
+                     {"name": "b", "upstream": name, "model": "m2", "weight": 50}],
+    }  # fmt: skip
 
 
 def test_every_admin_route_needs_the_admin_token(admin_service: AdminService) -> None:
@@ -78,17 +93,7 @@ def test_an_experiments_blinding_is_stored_validated_and_reaches_the_gateway_sna
 ) -> None:
     from gateway.config_source import DatabaseConfigSource
 
-    assert (
-        admin_service.call(
-            "POST", "/admin/upstreams", {"name": unique_name, "base_url": "http://127.0.0.1:9"}
-        )[0]
-        == 201
-    )
-    body = {
-        "name": unique_name, "route": f"r-{unique_name}", "mode": "ab",
-        "variants": [{"name": "a", "upstream": unique_name, "model": "m1", "weight": 50, "is_control": True},
-                     {"name": "b", "upstream": unique_name, "model": "m2", "weight": 50}],
-    }  # fmt: skip
+    body = _ab_experiment(admin_service, unique_name)
     status, out = admin_service.call("POST", "/admin/experiments", body)
     assert status == 201 and out["blinding"] == {"echo_model": True, "variant_header": "on_request"}
     status, out = admin_service.call("POST", "/admin/experiments", {**body, "name": unique_name + "-x",
@@ -113,17 +118,7 @@ def test_segment_tags_are_declared_validated_audited_and_backfilled_through_the_
     from analytics.ingest.write import ingest
     from tests.analytics.ingest_helpers import connect, interaction
 
-    assert (
-        admin_service.call(
-            "POST", "/admin/upstreams", {"name": unique_name, "base_url": "http://127.0.0.1:9"}
-        )[0]
-        == 201
-    )
-    body = {
-        "name": unique_name, "route": f"r-{unique_name}", "mode": "ab",
-        "variants": [{"name": "a", "upstream": unique_name, "model": "m1", "weight": 50, "is_control": True},
-                     {"name": "b", "upstream": unique_name, "model": "m2", "weight": 50}],
-    }  # fmt: skip
+    body = _ab_experiment(admin_service, unique_name)
     status, out = admin_service.call("POST", "/admin/experiments", body)
     assert status == 201 and out["segment_tags"] == []
     exp = out["id"]
