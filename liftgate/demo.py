@@ -42,6 +42,9 @@ def demo_experiments(control: Upstream, candidate: Upstream) -> list[dict[str, A
             # Simulated prompts only: the demo keeps their text, so its thumbs-down answers can
             # become a dataset (`liftgate datasets create ... --from-experiment demo`).
             "content_logging": "full",
+            # The simulated users tag each call with its task: the report and dashboard break
+            # results down by it (and by rollout stage, always).
+            "segment_tags": ["task"],
             "variants": [
                 {"name": "baseline", "upstream": control.name, "model": control.model, "weight": 50, "is_control": True},
                 {"name": "candidate", "upstream": candidate.name, "model": candidate.model, "weight": 50},
@@ -52,6 +55,7 @@ def demo_experiments(control: Upstream, candidate: Upstream) -> list[dict[str, A
             "route": AA_ROUTE,
             "mode": "ab",
             "description": "liftgate up demo: A/A test (the baseline against an identical copy)",
+            "segment_tags": ["task"],
             "variants": [
                 {"name": "baseline", "upstream": control.name, "model": control.model, "weight": 50, "is_control": True},
                 {"name": "baseline-copy", "upstream": control.name, "model": control.model, "weight": 50},
