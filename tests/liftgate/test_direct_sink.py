@@ -15,6 +15,7 @@ from tests.analytics.ingest_helpers import (
     assert_rollups_equal,
     connect,
     count_rows,
+    declared_experiment,
     expected_rollups,
     interaction,
     new_experiment_id,
@@ -31,7 +32,7 @@ def _free_port() -> int:
 
 
 async def test_events_emitted_to_the_direct_sink_land_in_rollups(database_url: str) -> None:
-    exp = new_experiment_id()
+    exp = declared_experiment(database_url)  # its events' tag keys are rolled up as segments
     events = random_events(exp, 5000, random.Random(3), units=100)
     sink = DirectSink(database_url, batch_size=700, interval_s=0.05)
     await sink.start()
