@@ -339,10 +339,6 @@ class ServingProtocol(HttpToolsProtocol):
         self._head_bytes = 0
         self._timer: asyncio.TimerHandle | None = None
         self._timer_phase = _IDLE
-        # uvicorn's keep-alive deadline, with one timer per connection instead of one per
-        # response (see on_response_complete).
-        self._idle_deadline: float | None = None
-        self._idle_timer: asyncio.TimerHandle | None = None
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -355,10 +351,6 @@ class ServingProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
-        self._idle_deadline = None
-        if self._idle_timer is not None:
-            self._idle_timer.cancel()
-            self._idle_timer = None
         if self._linger is not None:
             self._linger.cancel()
         super().connection_lost(exc)
@@ -374,7 +366,6 @@ class ServingProtocol(HttpToolsProtocol):
             scope.pop(RESPOND, None)
 
     def data_received(self, data: bytes) -> None:
-        self._idle_deadline = None  # not idle any more (what cancelling uvicorn's timer did)
         if self._linger is not None:  # a staged close: dropped, up to linger_bytes
             self._lingered += len(data)
             if self._lingered > self.limits.linger_bytes:
@@ -423,30 +414,6 @@ class ServingProtocol(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         self._phase = _IDLE
         super().on_message_complete()
-
-    def on_response_complete(self) -> None:
-        """uvicorn's, except for the keep-alive timer: instead of a timer armed per response
-        and cancelled by the next request, the response sets the deadline and the connection's
-        one timer, when it fires before the deadline then current, waits again until it."""
-        if self.pipeline or self.transport.is_closing():
-            super().on_response_complete()  # a pipelined request starts; or nothing to keep
-            return
-        self.server_state.total_requests += 1
-        self._unset_keepalive_if_required()
-        self.flow.resume_reading()
-        deadline = self._idle_deadline = self.loop.time() + self.timeout_keep_alive
-        if self._idle_timer is None:
-            self._idle_timer = self.loop.call_at(deadline, self._idle_expired)
-
-    def _idle_expired(self) -> None:
-        self._idle_timer = None
-        deadline = self._idle_deadline
-        if deadline is None:  # a request came since: its response arms the timer again
-            return
-        if self.loop.time() < deadline:
-            self._idle_timer = self.loop.call_at(deadline, self._idle_expired)
-            return
-        self.timeout_keep_alive_handler()
 
     def _head_too_large(self) -> bool:
         size = len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
