@@ -43,6 +43,9 @@ MAX_GRAMS: Final = 8192
 _WORD: Final = re.compile(r"[^\W_]+(?:'[^\W_]+)?")
 _APOSTROPHES: Final = str.maketrans({"’": "'", "ʼ": "'"})
 _KEY_ID_LABEL: Final = b"liftgate ngram key id v1"
+#: Derives the content-digest key from the deployment's key (domain separation: a digest of a
+#: text is never equal to the n-gram hash of the same text, whose key is the secret itself).
+_DIGEST_LABEL: Final = b"liftgate content digest v1"
 
 
 def words(text: str) -> list[str]:
@@ -86,7 +89,7 @@ def word_windows(w: list[str], size: int) -> Iterator[list[str]]:
 class NgramKey:
     """A per-deployment secret and what it hashes. Never logged: ``repr`` shows the id only."""
 
-    __slots__ = ("_base", "_key", "key_id")
+    __slots__ = ("_base", "_digest_base", "_key", "key_id")
 
     def __init__(self, secret: str) -> None:
         key = secret.encode()
@@ -99,9 +102,20 @@ class NgramKey:
         self.key_id = blake2b(_KEY_ID_LABEL, key=self._key, digest_size=8).hexdigest()
         # A keyed state copied per gram: the same digests as keying each call, ~30 % cheaper.
         self._base = blake2b(key=self._key, digest_size=8)
+        digest_key = blake2b(_DIGEST_LABEL, key=self._key, digest_size=32).digest()
+        self._digest_base = blake2b(key=digest_key, digest_size=32)
 
     def __repr__(self) -> str:
         return f"NgramKey(key_id={self.key_id!r})"
+
+    def digest(self, text: str) -> str:
+        """The keyed digest of a whole text (content logging ``hashed``): 64 hex characters,
+        BLAKE2b-256 under a key derived from the secret. Equal texts give equal digests within
+        a deployment; without the secret a guessed text cannot be checked against one (an
+        unkeyed SHA-256 of a short prompt can be, by hashing candidates)."""
+        h = self._digest_base.copy()
+        h.update(text.encode())
+        return h.hexdigest()
 
     def hash(self, gram: str) -> int:
         h = self._base.copy()

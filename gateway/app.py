@@ -201,7 +201,8 @@ def create_app(
         CategoryRules.load(Path(settings.category_rules)) if settings.category_rules else default_rules()
     )
     judge_config = _judge_config(settings)
-    ngram_config = _ngram_config(settings)
+    content_key = _content_key(settings)
+    ngram_config = _ngram_config(settings, content_key)
     gm = metrics if metrics is not None else GatewayMetrics()
     pool = UpstreamPool()
 
@@ -234,7 +235,7 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await sink.start()
-        recorder = Recorder(sink, gm, memory=settings.feedback_memory)
+        recorder = Recorder(sink, gm, memory=settings.feedback_memory, content_key=content_key)
         runtime.recorder = recorder
         runtime.shadow = ShadowMirror(
             runtime.pool,
@@ -379,17 +380,21 @@ def errors_json(message: str) -> dict[str, Any]:
     }
 
 
-def _ngram_config(settings: GatewaySettings) -> NgramConfig | None:
-    """The n-gram sampler's config, or None without a key (then nothing is hashed). A weak
-    key stops the gateway at start; the key is masked in every log record from here on."""
-    if not settings.ngram_key or settings.ngram_sample_rate <= 0.0:
+def _content_key(settings: GatewaySettings) -> NgramKey | None:
+    """The deployment's content key (content logging ``hashed``: the digests and the n-gram
+    hashes), or None when unset (then ``hashed`` stores nothing). A weak key stops the gateway
+    at start; the key is masked in every log record from here on."""
+    if not settings.ngram_key:
         return None
     redaction.remember(settings.ngram_key)
-    return NgramConfig(
-        key=NgramKey(settings.ngram_key),
-        sample_rate=settings.ngram_sample_rate,
-        queue_size=settings.ngram_queue_size,
-    )
+    return NgramKey(settings.ngram_key)
+
+
+def _ngram_config(settings: GatewaySettings, key: NgramKey | None) -> NgramConfig | None:
+    """The n-gram sampler's config, or None without a key or rate (then no n-gram is hashed)."""
+    if key is None or settings.ngram_sample_rate <= 0.0:
+        return None
+    return NgramConfig(key=key, sample_rate=settings.ngram_sample_rate, queue_size=settings.ngram_queue_size)
 
 
 def _judge_config(settings: GatewaySettings) -> JudgeConfig | None:

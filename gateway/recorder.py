@@ -1,9 +1,11 @@
 """Turns finished calls into events (handed to the sink) and metric observations.
 
-Content logging per experiment: ``none`` (default), ``hashed`` (SHA-256 of the redacted
-text: lets analytics count identical prompts without storing them; a sample of responses
-also gets its keyed n-gram hashes, :mod:`gateway.ngrams`) or ``full`` (text after the
-redaction hook, by default e-mail addresses and digit runs replaced).
+Content logging per experiment: ``none`` (default), ``hashed`` (a keyed digest of the redacted
+text, :meth:`contracts.ngrams.NgramKey.digest`: lets analytics count identical prompts without
+storing them, and nobody holding only the events can test a guessed text against it; a sample of
+responses also gets its keyed n-gram hashes, :mod:`gateway.ngrams`) or ``full`` (text after the
+redaction hook, by default e-mail addresses and digit runs replaced). Without the deployment's
+key (``LIFTGATE_NGRAM_KEY``) ``hashed`` stores nothing: never an unkeyed digest.
 """
 
 from __future__ import annotations
@@ -12,13 +14,13 @@ import logging
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from hashlib import sha256
 from time import time
 from typing import Any
 
 from contracts.content import redact_content
 from contracts.events import InteractionEvent, JudgeEvent, NgramsEvent
 from contracts.ids import uuid7
+from contracts.ngrams import NgramKey
 from gateway.relay import CallResult
 from gateway.sink import EventSink
 from gateway.telemetry import GatewayMetrics
@@ -89,10 +91,13 @@ class Recorder:
         metrics: GatewayMetrics,
         memory: int = 100_000,
         redact: Callable[[str], str] = default_redact,
+        content_key: NgramKey | None = None,
     ) -> None:
         self.sink = sink
         self.metrics = metrics
         self.redact = redact
+        self.content_key = content_key
+        self._unkeyed_warned = False
         self.memory = memory
         # request_id -> (unit_id, experiment_id, variant): lets /v1/feedback fill attribution.
         self.recent: OrderedDict[str, tuple[str, int | None, str | None]] = OrderedDict()
@@ -100,9 +105,18 @@ class Recorder:
     def _content(self, text: str | None, policy: str) -> str | None:
         if text is None or policy == "none":
             return None
-        text = self.redact(text)
         if policy == "hashed":
-            return sha256(text.encode()).hexdigest()
+            key = self.content_key
+            if key is None:
+                if not self._unkeyed_warned:
+                    self._unkeyed_warned = True
+                    log.warning(
+                        "content_logging 'hashed' without LIFTGATE_NGRAM_KEY: no digest is stored"
+                        " (an unkeyed hash of a prompt can be matched against guesses)"
+                    )
+                return None
+            return key.digest(self.redact(text))
+        text = self.redact(text)
         # Stored as text, which PostgreSQL cannot hold with a NUL in it (orjson, which parsed
         # the request and the answer, already refuses lone surrogates).
         return text.replace("\x00", "\ufffd") if "\x00" in text else text

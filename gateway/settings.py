@@ -85,9 +85,10 @@ class GatewaySettings(ConnectionSettings):
     judge_queue_size: int = Field(default=1000, ge=1, le=1_000_000)
     judge_queue_bytes: int = Field(default=16 * MiB, ge=64 * KiB, le=4 * 1024 * MiB)
     judge_timeout_s: float = Field(default=30.0, gt=0, le=600)
-    # Hashed n-grams (gateway.ngrams) of a share of the responses of experiments with content
-    # logging ``hashed``: the per-deployment key (also the analytics service's, to resolve an
-    # operator's phrase list); unset = no n-grams are hashed.
+    # The per-deployment content key of experiments with content logging ``hashed``: it keys
+    # the digests of their prompts and answers (gateway.recorder) and the hashed n-grams of a
+    # share of their responses (gateway.ngrams; also the analytics service's key, to resolve
+    # an operator's phrase list). Unset: such experiments store no digest and no n-gram.
     ngram_key: str | None = Field(default=None, repr=False)
     ngram_sample_rate: float = Field(default=0.01, ge=0.0, le=1.0)
     ngram_queue_size: int = Field(default=1000, ge=1, le=1_000_000)

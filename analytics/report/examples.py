@@ -15,10 +15,10 @@ or skips a row that existed when the first page was read. Rows ingested meanwhil
 random positions (those before the cursor are not shown on later pages).
 
 **Content.** What the gateway stored depends on the experiment's ``content_logging``:
-``full`` (text after the redaction rules), ``hashed`` (SHA-256 digests of the redacted
-text) or ``none`` (nothing). Content is returned under the experiment's *current* setting,
+``full`` (text after the redaction rules), ``hashed`` (keyed 256-bit digests of the
+redacted text, 64 hex characters) or ``none`` (nothing). Content is returned under the experiment's *current* setting,
 failing closed: with ``none`` no stored text is returned even if some was logged earlier;
-with ``hashed`` only values that are SHA-256 digests are returned. Text longer than
+with ``hashed`` only values that are digests (64 hex characters) are returned. Text longer than
 ``TEXT_MAX`` characters is cut (the full length is given).
 """
 
@@ -69,7 +69,7 @@ NOTES: Final[dict[str, str]] = {
         " until then only each request's metadata is shown."
     ),
     "hashed": (
-        "Content logging is hashed: only SHA-256 digests of the redacted prompt and answer are stored."
+        "Content logging is hashed: only keyed digests of the redacted prompt and answer are stored."
         " Equal digests mean equal text; the text itself cannot be shown."
     ),
     "full": (

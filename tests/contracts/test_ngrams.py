@@ -3,6 +3,7 @@ phrase list and stored text; hashes that depend on the key; the NgramsEvent cont
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import orjson
@@ -58,6 +59,17 @@ def test_hashes_depend_on_the_key_and_the_key_id_not_on_the_text() -> None:
     assert KEY._key.decode() not in repr(KEY)
     assert all(-(2**63) <= h < 2**63 for h in KEY.hashes("a b c d e f"))
     assert hash_label(-1) == "ffffffffffffffff" and hash_label(1) == "0000000000000001"
+
+
+def test_a_content_digest_is_keyed_and_separate_from_the_gram_hashes() -> None:
+    text = "what is 2 + 2?"
+    d = KEY.digest(text)
+    assert len(d) == 64 and int(d, 16) >= 0 and d == KEY.digest(text)  # stable: equal texts match
+    assert d != KEY.digest(text + " ")
+    assert d != hashlib.sha256(text.encode()).hexdigest()  # not what a guess could be checked against
+    assert d != NgramKey(secret("ngram") + "x").digest(text)  # another deployment, another digest
+    # Domain separation: no digest is the gram hash of the same text under the same secret.
+    assert int.from_bytes(bytes.fromhex(d)[:8], "big", signed=True) != KEY.hash(text)
 
 
 def test_a_short_or_trivial_key_is_refused() -> None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 
 import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
+from contracts.ngrams import NgramKey
 from gateway.routing import key_hash
 from gateway.snapshot import UpstreamConfig, VariantConfig
 from tests.gateway.conftest import (
@@ -270,16 +272,54 @@ def test_embeddings_pass_through_and_are_logged(gw: tuple[str, MemorySink]) -> N
     assert event.endpoint == "embeddings" and event.status == "ok" and event.unit_id == "hank"
 
 
-def test_hashed_content_logging_stores_digests_not_text(simulator: str) -> None:
+CONTENT_KEY = "k3y-for-the-content-digests-0123456789"
+
+
+def test_hashed_content_logging_stores_keyed_digests_not_text(simulator: str) -> None:
     sink = MemorySink()
     ups = [UpstreamConfig("sim", simulator)]
     variants = [VariantConfig("control", "sim", "base", 1, True), VariantConfig("c", "sim", "cand", 0)]
     exps = [experiment("hashed", variants, content_logging="hashed")]
-    with start_gateway(sink, static_source(exps, ups)) as g:
-        r = post(g.url + "/v1/chat/completions", {"model": "hashed", "messages": MSG})
-        (event,) = sink.wait_for(lambda e: e.request_id == r.headers["x-request-id"])
-    assert event.prompt is not None and len(event.prompt) == 64 and "foxes" not in event.prompt
-    assert event.response is not None and len(event.response) == 64
+    with start_gateway(sink, static_source(exps, ups), ngram_key=CONTENT_KEY, ngram_sample_rate=0.0) as g:
+        ids = []
+        for _ in range(2):
+            r = post(g.url + "/v1/chat/completions", {"model": "hashed", "messages": MSG})
+            ids.append(r.headers["x-request-id"])
+        events = [sink.wait_for(lambda e, i=i: e.request_id == i)[0] for i in ids]
+    text = "Say something about foxes."
+    for event in events:
+        # The deployment's keyed digest: not the text, and not the SHA-256 anyone can compute
+        # from a guessed prompt.
+        assert event.prompt == NgramKey(CONTENT_KEY).digest(text)
+        assert event.prompt != hashlib.sha256(text.encode()).hexdigest()
+        assert event.response is not None and len(event.response) == 64 and event.response != event.prompt
+    # Equal texts, equal digests (what lets analytics count identical prompts).
+    assert events[0].prompt == events[1].prompt
+    # Another deployment's key gives another digest.
+    assert NgramKey("another-deployment-key-abcdefgh").digest(text) != events[0].prompt
+
+
+def test_hashed_content_logging_without_a_key_stores_nothing(
+    simulator: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Fail closed: without the deployment's key no digest is stored at all (an unkeyed one
+    could be matched against guessed prompts), and the operator is told once."""
+    sink = MemorySink()
+    ups = [UpstreamConfig("sim", simulator)]
+    variants = [VariantConfig("control", "sim", "base", 1, True), VariantConfig("c", "sim", "cand", 0)]
+    exps = [experiment("hashed", variants, content_logging="hashed")]
+    with (
+        caplog.at_level("WARNING", logger="gateway.recorder"),
+        start_gateway(sink, static_source(exps, ups)) as g,
+    ):
+        ids = [
+            post(g.url + "/v1/chat/completions", {"model": "hashed", "messages": MSG}).headers["x-request-id"]
+            for _ in range(3)
+        ]
+        events = [sink.wait_for(lambda e, i=i: e.request_id == i)[0] for i in ids]
+    assert [(e.status, e.prompt, e.response) for e in events] == [("ok", None, None)] * 3
+    warned = [r for r in caplog.records if "without LIFTGATE_NGRAM_KEY" in r.getMessage()]
+    assert len(warned) == 1
 
 
 def test_targeting_on_headers_and_metadata_through_the_gateway(simulator: str) -> None:

@@ -252,7 +252,7 @@ def test_with_hashed_content_the_page_shows_digests_and_explains_them(
     open_page(watched, page_url(analytics_url, HASHED))
     doc = api(analytics_url, HASHED, variant="baseline")
     assert shown_examples(watched, column(watched, "baseline")) == expected(doc["items"])
-    assert watched.page.inner_text("#content-note") == doc["note"] and "SHA-256" in doc["note"]
+    assert watched.page.inner_text("#content-note") == doc["note"] and "keyed digests" in doc["note"]
     assert len(watched.page.inner_text(f"{column(watched, 'baseline')} code.digest >> nth=0")) == 64
     assert watched.errors == []
 
