@@ -10,6 +10,7 @@ off). librdkafka's log lines go to the ``eventbus.librdkafka`` logger.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,6 +20,7 @@ import confluent_kafka as ck
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from eventbus.interface import (
+    SEND_YIELD_EVERY,
     BusError,
     BusFatal,
     BusUnavailable,
@@ -53,6 +55,11 @@ def _error(exc: ck.KafkaException) -> BusError:
 class ConfluentProducer:
     def __init__(self, options: ProducerOptions) -> None:
         o = options
+        # What ``send`` learns: the values of the records whose delivery failed. Records queued
+        # by ``send`` carry no callback of their own: librdkafka reports them to this one
+        # (``produce``'s per-record callbacks take precedence over it), which costs about half
+        # of a callback object per record (bench/gateway/README.md).
+        self._failed: list[bytes] = []
         self._producer = ck.Producer(
             {
                 "bootstrap.servers": o.bootstrap,
@@ -66,9 +73,36 @@ class ConfluentProducer:
                 "request.timeout.ms": min(o.request_timeout_ms, o.delivery_timeout_ms),
                 "reconnect.backoff.max.ms": o.reconnect_backoff_max_ms,
                 "logger": log,
+                "on_delivery": self._reported,
                 **o.extra,
             }
         )
+
+    def _reported(self, err: ck.KafkaError | None, msg: Any) -> None:
+        if err is not None:
+            self._failed.append(msg.value())
+
+    def send(self, records: Sequence[tuple[str, bytes | None, bytes]], timeout_s: float) -> int:
+        self._failed = failed = list[bytes]()
+        produce = self._producer.produce
+        queued = 0
+        try:
+            for topic, key, value in records:
+                produce(topic, value, key)
+                queued += 1
+                if not queued % SEND_YIELD_EVERY:
+                    time.sleep(0)
+        except (BufferError, ck.KafkaException) as exc:
+            log.warning("the client refused a record (%s)", exc)
+        if self._producer.flush(timeout_s):
+            return 0  # which of the pending records landed is not known
+        if not failed:
+            return queued
+        bad = set(failed)  # a record's bytes are unique here (an event's id is in them)
+        for i in range(queued):
+            if records[i][2] in bad:
+                return i
+        return queued  # the failures were an earlier batch's, reported late
 
     def produce(
         self, topic: str, key: bytes | None, value: bytes, on_delivery: DeliveryCallback | None = None

@@ -7,6 +7,7 @@ one. Records are plain tuples so a batch of 50,000 costs no object per field.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol
@@ -100,6 +101,13 @@ class Producer(Protocol):
     ) -> None:
         """Queue one record (partition: Kafka's default murmur2 of the key); raises BusError if refused."""
 
+    def send(self, records: Sequence[tuple[str, bytes | None, bytes]], timeout_s: float) -> int:
+        """Queue ``records`` (topic, key, value) in order, flush, and return how many, from the
+        start, are known to be acknowledged: all of them, or the records before the first that
+        failed or was refused. When the flush gives up with records still pending, which of
+        them landed is not known: 0 (the caller sends them again; consumers drop duplicates).
+        Cheaper than ``produce`` with a callback per record; never interleave the two."""
+
     def poll(self, timeout_s: float = 0.0) -> None:
         """Serve delivery callbacks that are due."""
 
@@ -156,3 +164,32 @@ class Bus(Protocol):
 
     def ensure_topics(self, bootstrap: str, names: Sequence[str], partitions: int, timeout_s: float) -> None:
         """Create the topics that do not exist yet (idempotent, also when another process races)."""
+
+
+#: Records between two releases of the interpreter in ``send`` (a ``sleep(0)``), so the
+#: caller's other threads (the gateway's event loop) are not kept waiting for a whole batch.
+SEND_YIELD_EVERY = 64
+
+
+def send_with_callbacks(
+    producer: Producer, records: Sequence[tuple[str, bytes | None, bytes]], timeout_s: float
+) -> int:
+    """``Producer.send`` through ``produce`` with a callback per record: for a backend with no
+    cheaper way to learn which records failed."""
+    outcomes = bytearray(len(records))  # 0 pending, 1 acknowledged, 2 failed
+
+    def mark(i: int) -> DeliveryCallback:
+        def done(error: BusError | None) -> None:
+            outcomes[i] = 1 if error is None else 2
+
+        return done
+
+    try:
+        for i, (topic, key, value) in enumerate(records):
+            producer.produce(topic, key, value, mark(i))
+            if not (i + 1) % SEND_YIELD_EVERY:
+                time.sleep(0)
+    except BusError:
+        pass  # refused: the records from here on stay pending (not acknowledged)
+    producer.flush(timeout_s)
+    return len(outcomes) - len(outcomes.lstrip(b"\x01"))

@@ -39,6 +39,7 @@ from eventbus.interface import (
     ProducerOptions,
     RevokeCallback,
     TopicPartition,
+    send_with_callbacks,
 )
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,9 @@ class PythonProducer:
 
         future.add_callback(done)
         future.add_errback(failed)
+
+    def send(self, records: Sequence[tuple[str, bytes | None, bytes]], timeout_s: float) -> int:
+        return send_with_callbacks(self, records, timeout_s)
 
     def poll(self, timeout_s: float = 0.0) -> None:
         """Nothing to serve: kafka-python runs callbacks on its network thread."""

@@ -164,6 +164,42 @@ def test_a_fenced_static_member_raises_bus_fatal_on_every_later_call_and_still_c
         second.close()
 
 
+def test_send_answers_the_acknowledged_prefix_of_a_batch(
+    bus: Bus, kafka_bootstrap: str, unique_name: str
+) -> None:
+    topic, missing = f"t-{unique_name}", f"missing-{unique_name}"  # the broker creates no topic itself
+    bus.ensure_topics(kafka_bootstrap, [topic], 3, 30)
+    producer = bus.producer(
+        ProducerOptions(kafka_bootstrap, delivery_timeout_ms=3_000, request_timeout_ms=1_000)
+    )
+    try:
+        good = [(topic, f"unit-{i % 7}".encode(), str(i).encode()) for i in range(500)]
+        assert producer.send(good, 30) == 500
+        # A record that cannot land: the answer stops before it, whatever became of the rest.
+        mixed = [(topic, b"k", b"a%d" % i) for i in range(5)] + [(missing, b"k", b"lost")]
+        mixed += [(topic, b"k", b"b%d" % i) for i in range(5)]
+        started = time.monotonic()
+        assert producer.send(mixed, 10) == 5
+        assert time.monotonic() - started < 10
+        assert producer.send([(topic, b"k", b"after")], 30) == 1  # a failure does not stick
+    finally:
+        producer.close(5)
+    consumer = bus.consumer(ConsumerOptions(kafka_bootstrap, group_id=f"g-{unique_name}"))
+    consumer.subscribe([topic])
+    try:
+        got = _read(consumer.poll_batch, 506)
+    finally:
+        consumer.close()
+    values = [m.value for m in got]
+    by_key: dict[bytes | None, list[int]] = {}
+    for m in got:
+        if m.key != b"k":
+            by_key.setdefault(m.key, []).append(int(m.value or b""))
+    assert sorted(v for vs in by_key.values() for v in vs) == list(range(500))
+    assert all(vs == sorted(vs) for vs in by_key.values())
+    assert {b"a0", b"a4", b"after"} <= set(values) and b"lost" not in values
+
+
 def test_a_failed_delivery_is_reported_to_its_callback(bus: Bus, unique_name: str) -> None:
     # A broker that never answers: the producer cannot even be made (BusUnavailable), or each
     # record fails within the delivery timeout; never a silent success.
