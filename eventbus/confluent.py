@@ -20,7 +20,7 @@ import confluent_kafka as ck
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from eventbus.interface import (
-    SEND_YIELD_EVERY,
+    YIELD_EVERY,
     BusError,
     BusFatal,
     BusUnavailable,
@@ -90,7 +90,7 @@ class ConfluentProducer:
             for topic, key, value in records:
                 produce(topic, value, key)
                 queued += 1
-                if not queued % SEND_YIELD_EVERY:
+                if not queued % YIELD_EVERY:
                     time.sleep(0)
         except (BufferError, ck.KafkaException) as exc:
             log.warning("the client refused a record (%s)", exc)

@@ -7,7 +7,6 @@ one. Records are plain tuples so a batch of 50,000 costs no object per field.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol
@@ -166,30 +165,8 @@ class Bus(Protocol):
         """Create the topics that do not exist yet (idempotent, also when another process races)."""
 
 
-#: Records between two releases of the interpreter in ``send`` (a ``sleep(0)``), so the
-#: caller's other threads (the gateway's event loop) are not kept waiting for a whole batch.
-SEND_YIELD_EVERY = 64
-
-
-def send_with_callbacks(
-    producer: Producer, records: Sequence[tuple[str, bytes | None, bytes]], timeout_s: float
-) -> int:
-    """``Producer.send`` through ``produce`` with a callback per record: for a backend with no
-    cheaper way to learn which records failed."""
-    outcomes = bytearray(len(records))  # 0 pending, 1 acknowledged, 2 failed
-
-    def mark(i: int) -> DeliveryCallback:
-        def done(error: BusError | None) -> None:
-            outcomes[i] = 1 if error is None else 2
-
-        return done
-
-    try:
-        for i, (topic, key, value) in enumerate(records):
-            producer.produce(topic, key, value, mark(i))
-            if not (i + 1) % SEND_YIELD_EVERY:
-                time.sleep(0)
-    except BusError:
-        pass  # refused: the records from here on stay pending (not acknowledged)
-    producer.flush(timeout_s)
-    return len(outcomes) - len(outcomes.lstrip(b"\x01"))
+#: Records between two releases of the interpreter (a ``sleep(0)``) in a loop over a batch —
+#: ``Producer.send``, the gateway's spool writer — so the process's other threads (the
+#: gateway's event loop) are not kept waiting for a whole batch (up to the 5 ms switch
+#: interval); free at this spacing (bench/gateway/sink_bench.py).
+YIELD_EVERY = 64

@@ -39,9 +39,10 @@ from typing import Any
 
 from contracts.events import Event, encode
 from eventbus import Bus, BusError, ProducerOptions, open_bus
+from eventbus.interface import YIELD_EVERY
 from gateway.delivery import Chunk, Delivery, Transport, TransportUnavailable
 from gateway.kafka_config import SinkConfig, Topics, ensure_topics
-from gateway.kafka_transport import YIELD_EVERY, BusTransport
+from gateway.kafka_transport import BusTransport
 from gateway.spool import Record, Spool, claim_spool_dir
 
 __all__ = ["KafkaSink", "SinkConfig", "Topics", "ensure_topics"]

@@ -11,15 +11,9 @@ import logging
 from collections.abc import Sequence
 
 from eventbus import Producer
-from eventbus.interface import SEND_YIELD_EVERY
 from gateway.spool import Record
 
 log = logging.getLogger(__name__)
-
-# Release the GIL between short runs of records, so the gateway's event loop thread is not
-# kept waiting for a whole batch (up to the 5 ms switch interval); a sleep(0) per 64 records
-# is free (bench/gateway/sink_bench.py).
-YIELD_EVERY = SEND_YIELD_EVERY
 
 
 class BusTransport:

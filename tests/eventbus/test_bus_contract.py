@@ -29,6 +29,16 @@ def _read(consumer_poll: object, want: int, timeout_s: float = 60.0) -> list[Mes
     return out
 
 
+def _read_topic(bus: Bus, bootstrap: str, topic: str, group: str, want: int) -> list[Message]:
+    """``want`` records of ``topic``, read by a new member of ``group`` from the start."""
+    consumer = bus.consumer(ConsumerOptions(bootstrap, group_id=group))
+    consumer.subscribe([topic])
+    try:
+        return _read(consumer.poll_batch, want)
+    finally:
+        consumer.close()
+
+
 def test_records_of_one_key_are_read_in_the_order_they_were_produced(
     bus: Bus, kafka_bootstrap: str, unique_name: str
 ) -> None:
@@ -41,12 +51,7 @@ def test_records_of_one_key_are_read_in_the_order_they_were_produced(
     assert producer.flush(30) == 0
     assert producer.close(5)
     assert outcomes == [None] * 3_000
-    consumer = bus.consumer(ConsumerOptions(kafka_bootstrap, group_id=f"g-{unique_name}"))
-    consumer.subscribe([topic])
-    try:
-        got = _read(consumer.poll_batch, 3_000)
-    finally:
-        consumer.close()
+    got = _read_topic(bus, kafka_bootstrap, topic, f"g-{unique_name}", 3_000)
     assert len(got) == 3_000
     by_key: dict[bytes | None, list[int]] = {}
     partition_of: dict[bytes | None, set[int]] = {}
@@ -184,12 +189,7 @@ def test_send_answers_the_acknowledged_prefix_of_a_batch(
         assert producer.send([(topic, b"k", b"after")], 30) == 1  # a failure does not stick
     finally:
         producer.close(5)
-    consumer = bus.consumer(ConsumerOptions(kafka_bootstrap, group_id=f"g-{unique_name}"))
-    consumer.subscribe([topic])
-    try:
-        got = _read(consumer.poll_batch, 506)
-    finally:
-        consumer.close()
+    got = _read_topic(bus, kafka_bootstrap, topic, f"g-{unique_name}", 506)
     values = [m.value for m in got]
     by_key: dict[bytes | None, list[int]] = {}
     for m in got:
