@@ -11,8 +11,9 @@ value: what both ingest paths see). So the sample is:
 - idempotent: a request is folded once (only rows actually inserted reach the fold tables)
   and its key is deterministic (``ON CONFLICT DO NOTHING`` on the key besides);
 - bounded: a request is inserted only while its key is below the group's current k-th
-  smallest, so after N requests a group holds about k·(1 + ln(N/k)) rows (the expected
-  number of running minima), without deletes that concurrent consumers would contend on.
+  smallest and among its batch's k smallest for the group, so after N requests a group
+  holds about k·(1 + ln(N/k)) rows (the expected number of running minima) however large
+  the batches, without deletes that concurrent consumers would contend on.
   Readers take the k smallest (:func:`read_samples`).
 
 ``batch`` = hash(unit) mod ``BATCHES``: whole units per batch, so per-batch quantiles are
@@ -54,11 +55,18 @@ _INSERT: Final = f""", c AS MATERIALIZED (
             AND l.segment = g.segment COLLATE "default" AND l.variant = g.variant COLLATE "default"
         ORDER BY l.sample_key OFFSET {SAMPLE_SIZE - 1} LIMIT 1) AS cut
     FROM (SELECT DISTINCT experiment_id, metric, segment, variant FROM s) g
+), b AS (
+    -- Of the batch's keys below the cut, its k smallest per group (the k smallest of a union
+    -- are among the parts' k smallest): a batch larger than k writes k rows, not all of them.
+    -- dense_rank: equal keys (one request seen twice) are kept or dropped together.
+    SELECT s.*, dense_rank() OVER (
+        PARTITION BY s.experiment_id, s.metric, s.segment, s.variant ORDER BY s.sample_key) AS nth
+    FROM s JOIN c USING (experiment_id, metric, segment, variant)
+    WHERE c.cut IS NULL OR s.sample_key < c.cut
 )
 INSERT INTO latency_samples (experiment_id, metric, segment, variant, sample_key, batch, value)
-SELECT s.experiment_id, s.metric, s.segment, s.variant, s.sample_key, s.batch, s.value
-FROM s JOIN c USING (experiment_id, metric, segment, variant)
-WHERE c.cut IS NULL OR s.sample_key < c.cut
+SELECT experiment_id, metric, segment, variant, sample_key, batch, value
+FROM b WHERE nth <= {SAMPLE_SIZE}
 ORDER BY 1, 2, 3, 4, 5
 ON CONFLICT DO NOTHING
 """

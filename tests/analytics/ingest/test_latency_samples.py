@@ -123,3 +123,46 @@ def test_the_sample_stays_bounded_and_readers_get_the_k_smallest_keys(database_u
         all_keys.setdefault(v, []).append(k)
     for variant, arr in smallest:
         assert arr == sorted(all_keys[variant])[:SAMPLE_SIZE]  # exactly the bottom-k of every request
+
+
+def test_a_batch_larger_than_the_sample_inserts_at_most_k_rows_per_group(database_url: str) -> None:
+    # A consumer's batch (tens of thousands of events) is far larger than k: the fold keeps
+    # only the batch's k smallest keys per group (the k smallest of a union are among the
+    # parts' k smallest), not every row below a cut the batch itself would have lowered.
+    exp, rng = declared_experiment(database_url), random.Random(4)
+    n = 5 * SAMPLE_SIZE
+    events = _events(exp, n, rng)
+    with connect(database_url) as conn:
+        ingest(conn, events[: n // 2])
+        first = dict(
+            conn.execute(
+                "SELECT metric || ' ' || segment || ' ' || variant, count(*) FROM latency_samples"
+                " WHERE experiment_id = %s GROUP BY 1",
+                (exp,),
+            ).fetchall()
+        )
+        ingest(conn, events[n // 2 :])
+        stored = dict(
+            conn.execute(
+                "SELECT metric || ' ' || segment || ' ' || variant, count(*) FROM latency_samples"
+                " WHERE experiment_id = %s GROUP BY 1",
+                (exp,),
+            ).fetchall()
+        )
+        keys = conn.execute(
+            f"SELECT variant, {sample_key_sql('latency_ms')} FROM interactions WHERE experiment_id = %s",
+            (exp,),
+        ).fetchall()
+        got = conn.execute(
+            "SELECT variant, array_agg(sample_key ORDER BY sample_key) FROM (SELECT variant, sample_key,"
+            " row_number() OVER (PARTITION BY variant ORDER BY sample_key) rn FROM latency_samples"
+            " WHERE experiment_id = %s AND metric = 'latency' AND segment = '') x WHERE rn <= %s GROUP BY variant",
+            (exp, SAMPLE_SIZE),
+        ).fetchall()
+    assert len(first) == len(stored) == 8  # 2 metrics x (overall, stage 2) x 2 variants
+    assert set(first.values()) == {SAMPLE_SIZE}  # each group saw > k requests in the batch
+    assert all(SAMPLE_SIZE <= c <= 2 * SAMPLE_SIZE for c in stored.values())
+    by_variant: dict[str, list[int]] = {}
+    for v, k in keys:
+        by_variant.setdefault(v, []).append(k)
+    assert {v: arr for v, arr in got} == {v: sorted(ks)[:SAMPLE_SIZE] for v, ks in by_variant.items()}
