@@ -42,6 +42,36 @@ def _rows(conn: psycopg.Connection[tuple[Any, ...]], exp: int) -> set[tuple[Any,
     )
 
 
+def _all_keys(conn: psycopg.Connection[tuple[Any, ...]], exp: int) -> dict[str, list[int]]:
+    """Every stored request's latency ``sample_key``, per variant (what the sample is drawn from)."""
+    out: dict[str, list[int]] = {}
+    for variant, key in conn.execute(
+        f"SELECT variant, {sample_key_sql('latency_ms')} FROM interactions WHERE experiment_id = %s", (exp,)
+    ).fetchall():
+        out.setdefault(variant, []).append(key)
+    return out
+
+
+def _kept_smallest(conn: psycopg.Connection[tuple[Any, ...]], exp: int) -> dict[str, list[int]]:
+    """The k smallest latency keys the overall sample holds, per variant (what readers take)."""
+    rows = conn.execute(
+        "SELECT variant, array_agg(sample_key ORDER BY sample_key) FROM (SELECT variant, sample_key,"
+        " row_number() OVER (PARTITION BY variant ORDER BY sample_key) rn FROM latency_samples"
+        " WHERE experiment_id = %s AND metric = 'latency' AND segment = '') x WHERE rn <= %s GROUP BY variant",
+        (exp, SAMPLE_SIZE),
+    ).fetchall()
+    return {variant: list(keys) for variant, keys in rows}
+
+
+def _group_counts(conn: psycopg.Connection[tuple[Any, ...]], exp: int) -> dict[str, int]:
+    rows = conn.execute(
+        "SELECT metric || ' ' || segment || ' ' || variant, count(*) FROM latency_samples"
+        " WHERE experiment_id = %s GROUP BY 1",
+        (exp,),
+    ).fetchall()
+    return {group: int(n) for group, n in rows}
+
+
 def test_every_request_is_sampled_overall_and_in_its_stage_and_a_redelivery_changes_nothing(
     database_url: str,
 ) -> None:
@@ -101,28 +131,17 @@ def test_the_sample_stays_bounded_and_readers_get_the_k_smallest_keys(database_u
             " GROUP BY variant",
             (exp,),
         ).fetchall()
-        keys = conn.execute(
-            f"SELECT variant, {sample_key_sql('latency_ms')} FROM interactions WHERE experiment_id = %s",
-            (exp,),
-        ).fetchall()
+        all_keys = _all_keys(conn, exp)
         got = read_samples(conn, exp, "latency")
-        smallest = conn.execute(
-            "SELECT variant, array_agg(sample_key ORDER BY sample_key) FROM (SELECT variant, sample_key,"
-            " row_number() OVER (PARTITION BY variant ORDER BY sample_key) rn FROM latency_samples"
-            " WHERE experiment_id = %s AND metric = 'latency') x WHERE rn <= %s GROUP BY variant",
-            (exp, SAMPLE_SIZE),
-        ).fetchall()
+        smallest = _kept_smallest(conn, exp)
     for variant, count in stored:
-        total = sum(1 for v, _ in keys if v == variant)
+        total = len(all_keys[variant])
         assert SAMPLE_SIZE <= count < total  # pruned as it goes, never below k
         assert count <= 1.3 * SAMPLE_SIZE * (1 + max(0.0, math.log(total / SAMPLE_SIZE)))
         values, batches = got[variant]
         assert len(values) == len(batches) == SAMPLE_SIZE
-    all_keys: dict[str, list[int]] = {}
-    for v, k in keys:
-        all_keys.setdefault(v, []).append(k)
-    for variant, arr in smallest:
-        assert arr == sorted(all_keys[variant])[:SAMPLE_SIZE]  # exactly the bottom-k of every request
+    # exactly the bottom-k of every request
+    assert smallest == {v: sorted(keys)[:SAMPLE_SIZE] for v, keys in all_keys.items()}
 
 
 def test_a_batch_larger_than_the_sample_inserts_at_most_k_rows_per_group(database_url: str) -> None:
@@ -134,35 +153,11 @@ def test_a_batch_larger_than_the_sample_inserts_at_most_k_rows_per_group(databas
     events = _events(exp, n, rng)
     with connect(database_url) as conn:
         ingest(conn, events[: n // 2])
-        first = dict(
-            conn.execute(
-                "SELECT metric || ' ' || segment || ' ' || variant, count(*) FROM latency_samples"
-                " WHERE experiment_id = %s GROUP BY 1",
-                (exp,),
-            ).fetchall()
-        )
+        first = _group_counts(conn, exp)
         ingest(conn, events[n // 2 :])
-        stored = dict(
-            conn.execute(
-                "SELECT metric || ' ' || segment || ' ' || variant, count(*) FROM latency_samples"
-                " WHERE experiment_id = %s GROUP BY 1",
-                (exp,),
-            ).fetchall()
-        )
-        keys = conn.execute(
-            f"SELECT variant, {sample_key_sql('latency_ms')} FROM interactions WHERE experiment_id = %s",
-            (exp,),
-        ).fetchall()
-        got = conn.execute(
-            "SELECT variant, array_agg(sample_key ORDER BY sample_key) FROM (SELECT variant, sample_key,"
-            " row_number() OVER (PARTITION BY variant ORDER BY sample_key) rn FROM latency_samples"
-            " WHERE experiment_id = %s AND metric = 'latency' AND segment = '') x WHERE rn <= %s GROUP BY variant",
-            (exp, SAMPLE_SIZE),
-        ).fetchall()
+        stored = _group_counts(conn, exp)
+        all_keys, smallest = _all_keys(conn, exp), _kept_smallest(conn, exp)
     assert len(first) == len(stored) == 8  # 2 metrics x (overall, stage 2) x 2 variants
     assert set(first.values()) == {SAMPLE_SIZE}  # each group saw > k requests in the batch
     assert all(SAMPLE_SIZE <= c <= 2 * SAMPLE_SIZE for c in stored.values())
-    by_variant: dict[str, list[int]] = {}
-    for v, k in keys:
-        by_variant.setdefault(v, []).append(k)
-    assert {v: arr for v, arr in got} == {v: sorted(ks)[:SAMPLE_SIZE] for v, ks in by_variant.items()}
+    assert smallest == {v: sorted(keys)[:SAMPLE_SIZE] for v, keys in all_keys.items()}
