@@ -449,8 +449,9 @@ class LatencySample(Base):
     request's identity) — uniform, the same on every replay, mergeable across consumers.
     The ingest inserts a request only while its key is below the group's current k-th
     smallest and among its batch's k smallest, so the table holds about k·(1 + ln(N/k))
-    rows for N requests; readers take the k smallest. ``segment`` is '' or a rollout stage (``rollout_stage=N``); ``batch`` is
-    hash(unit) mod 20, the unit's batch for per-batch quantiles.
+    rows for N requests; readers take the k smallest. ``segment`` is '' or a rollout stage
+    (``rollout_stage=N``); ``batch`` is hash(unit) mod 20, the unit's batch for per-batch
+    quantiles.
     """
 
     __tablename__ = "latency_samples"
