@@ -12,12 +12,14 @@ test:
 	@scripts/test
 
 # The fast loop: lint, formatting, types and the pure-logic tests (no PostgreSQL, Kafka or
-# started processes: tests marked `services` or `slow` are left to `make test`).
+# started processes: tests marked `services` or `slow` are left to `make test`). Bytecode is
+# written even where the environment says not to: pytest then keeps each test module's
+# rewritten asserts, and collecting the suite takes ~6 s instead of ~19 s per worker.
 check:
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
 	.venv/bin/mypy
-	.venv/bin/python -m pytest -q -p no:cacheprovider -n auto -m "not services and not slow"
+	PYTHONDONTWRITEBYTECODE= .venv/bin/python -m pytest -q -p no:cacheprovider -n auto -m "not services and not slow"
 
 lint:
 	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy

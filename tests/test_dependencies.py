@@ -13,6 +13,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.test_layout import ROOT, SANDBOX_SCRIPTS, product_modules
 
 CLI_EXTRA = ("typer", "rich")
@@ -63,6 +65,7 @@ def test_the_refusing_import_system_does_refuse_an_extra() -> None:
     assert _import_refusing(LOCAL_EXTRA, ["liftgate.stack"]) != []
 
 
+@pytest.mark.slow
 def test_the_services_import_none_of_the_cli_and_local_extras() -> None:
     failed = _import_refusing(
         CLI_EXTRA + LOCAL_EXTRA, _modules_of("contracts", "gateway", "analytics", "evals")

@@ -12,6 +12,8 @@ import functools
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ("analytics", "bench", "contracts", "eventbus", "gateway", "liftgate", "scripts", "tests")
 # Modules the clients document for applications; anything else of theirs is internal.
@@ -79,6 +81,7 @@ def _private_accesses(tree: ast.AST, own: set[str] = frozenset()) -> list[str]: 
     return found
 
 
+@pytest.mark.slow
 def test_only_public_modules_of_the_kafka_clients_are_imported() -> None:
     bad = {
         str(p.relative_to(ROOT)): sorted(set(mods) - PUBLIC_MODULES)
@@ -88,6 +91,7 @@ def test_only_public_modules_of_the_kafka_clients_are_imported() -> None:
     assert {f: m for f, m in bad.items() if m} == {}
 
 
+@pytest.mark.slow
 def test_no_private_attribute_is_used_in_a_module_that_imports_a_kafka_client() -> None:
     bad = {}
     own = _own_private_names()
@@ -113,6 +117,7 @@ def test_no_source_names_a_client_internal() -> None:
     assert bad == []
 
 
+@pytest.mark.slow
 def test_the_checks_catch_a_private_use() -> None:
     # The checks themselves can fail: a patch like the one they exist to prevent is caught.
     tree = ast.parse(

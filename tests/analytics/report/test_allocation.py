@@ -76,6 +76,7 @@ def _ramp_counts(
     return per_stage, {"control": int(ever_ctrl.sum()), "candidate": int(ever_cand.sum())}
 
 
+@pytest.mark.slow
 def test_aa_ramps_raise_the_banner_at_most_at_the_threshold_rate() -> None:
     """2,000 A/A ramps (10% → 25% → 50%, 2,000 units): the per-stage check flags ≤ 0.1% of
     them (Bonferroni over stages); the cumulative count against the current weights — the

@@ -35,12 +35,14 @@ def test_aa_raises_neither_judge_alarm_in_more_than_alpha_of_runs() -> None:
     assert diverged <= 0.05 and dropped <= 0.05
 
 
+@pytest.mark.slow
 def test_an_honest_better_candidate_raises_neither() -> None:
     """Better content: judge and users agree, so the judge's prediction holds."""
     diverged, dropped = rates(42, 60, 800, Arm(quality=0.3))
     assert diverged <= 0.05 and dropped <= 0.05
 
 
+@pytest.mark.slow
 def test_a_biased_judge_is_caught_with_stated_power() -> None:
     """The judge adds +0.6 to the candidate's scores, users see no change: 1,000 units/arm."""
     diverged, _ = rates(43, 30, 1000, Arm(judge_bias=0.6))

@@ -38,6 +38,7 @@ def test_aa_flags_any_phrase_in_at_most_alpha_of_runs() -> None:
     assert fired / runs <= 0.05
 
 
+@pytest.mark.slow
 def test_a_stuffed_phrase_is_found_with_stated_power_and_alone() -> None:
     """One phrase in 4% more candidate responses (base 2%): 1,000 units per arm."""
     rng = np.random.default_rng(52)

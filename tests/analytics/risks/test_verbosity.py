@@ -30,10 +30,12 @@ def alarm_rate(seed: int, runs: int, units: int, candidate: Arm) -> float:
     return sum(run(rng, units, candidate, i).alarm for i in range(runs)) / runs
 
 
+@pytest.mark.slow
 def test_aa_raises_the_verbosity_alarm_in_at_most_alpha_of_runs() -> None:
     assert alarm_rate(21, 100, 800, Arm()) <= 0.05
 
 
+@pytest.mark.slow
 def test_an_honest_longer_and_better_candidate_does_not_raise_it() -> None:
     """30% longer and +0.4 logit better beyond length: the gain is real."""
     assert alarm_rate(22, 60, 1500, Arm(length_factor=1.3, quality=0.4)) <= 0.05

@@ -6,6 +6,7 @@ Figures printed with ``-s`` are the ones quoted in docs/statistics.md.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from scipy import stats as sps
 
 from analytics.stats import MetricKind, SampleStats, estimate, sequential_lift, welch_lift
@@ -52,6 +53,7 @@ def _heavy_user_arm(rng: np.random.Generator, units: int) -> tuple[np.ndarray, n
     return rng.binomial(requests.astype(np.int64), propensity).astype(float), requests
 
 
+@pytest.mark.slow
 def test_per_unit_ratio_analysis_is_calibrated_with_heavy_users_and_naive_per_request_is_not() -> None:
     rng = np.random.default_rng(103)
     xc, yc = _heavy_user_arm(rng, 1000)
@@ -73,6 +75,7 @@ def test_per_unit_ratio_analysis_is_calibrated_with_heavy_users_and_naive_per_re
     assert naive_fpr > 0.15
 
 
+@pytest.mark.slow
 def test_sequential_test_stays_below_alpha_under_peeking_while_naive_peeking_does_not() -> None:
     rng = np.random.default_rng(104)
     looks, batch = 20, 100

@@ -89,6 +89,7 @@ def test_aa_false_positive_rate_over_five_looks_is_alpha_and_naive_peeking_is_no
     assert naive / sims > 0.1
 
 
+@pytest.mark.slow
 def test_power_at_the_planned_size_is_close_to_the_fixed_design_and_interim_cis_cover() -> None:
     rng = np.random.default_rng(402)
     sims, per_look = 2000, 100
@@ -116,6 +117,7 @@ def test_power_at_the_planned_size_is_close_to_the_fixed_design_and_interim_cis_
     assert np.mean(stops) < 4.5  # stops early when the effect is real
 
 
+@pytest.mark.slow
 def test_noninferiority_is_calibrated_at_the_margin_and_bounds_agree_with_verdicts() -> None:
     rng = np.random.default_rng(403)
     sims, margin = 3000, 0.1

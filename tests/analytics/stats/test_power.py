@@ -30,6 +30,7 @@ def test_sample_size_for_a_mean_metric_matches_statsmodels(share: float) -> None
     assert_json_safe(r)
 
 
+@pytest.mark.slow
 def test_a_five_percent_lift_in_thumbs_up_rate_is_detected_with_the_planned_power() -> None:
     base, lift, sims = 0.30, 0.05, 4000
     plan = required_sample_size(base, lift, MetricKind.PROPORTION, power=0.8)

@@ -40,6 +40,7 @@ def test_welch_convention_equals_scipy_welch_on_the_zero_one_values() -> None:
     assert r.absolute.p_value == pytest.approx(sps.ttest_ind(y, x, equal_var=False).pvalue, rel=1e-9)
 
 
+@pytest.mark.slow
 def test_pooled_z_aa_false_positive_rate_and_power_at_stated_sizes() -> None:
     rng = np.random.default_rng(202)
     sims, n, p = 4000, 2000, 0.1

@@ -246,6 +246,7 @@ def test_false_rollbacks_at_the_margin_stay_below_alpha_over_every_look(
     assert time.monotonic() - started < 60
 
 
+@pytest.mark.slow
 def test_an_equal_candidate_is_almost_never_rolled_back() -> None:
     rng = np.random.default_rng(11)
     control, candidate = _simulate(rng, 1000, 12, 400, 0.25, 0.02, 0.02)

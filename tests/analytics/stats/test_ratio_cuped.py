@@ -52,6 +52,7 @@ def test_sums_formula_equals_cuped_on_explicit_unit_linearisations() -> None:
     assert_json_safe(res)
 
 
+@pytest.mark.slow
 def test_two_covariates_reduce_variance_more_than_the_numerator_alone_and_keep_calibration() -> None:
     rng = np.random.default_rng(702)
     sims, n = 1000, 800

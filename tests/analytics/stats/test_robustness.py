@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pytest
 
 from analytics.stats import (
     Direction,
@@ -39,6 +40,7 @@ def _awkward_samples(rng: np.random.Generator) -> list[SampleStats]:
     return samples
 
 
+@pytest.mark.slow
 def test_every_comparison_survives_awkward_inputs_without_exception_or_nan() -> None:
     rng = np.random.default_rng(81)
     samples = _awkward_samples(rng)

@@ -42,6 +42,7 @@ def test_units_in_a_zero_weight_variant_are_a_mismatch_and_empty_input_is_no_dat
     assert_json_safe(srm_check([0, 0], [1, 1]))
 
 
+@pytest.mark.slow
 def test_holm_and_bh_match_statsmodels() -> None:
     rng = np.random.default_rng(42)
     for _ in range(8):  # statsmodels' holm costs ~0.2 s a call
