@@ -13,8 +13,9 @@ test:
 
 # The fast loop: lint, formatting, types and the pure-logic tests (no PostgreSQL, Kafka or
 # started processes: tests marked `services` or `slow` are left to `make test`). Bytecode is
-# written even where the environment says not to: pytest then keeps each test module's
-# rewritten asserts, and collecting the suite takes ~6 s instead of ~19 s per worker.
+# written even where the environment says not to (PYTHONDONTWRITEBYTECODE): pytest then keeps
+# each test module's rewritten asserts instead of rewriting them in every worker of every run
+# (timings: bench/README.md).
 check:
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
