@@ -260,6 +260,21 @@ def create_topics(bootstrap: str, *names: str, partitions: int = 6) -> None:
         probe.close()
 
 
+def committed_offsets(
+    bootstrap: str, group: str, request_timeout_ms: int = 30_000
+) -> dict[tuple[str, int], int]:
+    """The group's committed offsets per (topic, partition), read by an admin client (raises
+    ``KafkaError`` while no broker answers for the group, e.g. its coordinator still loading)."""
+    from kafka.admin import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=request_timeout_ms)
+    try:
+        offsets = admin.list_group_offsets(group).get(group, {})
+    finally:
+        admin.close()
+    return {(tp.topic, tp.partition): int(m.offset) for tp, m in offsets.items()}
+
+
 def produce(bootstrap: str, items: Iterable[tuple[str, bytes | None, bytes]]) -> None:
     """Send (topic, key, value) with a plain producer and wait until all are acknowledged."""
     from kafka import KafkaProducer

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import IO
 
 import psycopg
-from kafka.admin import KafkaAdminClient
 
 from analytics.ingest.consumer import ConsumerMetrics, ConsumerSettings, run_consumer
 from contracts.events import Event, InteractionEvent
@@ -24,6 +23,7 @@ from liftgate import db as dbmod
 from liftgate.embedded_pg import EmbeddedPostgres
 from tests.analytics.ingest_helpers import (
     assert_rollups_equal,
+    committed_offsets,
     connect,
     count_rows,
     create_topics,
@@ -170,15 +170,6 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _committed(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        offsets = admin.list_group_offsets(group)[group]
-    finally:
-        admin.close()
-    return {(tp.topic, tp.partition): int(m.offset) for tp, m in offsets.items()}
-
-
 def test_postgres_stopped_for_30_seconds_mid_run_loses_and_doubles_nothing(
     kafka_bootstrap: str, unique_name: str, tmp_path: Path
 ) -> None:
@@ -226,9 +217,9 @@ def test_postgres_stopped_for_30_seconds_mid_run_loses_and_doubles_nothing(
                 15,
                 "retries",
             )
-            committed_early = _committed(kafka_bootstrap, settings.consumer_group)
+            committed_early = committed_offsets(kafka_bootstrap, settings.consumer_group)
             time.sleep(max(0.0, 30 - (time.monotonic() - outage_start)))  # the outage itself
-            committed_late = _committed(kafka_bootstrap, settings.consumer_group)
+            committed_late = committed_offsets(kafka_bootstrap, settings.consumer_group)
             pg.start()
             producer.join(timeout=120)
             wait_for(lambda: _all_ingested(url, exp, events), 120, "every event ingested after the outage")
@@ -298,12 +289,8 @@ def test_sigterm_while_postgres_blocks_the_write_exits_within_the_grace_and_comm
         blocker.close()
     assert stopped_after < 20, stopped_after
     assert count_rows(database_url, "SELECT count(*) FROM interactions WHERE experiment_id = %s", exp) == 0
-    admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
-    try:
-        committed = admin.list_group_offsets(group).get(group, {})
-    finally:
-        admin.close()
-    assert all(int(m.offset) <= 0 for m in committed.values()), committed
+    committed = committed_offsets(kafka_bootstrap, group)
+    assert all(offset <= 0 for offset in committed.values()), committed
     proc = start()
     try:
         wait_for(lambda: _all_ingested(database_url, exp, events), 90, "every event after the restart")

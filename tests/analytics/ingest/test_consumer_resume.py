@@ -14,7 +14,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from kafka.admin import KafkaAdminClient
 from kafka.errors import KafkaError
 from prometheus_client import CollectorRegistry
 
@@ -22,6 +21,7 @@ from analytics.ingest.consumer import ConsumerMetrics, ConsumerSettings, run_con
 from contracts.events import Event, InteractionEvent
 from eventbus import ClientChoice
 from tests.analytics.ingest_helpers import (
+    committed_offsets,
     count_rows,
     create_topics,
     declared_experiment,
@@ -39,16 +39,10 @@ def _serves_group(bootstrap: str, group: str) -> bool:
     """Whether the broker answers for ``group``: its coordinator reads the group's committed
     offsets (an error, e.g. the coordinator still loading, says not yet)."""
     try:
-        admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=2_000)
+        committed_offsets(bootstrap, group, request_timeout_ms=2_000)
     except KafkaError:
         return False
-    try:
-        admin.list_group_offsets(group)
-        return True
-    except KafkaError:
-        return False
-    finally:
-        admin.close()
+    return True
 
 
 def _interactions(events: list[Event]) -> int:
