@@ -5,9 +5,12 @@
 2. Consumer runs: truncate the event/rollup tables, start ``analytics.ingest.consumer`` (the
    real consumer: decode, COPY staging, ON CONFLICT insert, rollups, offset commits) in
    a thread with a fresh group id, and time from its first committed batch until all N
-   are committed. Rate = events after the first batch / elapsed (sustained).
+   are committed and a CHECKPOINT has written back the pages they dirtied. Rate = events
+   after the first batch / elapsed (sustained).
 3. COPY runs: truncate, then COPY the same rows (pre-rendered text) straight into
-   ``interactions`` (same indexes): the database's raw ingest ceiling.
+   ``interactions`` (same indexes), then a CHECKPOINT: the database's raw ingest ceiling.
+   Every phase starts after a CHECKPOINT (untimed) and ends with one (timed), so no phase
+   pays for another's writes whatever the server's shared_buffers.
 
 Prints medians over --runs; the figures go to bench/ingest/README.md.
 
@@ -147,6 +150,15 @@ def _component(p: psutil.Process, consumers: set[int]) -> str | None:
     return None
 
 
+def checkpoint(db_url: str) -> None:
+    """Write every dirty page back (PostgreSQL's CHECKPOINT). Each timed phase ends with one,
+    inside its window: a phase pays for the pages it dirtied even when shared_buffers is large
+    enough to hold them past its end (the checkpointer would otherwise write them during the
+    next phase, charged to it)."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute(b"CHECKPOINT")
+
+
 def cpu_seconds(consumers: set[int]) -> dict[str, float]:
     """CPU time (user + system) so far of Postgres, the broker and the consumer processes."""
     out: dict[str, float] = {}
@@ -205,6 +217,7 @@ def consumer_run(
         consumer_group=f"bench-{secrets.token_hex(4)}",
         interactions_topic=topic,
         feedback_topic=topic + "-fb",
+        judgements_topic=topic + "-judge",
         consumer_poll_ms=200,
         consumer_threads=threads,
     )
@@ -230,6 +243,7 @@ def consumer_run(
         if c >= n:
             break
         time.sleep(0.01)
+    checkpoint(db_url)
     end = time.perf_counter()
     cpu.append(cpu_per_event(cpu0, cpu_seconds(me), n - first_n))
     stop.set()
@@ -274,6 +288,9 @@ def consumer_processes_run(
         "LIFTGATE_CONSUMER_GROUP": group,
         "LIFTGATE_INTERACTIONS_TOPIC": topic,
         "LIFTGATE_FEEDBACK_TOPIC": topic + "-fb",
+        # Its own (empty) judgements topic: the default one may hold a gateway's judge events
+        # on a shared broker, which the bench's new group would read from the start.
+        "LIFTGATE_JUDGEMENTS_TOPIC": topic + "-judge",
     }
     root = Path(__file__).resolve().parents[2]
     cmd = [sys.executable, str(Path(__file__).with_name("naive_consumer.py"))] if naive else [
@@ -300,9 +317,10 @@ def consumer_processes_run(
             if c >= n:
                 break
             time.sleep(0.1)  # an admin request per look: poll gently (bounds the error to 0.1 s)
-        end = time.perf_counter()
         if c < n:
             raise RuntimeError(f"consumers did not finish: {c} of {n}")
+        checkpoint(db_url)
+        end = time.perf_counter()
         cpu.append(cpu_per_event(cpu0, cpu_seconds(pids), n - first_n))
         print(
             f"  {procs} {'naive ' if naive else ''}consumer processes: {end - first_t:.1f}s elapsed,"
@@ -361,6 +379,7 @@ def copy_run(db_url: str, data: bytes, n: int, cpu: list[dict[str, float]]) -> f
             for i in range(0, len(data), 1 << 20):
                 cp.write(data[i : i + (1 << 20)])
         conn.commit()
+        checkpoint(db_url)
         rate = n / (time.perf_counter() - t)
         cpu.append(cpu_per_event(cpu0, cpu_seconds(set()), n))
         return rate
@@ -410,7 +429,7 @@ def main() -> None:
         declare_segments(db_url, [k for k in args.segment_tags.split(",") if k])
         admin = KafkaAdminClient(bootstrap_servers=args.bootstrap)
         try:
-            admin.create_topics([NewTopic(t, 6, 1) for t in (topic, topic + "-fb")])
+            admin.create_topics([NewTopic(t, 6, 1) for t in (topic, topic + "-fb", topic + "-judge")])
             events = make_events(args.events, args.units)
             print(f"produced {args.events:,} events in {produce(args.bootstrap, topic, events):.1f}s")
             data = copy_rows(events)
@@ -474,7 +493,7 @@ def main() -> None:
                 print(f"CPU µs per event (medians), naive kafka->COPY: {cpu_line(naive_cpu)}")
         finally:
             try:
-                admin.delete_topics([topic, topic + "-fb"])
+                admin.delete_topics([topic, topic + "-fb", topic + "-judge"])
             finally:
                 admin.close()
 
