@@ -17,6 +17,7 @@ import contextlib
 import logging
 import os
 import pwd
+import re
 import socket
 import subprocess
 import sys
@@ -31,9 +32,9 @@ DEFAULT_PORT = 15432
 SYSTEM_USER = "embedded_postgres"
 
 # Tuned for a laptop/CI box; the demo keeps fsync on, tests may pass durable=False.
+# shared_buffers is sized from the machine's memory (auto_shared_buffers) unless given.
 _SERVER_SETTINGS = {
     "max_connections": "200",
-    "shared_buffers": "256MB",
     "work_mem": "32MB",
     "maintenance_work_mem": "128MB",
     "max_wal_size": "2GB",
@@ -45,6 +46,39 @@ _SERVER_SETTINGS = {
 # Tests only: a crash may lose committed transactions. The durable default keeps
 # synchronous_commit on, because the embedded Direct sink has no upstream to redeliver from.
 _FAST_UNSAFE = {"fsync": "off", "full_page_writes": "off", "synchronous_commit": "off"}
+
+
+MiB = 1024 * 1024
+#: shared_buffers bounds for the automatic size: a quarter of the memory, within these.
+MIN_SHARED_BUFFERS_MB = 128
+MAX_SHARED_BUFFERS_MB = 2048
+_SIZE = re.compile(r"[1-9][0-9]*(kB|MB|GB)")
+
+
+def memory_bytes() -> int | None:
+    """The memory this process may use: the machine's, or its cgroup's limit when lower
+    (a container); None when unknown."""
+    total: int | None = None
+    with contextlib.suppress(AttributeError, ValueError, OSError):
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for limit_file in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        with contextlib.suppress(OSError, ValueError):
+            limit = int(Path(limit_file).read_text().strip())  # "max" (no limit) fails here
+            if total is None or 0 < limit < total:
+                total = limit
+            break
+    return total
+
+
+def auto_shared_buffers(total_bytes: int | None) -> str:
+    """PostgreSQL's shared_buffers for a machine with ``total_bytes`` of memory: a quarter of
+    it (PostgreSQL's own starting advice for a dedicated server), at least 128 MB and at most
+    2 GB. Ingest's rollup upserts and probes read their tables and indexes at random, so a
+    cache that holds them decides its throughput (bench/ingest/README.md: 256 MB vs 2 GB)."""
+    if total_bytes is None:
+        return f"{MIN_SHARED_BUFFERS_MB}MB"
+    mb = total_bytes // 4 // MiB
+    return f"{max(MIN_SHARED_BUFFERS_MB, min(MAX_SHARED_BUFFERS_MB, mb))}MB"
 
 
 def _bin_dir() -> Path:
@@ -61,6 +95,14 @@ class EmbeddedPostgres:
     data_dir: Path
     port: int = DEFAULT_PORT
     durable: bool = True
+    # PostgreSQL's size syntax ("512MB", "2GB"); None: auto_shared_buffers(memory_bytes()).
+    shared_buffers: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.shared_buffers is not None and not _SIZE.fullmatch(self.shared_buffers):
+            raise ValueError(
+                f"shared_buffers {self.shared_buffers!r}: a whole number with kB, MB or GB (e.g. 512MB)"
+            )
 
     @property
     def url(self) -> str:
@@ -146,6 +188,7 @@ class EmbeddedPostgres:
         if _port_in_use(self.port):
             raise RuntimeError(f"port {self.port} is in use by another process; set LIFTGATE_PG_PORT")
         settings = dict(_SERVER_SETTINGS)
+        settings["shared_buffers"] = self.shared_buffers or auto_shared_buffers(memory_bytes())
         if not self.durable:
             settings.update(_FAST_UNSAFE)
         opts = " ".join(f"-c {k}={v}" for k, v in settings.items())
@@ -216,6 +259,7 @@ def from_env() -> EmbeddedPostgres:
         data_dir=state / "pg",
         port=int(os.environ.get("LIFTGATE_PG_PORT", DEFAULT_PORT)),
         durable=os.environ.get("LIFTGATE_PG_DURABLE", "1") != "0",
+        shared_buffers=os.environ.get("LIFTGATE_PG_SHARED_BUFFERS") or None,
     )
 
 

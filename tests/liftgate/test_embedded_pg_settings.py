@@ -1,0 +1,63 @@
+"""The embedded PostgreSQL's memory setting: sized from the machine, or given (pure logic)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from liftgate.embedded_pg import (
+    MAX_SHARED_BUFFERS_MB,
+    MIN_SHARED_BUFFERS_MB,
+    EmbeddedPostgres,
+    auto_shared_buffers,
+    from_env,
+    memory_bytes,
+)
+
+GiB = 1024**3
+
+
+@pytest.mark.parametrize(
+    ("total", "expected"),
+    [
+        (None, f"{MIN_SHARED_BUFFERS_MB}MB"),  # memory unknown: the floor
+        (256 * 1024**2, f"{MIN_SHARED_BUFFERS_MB}MB"),  # a quarter is below the floor
+        (4 * GiB, "1024MB"),  # a quarter
+        (6 * GiB + 3, "1536MB"),  # whole megabytes, rounded down
+        (24 * GiB, f"{MAX_SHARED_BUFFERS_MB}MB"),  # a quarter is above the ceiling
+    ],
+)
+def test_shared_buffers_is_a_quarter_of_the_memory_within_its_bounds(
+    total: int | None, expected: str
+) -> None:
+    assert auto_shared_buffers(total) == expected
+
+
+def test_the_memory_of_this_machine_is_known_and_positive() -> None:
+    total = memory_bytes()
+    assert total is not None and total > 0
+
+
+@pytest.mark.parametrize("value", ["512MB", "2GB", "131072kB"])
+def test_a_given_size_is_kept(tmp_path: Path, value: str) -> None:
+    assert EmbeddedPostgres(data_dir=tmp_path, shared_buffers=value).shared_buffers == value
+
+
+@pytest.mark.parametrize("value", ["512", "2 GB", "0MB", "-1GB", "1TB", "512mb", "1GB; fsync=off"])
+def test_a_malformed_size_is_refused_with_the_syntax_it_wants(tmp_path: Path, value: str) -> None:
+    with pytest.raises(ValueError, match="kB, MB or GB"):
+        EmbeddedPostgres(data_dir=tmp_path, shared_buffers=value)
+
+
+def test_the_environment_sets_the_size_and_an_empty_value_means_automatic(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LIFTGATE_STATE_DIR", str(tmp_path))
+    monkeypatch.setenv("LIFTGATE_PG_SHARED_BUFFERS", "768MB")
+    assert from_env().shared_buffers == "768MB"
+    monkeypatch.setenv("LIFTGATE_PG_SHARED_BUFFERS", "")
+    assert from_env().shared_buffers is None
+    monkeypatch.setenv("LIFTGATE_PG_SHARED_BUFFERS", "lots")
+    with pytest.raises(ValueError):
+        from_env()
