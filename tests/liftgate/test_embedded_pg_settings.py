@@ -1,4 +1,4 @@
-"""The embedded PostgreSQL's memory setting: sized from the machine, or given (pure logic)."""
+"""The embedded PostgreSQL's settings: memory sized from the machine or given (pure logic); the locale (a real initdb)."""
 
 from __future__ import annotations
 
@@ -61,3 +61,31 @@ def test_the_environment_sets_the_size_and_an_empty_value_means_automatic(
     monkeypatch.setenv("LIFTGATE_PG_SHARED_BUFFERS", "lots")
     with pytest.raises(ValueError):
         from_env()
+
+
+def test_a_new_cluster_compares_text_by_code_point_with_unicode_case_rules(tmp_path: Path) -> None:
+    """initdb's locale is ours, not the environment's: the builtin C.UTF-8 collation (memcmp,
+    abbreviated keys) in every database made from the template, Unicode-aware ILIKE/upper."""
+    import socket
+
+    import psycopg
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    pg = EmbeddedPostgres(data_dir=tmp_path / "pg", port=port, durable=False)
+    pg.start()
+    try:
+        url = pg.ensure_database("lg_locale").replace("postgresql+psycopg://", "postgresql://", 1)
+        with psycopg.connect(url) as c:
+            provider, locale = c.execute(
+                "SELECT datlocprovider, datlocale FROM pg_database WHERE datname = current_database()"
+            ).fetchone()  # type: ignore[misc]
+            assert (provider, locale) == ("b", "C.UTF-8")
+            ordered = [
+                r[0] for r in c.execute("SELECT x FROM unnest(ARRAY['b', 'B', 'a', 'é', 'A']) x ORDER BY x")
+            ]
+            assert ordered == ["A", "B", "a", "b", "é"]  # code point order
+            assert c.execute("SELECT 'ÉTÉ' ILIKE '%été%', upper('été')").fetchone() == (True, "ÉTÉ")
+    finally:
+        pg.stop()
