@@ -149,12 +149,6 @@ class Interaction(Base):
             text("hashtextextended(request_id, 0)"),
             "event_id",
         ),
-        # Ingest counts a unit's distinct conversations by probing this on each new turn.
-        Index(
-            "ix_interactions_conversation_id",
-            "conversation_id",
-            postgresql_where="conversation_id IS NOT NULL",
-        ),
     )
 
     event_id: Mapped[Any] = mapped_column(UUID(as_uuid=False), primary_key=True)
@@ -275,6 +269,22 @@ class FeedbackCounted(Base):
 
     request_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     kind: Mapped[str] = mapped_column(String(256), primary_key=True)
+
+
+class ConversationCounted(Base):
+    """The conversations already counted: one row per (experiment, conversation id).
+
+    Ingest counts a conversation (``unit_rollups.conversations``) on its first counted turn
+    only: the turn whose batch inserts the conversation's row here, so a conversation is
+    counted once, also when its turns arrive in concurrent batches. (Its turns' rows stay in
+    ``interactions``, which has no index on the conversation id: probing one per turn cost
+    more than this table's upsert.)
+    """
+
+    __tablename__ = "conversations_counted"
+
+    experiment_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    conversation_id: Mapped[str] = mapped_column(String(128), primary_key=True)
 
 
 #: Additive per-unit measures shared by ``unit_rollups`` and ``preperiod_rollups``. All are

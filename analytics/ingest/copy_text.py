@@ -54,17 +54,15 @@ _COPY_FOLD: Final = f"COPY lg_fold ({rollups.FOLD_COLUMNS}) FROM STDIN".encode()
 _SEP: Final = rollups.SEGMENT_SEP
 
 
-# Which (experiment, conversation) pairs of the batch have a primary turn stored already:
-# one index probe per pair that stops at the first such row (LIMIT 1 inside LATERAL: not
-# flattened into a join, where the planner may hash all of ``interactions``). Reading every
-# stored turn instead (DISTINCT) made a conversation's n-th turn cost O(n) rows.
-# The probe reads the conversation's index only (see analytics.ingest.write on OFFSET 0): with
-# the experiment condition in the scan, the planner may AND in a bitmap of every row of the
-# experiment when its statistics are missing (a new database) or stale (a new experiment).
-_STORED_CONVERSATIONS: Final = (
-    b"SELECT c.exp, c.id FROM unnest(%s::int[], %s::text[]) c(exp, id) CROSS JOIN LATERAL ("
-    b" SELECT 1 FROM (SELECT i.experiment_id, i.role FROM interactions i WHERE i.conversation_id = c.id OFFSET 0) t"
-    b" WHERE t.experiment_id = c.exp AND t.role = 'primary' LIMIT 1) x"
+# The batch's (experiment, conversation) pairs not counted before: those this statement
+# inserts (rollups' module docstring; ``feedback_counted`` is the same pattern). In key
+# order, so concurrent consumers wait on each other's new rows in one order (no deadlock
+# cycle); a batch holding a turn of a conversation another batch is inserting waits for it
+# and counts it only if that batch rolls back.
+_NEW_CONVERSATIONS: Final = (
+    b"INSERT INTO conversations_counted (experiment_id, conversation_id)"
+    b" SELECT exp, id FROM unnest(%s::int[], %s::text[]) c(exp, id) ORDER BY 1, 2"
+    b" ON CONFLICT DO NOTHING RETURNING experiment_id, conversation_id"
 )
 
 
@@ -207,7 +205,9 @@ def text_array(values: Sequence[str]) -> str | list[str]:
 
 
 def _first_turns(pg: psycopg.Connection[Any], counted: list[InteractionEvent]) -> set[int]:
-    """ids (``id(event)``) of the events that open a conversation not stored before."""
+    """ids (``id(event)``) of the events that open a conversation not counted before
+    (registered in ``conversations_counted`` by the caller's transaction: its savepoint's
+    rollback, should the COPY fail, takes the registration back too)."""
     first: dict[tuple[int, str], InteractionEvent] = {}
     for e in counted:
         if e.conversation_id is None:
@@ -221,11 +221,8 @@ def _first_turns(pg: psycopg.Connection[Any], counted: list[InteractionEvent]) -
         return set()
     exps = "{" + ",".join([str(x) for x, _ in first]) + "}"
     convs = text_array([c for _, c in first])
-    with index_probes(pg):
-        stored = pg.execute(_STORED_CONVERSATIONS, (exps, convs)).fetchall()
-    for exp, conv in stored:
-        first.pop((exp, conv), None)
-    return {id(e) for e in first.values()}
+    inserted = pg.execute(_NEW_CONVERSATIONS, (exps, convs)).fetchall()
+    return {id(first[(exp, conv)]) for exp, conv in inserted}
 
 
 def _counted(e: InteractionEvent) -> bool:

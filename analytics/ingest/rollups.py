@@ -26,9 +26,10 @@ in the same order (no deadlock cycles).
 
 Conversations: a unit's conversations are counted exactly as distinct conversation ids:
 ``conv`` marks the first primary interaction of a conversation (first in its batch by
-(ts, event_id), and none stored before the batch), and every interaction without a
-conversation id (a stand-alone request is a one-turn conversation); ids are scoped per
-experiment. A tag segment counts a conversation in the segment of its first turn.
+(ts, event_id), in the batch that inserts the conversation's ``conversations_counted`` row),
+and every interaction without a conversation id (a stand-alone request is a one-turn
+conversation); ids are scoped per experiment. A tag segment counts a conversation in the
+segment of its first turn.
 
 Yes/no feedback (``ONCE_KINDS``) counts at most once per response and kind: the first
 one (by time) whose ``feedback_counted`` row this transaction inserts; a thumbs-up etc.

@@ -110,21 +110,25 @@ WITH src AS (
         ttft_ms, prompt_tokens, completion_tokens, response_chars, conversation_id, tags, category
 ), counted AS (
     SELECT * FROM ins WHERE role = 'primary' AND experiment_id IS NOT NULL AND variant IS NOT NULL
+), new_conv AS (  -- the batch's conversations not counted before (copy_text._NEW_CONVERSATIONS)
+    INSERT INTO conversations_counted (experiment_id, conversation_id)
+    SELECT DISTINCT experiment_id, conversation_id FROM counted WHERE conversation_id IS NOT NULL
+    ORDER BY 1, 2
+    ON CONFLICT DO NOTHING
+    RETURNING experiment_id, conversation_id
 ), fold AS (
     -- The same lg_fold rows as the COPY path writes (analytics.ingest.rollups folds them):
-    -- conv on a conversation's first turn in the batch that none stored before opens.
+    -- conv on a conversation's first turn in the batch, when the batch counts it (new_conv).
     INSERT INTO lg_fold ({rollups.FOLD_COLUMNS}, tags_with_sep)
-    SELECT experiment_id, variant, unit_id, ts, status, fallback, latency_ms, ttft_ms, prompt_tokens,
+    SELECT c.experiment_id, variant, unit_id, ts, status, fallback, latency_ms, ttft_ms, prompt_tokens,
         completion_tokens, response_chars, CASE WHEN NOT s.sep THEN s.joined END,
-        conversation_id IS NULL OR (
-            row_number() OVER (PARTITION BY experiment_id, conversation_id ORDER BY ts, event_id) = 1
-            AND NOT EXISTS (  -- the conversation's index only (OFFSET 0, see _primary_of)
-                SELECT 1 FROM (
-                    SELECT x.experiment_id, x.role FROM interactions x
-                    WHERE x.conversation_id = c.conversation_id OFFSET 0) x
-                WHERE x.role = 'primary' AND x.experiment_id = c.experiment_id)),
+        c.conversation_id IS NULL OR (
+            row_number() OVER (PARTITION BY c.experiment_id, c.conversation_id ORDER BY ts, event_id) = 1
+            AND n.conversation_id IS NOT NULL),
         category, CASE WHEN s.sep THEN s.kept END
-    FROM counted c CROSS JOIN LATERAL (  -- the declared tags only (rollups.declared_sql)
+    FROM counted c LEFT JOIN new_conv n  -- a join, not EXISTS: one hash, not a scan per row
+        ON n.experiment_id = c.experiment_id AND n.conversation_id = c.conversation_id
+    CROSS JOIN LATERAL (  -- the declared tags only (rollups.declared_sql)
         SELECT string_agg(t.key || '=' || t.value, E'\\x1f') AS joined,
             coalesce(bool_or(strpos(t.key || t.value, E'\\x1f') > 0), false) AS sep,
             jsonb_object_agg(t.key, t.value) AS kept
@@ -134,7 +138,7 @@ SELECT (SELECT count(*) FROM ins), (SELECT coalesce(array_agg(request_id), '{{}}
 """
 
 
-# Probes of ``interactions`` by one key (request id, conversation id) read only that key's
+# Probes of ``interactions`` by one key (a request id) read only that key's
 # index: ``(SELECT … WHERE key = $x OFFSET 0)`` keeps the other conditions out of the scan.
 # Given ``experiment_id`` conditions too, the planner may AND a bitmap of the key's index
 # with one of ix_interactions_experiment_variant_ts — every row of the experiment, per

@@ -78,8 +78,9 @@ def scratch_database(admin_url: str, prefix: str) -> Iterator[str]:
 #: out made every run after the first fold into the previous run's rows — updates, not
 #: inserts — and read 2.4x slower than the first.)
 TABLES = (
-    "interactions, feedback, feedback_counted, judgements, response_ngrams, unit_rollups, segment_rollups, "
-    "rl_rollups, preperiod_rollups, latency_histograms, latency_samples, dead_letters"
+    "interactions, feedback, feedback_counted, conversations_counted, judgements, response_ngrams, "
+    "unit_rollups, segment_rollups, rl_rollups, preperiod_rollups, latency_histograms, latency_samples, "
+    "dead_letters"
 )
 
 

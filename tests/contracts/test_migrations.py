@@ -44,3 +44,46 @@ def test_upgrade_then_downgrade_to_base_then_upgrade_again(scratch_url: str) -> 
         assert set(metadata.tables) <= set(inspect(eng).get_table_names())
     finally:
         eng.dispose()
+
+
+def test_the_conversations_migration_fills_the_counted_table_from_the_stored_turns(scratch_url: str) -> None:
+    """0016: the conversations ingest counted before (a counted turn stored: primary, in an
+    experiment arm) are in conversations_counted, once; the others are not; the probe's index
+    is gone, and back after a downgrade."""
+    dbmod.upgrade(scratch_url, "0015")
+    url = scratch_url.replace("postgresql+psycopg://", "postgresql://", 1)
+    rows = [  # (experiment, variant, role, conversation)
+        (1, "control", "primary", "c1"),
+        (1, "control", "primary", "c1"),  # a second turn
+        (1, "candidate", "primary", "c2"),
+        (2, "control", "primary", "c1"),  # the same id in another experiment
+        (1, "control", "shadow", "c3"),  # not counted: a shadow call
+        (None, None, "primary", "c4"),  # not counted: outside experiments
+        (1, "control", "primary", None),  # no conversation
+    ]
+    with psycopg.connect(url) as conn:
+        for k, (exp, variant, role, conv) in enumerate(rows):
+            conn.execute(
+                "INSERT INTO interactions (event_id, ts, request_id, route, experiment_id, variant, unit_id,"
+                " unit_source, role, mode, endpoint, model, upstream, status, http_status, latency_ms,"
+                " response_chars, stream, fallback, tags, conversation_id)"
+                " VALUES (gen_random_uuid(), now(), %s, 'r', %s, %s, 'u', 'header', %s, 'ab', 'chat', 'm', 'up',"
+                " 'ok', 200, 1, 1, false, false, '{}', %s)",
+                (f"req-{k}", exp, variant, role, conv),
+            )
+    dbmod.upgrade(scratch_url)
+    eng = create_engine(scratch_url)
+    try:
+        with psycopg.connect(url) as conn:
+            got = conn.execute("SELECT * FROM conversations_counted ORDER BY 1, 2").fetchall()
+        assert got == [(1, "c1"), (1, "c2"), (2, "c1")]
+        assert "ix_interactions_conversation_id" not in {
+            i["name"] for i in inspect(eng).get_indexes("interactions")
+        }
+        dbmod.downgrade(scratch_url, "0015")
+        assert "ix_interactions_conversation_id" in {
+            i["name"] for i in inspect(eng).get_indexes("interactions")
+        }
+        assert "conversations_counted" not in inspect(eng).get_table_names()
+    finally:
+        eng.dispose()

@@ -35,8 +35,8 @@ from tests.conftest import fresh_database
 
 EXP = 7
 _TABLES = (
-    "interactions, feedback, feedback_counted, unit_rollups, segment_rollups, rl_rollups, latency_histograms,"
-    " latency_samples, dead_letters, judgements"
+    "interactions, feedback, feedback_counted, conversations_counted, unit_rollups, segment_rollups, rl_rollups,"
+    " latency_histograms, latency_samples, dead_letters, judgements"
 )
 # Every table the fold writes, keyed and ordered; floats rounded (sums in another order
 # may differ in the last bits), times as text.
@@ -47,6 +47,7 @@ _SNAPSHOTS = {
     "latency_samples": "SELECT * FROM latency_samples ORDER BY experiment_id, metric, segment, variant, sample_key",
     "rl_rollups": "SELECT * FROM rl_rollups ORDER BY experiment_id, variant, unit_id, category, lbin",
     "feedback_counted": "SELECT request_id, kind FROM feedback_counted ORDER BY 1, 2",
+    "conversations_counted": "SELECT * FROM conversations_counted ORDER BY 1, 2",
     "feedback": "SELECT event_id, experiment_id, variant FROM feedback ORDER BY event_id",
     "interactions": "SELECT count(*) FROM interactions",
 }
