@@ -45,6 +45,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from analytics.ingest.dead_letters import DeadLetterRow
+from analytics.ingest.samples import SampleCuts
 from analytics.ingest.write import IngestResult, Raw, attribute_pending, ingest_raw
 from contracts import redaction
 from contracts.events import (
@@ -312,6 +313,8 @@ class Consumer:
         self.stop = stop
         self.metrics = metrics or default_metrics()
         self.pg: psycopg.Connection[Any] | None = None
+        # The latency samples' cuts this writer has read (valid across reconnects: they only fall).
+        self._cuts = SampleCuts()
         # Counters exist from the start (at 0), so rate() and alerts see both topics at once;
         # the lag gauge appears only once partitions are assigned (an unknown lag is not 0).
         for topic in (settings.interactions_topic, settings.feedback_topic, settings.judgements_topic):
@@ -369,7 +372,12 @@ class Consumer:
             try:
                 with self.metrics.batch_seconds.time():
                     res = ingest_raw(
-                        self._connection(), batch.interactions, batch.feedback, batch.dead, batch.judgements
+                        self._connection(),
+                        batch.interactions,
+                        batch.feedback,
+                        batch.dead,
+                        batch.judgements,
+                        cuts=self._cuts,
                     )
                 self._failing.clear()
                 self._maybe_sweep()

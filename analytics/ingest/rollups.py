@@ -407,11 +407,14 @@ WHERE f.kind = ANY({_ONCE}) AND f.ctid NOT IN (SELECT c.row FROM cand c JOIN won
 """.encode()
 
 
-def fold_interactions(pg: psycopg.Connection[Any]) -> None:
-    """Fold ``lg_fold`` into the rollups, the latency samples and histograms (caller's transaction)."""
+def fold_interactions(pg: psycopg.Connection[Any], cuts: samples.SampleCuts | None = None) -> None:
+    """Fold ``lg_fold`` into the rollups, the latency samples and histograms (caller's
+    transaction). ``cuts``: the writer's known sample cuts (none: every request is looked at)."""
     pg.execute(FOLD)
     pg.execute(RL_FOLD)
-    pg.execute(SAMPLES)
+    known = cuts if cuts is not None else samples.SampleCuts()
+    answered = pg.execute(SAMPLES, known.params()).fetchall()
+    known.learn(answered)
     pg.execute(HISTOGRAMS)
 
 

@@ -44,10 +44,12 @@ def sample_key_sql(column: str) -> str:
     return f"hashtextextended(unit_id, hashfloat8extended({column}, timestamptz_hash_extended(ts, 0)))"
 
 
-_BATCH = f"abs(hashtextextended(unit_id, 1) % {BATCHES})::int"
+# mod(), not %: the statement takes parameters (psycopg's placeholders start with %).
+_BATCH = f"abs(mod(hashtextextended(unit_id, 1), {BATCHES}))::int"
 
 # The cut (the group's k-th smallest key) once per group: MATERIALIZED, or the planner moves
 # the subquery into the join filter and scans k index entries per request of the batch.
+# The statement answers the cuts it read (``SampleCuts`` keeps them for the next batches).
 _INSERT: Final = f""", c AS MATERIALIZED (
     SELECT g.experiment_id, g.metric, g.segment, g.variant, (
         SELECT l.sample_key FROM latency_samples l
@@ -63,30 +65,61 @@ _INSERT: Final = f""", c AS MATERIALIZED (
         PARTITION BY s.experiment_id, s.metric, s.segment, s.variant ORDER BY s.sample_key) AS nth
     FROM s JOIN c USING (experiment_id, metric, segment, variant)
     WHERE c.cut IS NULL OR s.sample_key < c.cut
+), ins AS (
+    INSERT INTO latency_samples (experiment_id, metric, segment, variant, sample_key, batch, value)
+    SELECT experiment_id, metric, segment, variant, sample_key, batch, value
+    FROM b WHERE nth <= {SAMPLE_SIZE}
+    ORDER BY 1, 2, 3, 4, 5
+    ON CONFLICT DO NOTHING
 )
-INSERT INTO latency_samples (experiment_id, metric, segment, variant, sample_key, batch, value)
-SELECT experiment_id, metric, segment, variant, sample_key, batch, value
-FROM b WHERE nth <= {SAMPLE_SIZE}
-ORDER BY 1, 2, 3, 4, 5
-ON CONFLICT DO NOTHING
+SELECT experiment_id, metric, segment, variant, cut FROM c WHERE cut IS NOT NULL
 """
+
+# The cuts known from earlier batches (``SampleCuts.params``), one row per group.
+_KNOWN: Final = """k AS (
+    SELECT * FROM unnest(%(k_exp)s::int[], %(k_metric)s::text[], %(k_segment)s::text[], %(k_variant)s::text[],
+        %(k_cut)s::int8[]) AS k(experiment_id, metric, segment, variant, cut)
+)"""
+
+
+def _own_group(row: str) -> str:
+    """The segment of the row's smallest group that a cut can be looked up for: its rollout
+    stage ``rollout_stage=N`` if it has one, else ''; NULL (no lookup) for a row whose tags
+    hold the segment separator (``tags_with_sep``, rare)."""
+    return (
+        f"CASE WHEN {row}.tags_with_sep IS NOT NULL THEN NULL"
+        f" WHEN {row}.segments IS NULL OR strpos({row}.segments, '{ROLLOUT_STAGE_TAG}=') = 0 THEN ''"
+        f" ELSE coalesce(substring({row}.segments FROM E'(?:^|\\x1f)({ROLLOUT_STAGE_TAG}=[^\\x1f]*)'), '') END"
+    )
 
 
 def fold_sql(source: str, segments_of: Callable[[str], str], has_segments: Callable[[str], str]) -> str:
     """The statement adding the rows of ``source`` (the batch's counted interactions, as
     ``analytics.ingest.rollups`` keeps them) to the samples: overall and per rollout stage.
+    Parameters: ``SampleCuts.params()``; answers (experiment, metric, segment, variant, cut).
 
     ``segments_of(row)`` / ``has_segments(row)``: the SQL of a row's segments, and whether
-    it has any (the rollups' one definition)."""
-    values = f"""
-    SELECT experiment_id, variant, segments, tags_with_sep, 'latency' AS metric, latency_ms AS value,
-        {sample_key_sql("latency_ms")} AS sample_key, {_BATCH} AS batch
-    FROM {source} WHERE latency_ms IS NOT NULL
-    UNION ALL
-    SELECT experiment_id, variant, segments, tags_with_sep, 'ttft', ttft_ms, {sample_key_sql("ttft_ms")},
-        {_BATCH}
-    FROM {source} WHERE ttft_ms IS NOT NULL"""
-    return f"""WITH v AS ({values}
+    it has any (the rollups' one definition).
+
+    A known cut drops a request in the first scan: a group's cut (its k-th smallest key)
+    only falls as requests arrive (nothing deletes samples), so a cut read earlier bounds
+    the current one and a key at or above it would not be inserted. A request belongs to
+    the '' group and, with a rollout stage, to its stage's group, whose cut is at least the
+    ''-group's (k-th smallest of a subset): it is looked up by the stage group's cut when
+    it has a stage, and kept when that cut is unknown.
+    """
+
+    def branch(metric: str, column: str) -> str:
+        key = sample_key_sql(f"x.{column}")
+        return f"""
+    SELECT x.experiment_id, x.variant, x.segments, x.tags_with_sep, '{metric}' AS metric, x.{column} AS value,
+        {key} AS sample_key, {_BATCH} AS batch
+    FROM {source} x LEFT JOIN k ON k.experiment_id = x.experiment_id AND k.metric = '{metric}'
+        AND k.variant COLLATE "C" = x.variant AND k.segment COLLATE "C" = {_own_group("x")}
+    WHERE x.{column} IS NOT NULL AND (k.cut IS NULL OR {key} < k.cut)"""
+
+    return f"""WITH {_KNOWN}, v AS ({branch("latency", "latency_ms")}
+    UNION ALL{branch("ttft", "ttft_ms")}
 ), s AS (
     SELECT experiment_id, metric, '' AS segment, variant, sample_key, batch, value FROM v
     UNION ALL
@@ -95,6 +128,56 @@ def fold_sql(source: str, segments_of: Callable[[str], str], has_segments: Calla
     WHERE (v.tags_with_sep IS NOT NULL OR strpos(v.segments, '{ROLLOUT_STAGE_TAG}=') > 0)
         AND starts_with(segment, '{ROLLOUT_STAGE_TAG}=')
 ){_INSERT}"""
+
+
+_Group = tuple[int, str, str, str]  # (experiment_id, metric, segment, variant)
+
+
+class SampleCuts:
+    """The groups' cuts a writer read in earlier transactions, to drop most of a batch's
+    requests before the samples statement sorts them (a group past k requests keeps a few
+    of each batch). One per writer connection; not thread-safe.
+
+    A cut is learnt only from the first samples statement of a transaction the writer
+    opened itself: that statement sees committed samples only, so its cuts bound the
+    group's cut for good, whether the transaction then commits or not (a later statement
+    of the transaction may see its own samples, which a rollback would take back)."""
+
+    #: Groups kept (experiments × metrics × variants × stages): past it the cache restarts.
+    MAX_GROUPS: Final = 50_000
+
+    def __init__(self) -> None:
+        self._cuts: dict[_Group, int] = {}
+        self._learn = False
+
+    def begin(self, learn: bool) -> None:
+        """A transaction starts; ``learn``: the caller opened it (no samples of its own yet)."""
+        self._learn = learn
+
+    def params(self) -> dict[str, list[Any]]:
+        groups = list(self._cuts.items())
+        return {
+            "k_exp": [g[0] for g, _ in groups],
+            "k_metric": [g[1] for g, _ in groups],
+            "k_segment": [g[2] for g, _ in groups],
+            "k_variant": [g[3] for g, _ in groups],
+            "k_cut": [cut for _, cut in groups],
+        }
+
+    def learn(self, rows: list[tuple[Any, ...]]) -> None:
+        """The cuts the transaction's samples statement answered (kept if it was the first)."""
+        if not self._learn:
+            return
+        self._learn = False
+        if len(self._cuts) + len(rows) > self.MAX_GROUPS:
+            self._cuts.clear()
+        for exp, metric, segment, variant, cut in rows:
+            group = (int(exp), str(metric), str(segment), str(variant))
+            known = self._cuts.get(group)
+            self._cuts[group] = int(cut) if known is None else min(known, int(cut))
+
+    def __len__(self) -> int:
+        return len(self._cuts)
 
 
 _READ: Final = b"""

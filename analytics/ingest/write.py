@@ -49,6 +49,7 @@ from sqlalchemy.orm import Session
 
 from analytics.ingest import copy_text, rollups
 from analytics.ingest.dead_letters import DeadLetterRow, write_dead_letters
+from analytics.ingest.samples import SampleCuts
 from contracts import redaction
 from contracts.events import DecodeError, Event, InteractionEvent, JudgeEvent, NgramsEvent, decode, topic_for
 
@@ -323,6 +324,7 @@ def _batch(
     declared: rollups.Declared,
     nested: bool = True,
     fast: bool = False,
+    cuts: SampleCuts | None = None,
 ) -> IngestResult:
     _prepare(pg, nested)
     n_i = n_f = 0
@@ -334,7 +336,7 @@ def _batch(
             n_i, counted = _insert_on_conflict(pg, interactions)
         # 2. fold lg_fold into the rollups: the one fold, whichever path stored the rows
         if counted:
-            rollups.fold_interactions(pg)
+            rollups.fold_interactions(pg, cuts)
         # 3. feedback stored before its interaction is attributed now (into lg_new_f)
         _attribute_late(pg, counted)
     # 4. store the feedback; what is attributed to an experiment goes into lg_new_f
@@ -356,16 +358,17 @@ def _fast_or_safe(
     feedback: Sequence[Raw],
     declared: rollups.Declared,
     nested: bool,
+    cuts: SampleCuts | None,
 ) -> IngestResult:
     """COPY fast path in a savepoint; on a concurrent duplicate, the ON CONFLICT path."""
     if not interactions:
         return _batch(pg, interactions, feedback, declared, nested)
     try:
         with pg.transaction():
-            return _batch(pg, interactions, feedback, declared, nested, fast=True)
+            return _batch(pg, interactions, feedback, declared, nested, fast=True, cuts=cuts)
     except (psycopg.errors.UniqueViolation, copy_text.Unsupported) as exc:
         log.info("COPY fast path not applicable (%s); batch redone with ON CONFLICT", exc)
-    return _batch(pg, interactions, feedback, declared, nested=True)
+    return _batch(pg, interactions, feedback, declared, nested=True, cuts=cuts)
 
 
 # What the database refuses because of the values of the events at hand: their data
@@ -428,6 +431,7 @@ def _isolating(
     feedback: Sequence[Raw],
     declared: rollups.Declared,
     nested: bool,
+    cuts: SampleCuts | None = None,
 ) -> tuple[IngestResult, list[DeadLetterRow]]:
     """Write the batch; if the database refuses it, isolate the refused events.
 
@@ -448,7 +452,7 @@ def _isolating(
         try:
             with pg.transaction():
                 # After the first attempt the temp tables may hold a written part's rows.
-                total += _fast_or_safe(pg, *part, declared, nested=nested or not first)
+                total += _fast_or_safe(pg, *part, declared, nested=nested or not first, cuts=cuts)
         except _REFUSED as exc:
             if first:
                 log.warning(
@@ -528,6 +532,7 @@ def ingest_raw(
     feedback: Sequence[Raw],
     dead_letters: Sequence[DeadLetterRow] = (),
     judgements: Sequence[Raw] = (),
+    cuts: SampleCuts | None = None,
 ) -> IngestResult:
     """Ingest validated encoded events (and store dead letters) in one transaction.
 
@@ -535,13 +540,16 @@ def ingest_raw(
     savepoint and leaves the commit to the caller. Events the database refuses are
     isolated (``_isolating``) and stored as dead letters with the others. Judge scores
     (already validated by ``decode`` against the table's bounds) go in the same transaction.
+    ``cuts``: the writer's ``SampleCuts`` (a consumer keeps one across its batches).
     """
     nested = pg.info.transaction_status != pq.TransactionStatus.IDLE
+    if cuts is not None:
+        cuts.begin(learn=not nested)
     with pg.transaction():
         # The declared segment keys, read once under the fold's lock (kept by this
         # transaction whatever the attempts' savepoints roll back): rollups.declared_segments.
         declared = rollups.declared_segments(pg)
-        res, refused = _isolating(pg, interactions, feedback, declared, nested)
+        res, refused = _isolating(pg, interactions, feedback, declared, nested, cuts)
         write_judgements(pg, judgements)
         dead = [*dead_letters, *refused]
         write_dead_letters(pg, dead)

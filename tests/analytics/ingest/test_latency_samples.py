@@ -9,9 +9,9 @@ from typing import Any
 
 import psycopg
 
-from analytics.ingest.samples import BATCHES, SAMPLE_SIZE, read_samples, sample_key_sql
-from analytics.ingest.write import ingest
-from contracts.events import ROLLOUT_STAGE_TAG, InteractionEvent
+from analytics.ingest.samples import BATCHES, SAMPLE_SIZE, SampleCuts, read_samples, sample_key_sql
+from analytics.ingest.write import encode_for_ingest, ingest, ingest_raw
+from contracts.events import ROLLOUT_STAGE_TAG, InteractionEvent, new_event_id
 from tests.analytics.ingest_helpers import connect, declared_experiment, interaction
 
 T0 = 1_780_000_000.0
@@ -108,7 +108,7 @@ def test_the_sql_path_and_the_copy_path_keep_the_same_sample(database_url: str) 
     rng = random.Random(2)
     fast_exp, mixed_exp = declared_experiment(database_url), declared_experiment(database_url)
     base = _events(fast_exp, 200, rng)
-    mixed = [dataclasses.replace(e, experiment_id=mixed_exp, event_id=e.event_id[:-4] + "beef") for e in base]
+    mixed = [dataclasses.replace(e, experiment_id=mixed_exp, event_id=new_event_id()) for e in base]
     with connect(database_url) as conn:
         ingest(conn, base)
         ingest(conn, mixed[:1])
@@ -161,3 +161,77 @@ def test_a_batch_larger_than_the_sample_inserts_at_most_k_rows_per_group(databas
     assert set(first.values()) == {SAMPLE_SIZE}  # each group saw > k requests in the batch
     assert all(SAMPLE_SIZE <= c <= 2 * SAMPLE_SIZE for c in stored.values())
     assert smallest == {v: sorted(keys)[:SAMPLE_SIZE] for v, keys in all_keys.items()}
+
+
+def _staged_stream(exp: int, n: int, rng: random.Random) -> list[InteractionEvent]:
+    """Stage 1, then stage 2 (a new group while the overall one already has a cut), some
+    requests without a stage, and some with a tag holding the segment separator (kept
+    apart from the segments text, ``tags_with_sep``): every kind of row the cut looks at."""
+    out = []
+    for i in range(n):
+        tags = {ROLLOUT_STAGE_TAG: "1" if i < n // 2 else "2"}
+        if i % 10 == 3:
+            tags = {}
+        elif i % 97 == 5:
+            tags = {**tags, "task": "a\x1fb"}
+        elif i % 13 == 7:
+            tags = {**tags, "lang": "de"}
+        out.append(
+            interaction(
+                exp,
+                rng.choice(["control", "candidate"]),
+                f"u{rng.randrange(500)}",
+                latency_ms=rng.lognormvariate(5, 0.5),
+                ttft_ms=rng.lognormvariate(3, 0.5) if i % 7 else None,
+                ts=T0 + i * 0.001,
+                tags=tags,
+            )
+        )
+    return out
+
+
+def test_known_cuts_drop_requests_early_and_keep_the_same_sample(database_url: str) -> None:
+    # The same stream into two experiments, one written with the cuts a writer learns
+    # (as a consumer does), one without: the samples must be the same row for row, in
+    # every group, including a rollout stage that starts after the overall group has a cut.
+    rng = random.Random(7)
+    plain_exp, cached_exp = declared_experiment(database_url), declared_experiment(database_url)
+    plain = _staged_stream(plain_exp, 24_000, rng)
+    cached = [dataclasses.replace(e, experiment_id=cached_exp, event_id=new_event_id()) for e in plain]
+    cuts = SampleCuts()
+    learnt: list[int] = []
+    with connect(database_url) as conn:
+        for i in range(0, len(plain), 1500):
+            ingest(conn, plain[i : i + 1500])
+            enc = encode_for_ingest(cached[i : i + 1500])
+            ingest_raw(conn, enc.interactions, enc.feedback, cuts=cuts)
+            learnt.append(len(cuts))
+        # what a cut would drop: requests the statement reads without it (past k per group)
+        groups = _group_counts(conn, cached_exp)
+        with_cut, without = _rows(conn, cached_exp), _rows(conn, plain_exp)
+    assert with_cut == without
+    assert any(s.startswith(f"latency {ROLLOUT_STAGE_TAG}=2") for s in groups)
+    # cuts were known for the overall groups and for both stages before the stream ended
+    known = {(m, seg) for (_, m, seg, _) in cuts._cuts}
+    assert {("latency", ""), ("ttft", ""), ("latency", f"{ROLLOUT_STAGE_TAG}=1")} <= known
+    assert ("latency", f"{ROLLOUT_STAGE_TAG}=2") in known
+    assert learnt[0] == 0 and learnt[-1] >= 6
+
+
+def test_cuts_are_learnt_only_in_a_transaction_the_writer_opened(database_url: str) -> None:
+    # Inside a caller's transaction the statement may see samples the caller could still
+    # roll back: a cut read there could be below the committed one, so none is kept.
+    exp, rng = declared_experiment(database_url), random.Random(8)
+    events = _events(exp, 2 * SAMPLE_SIZE + 2000, rng, stage=None)
+    cuts = SampleCuts()
+    with connect(database_url) as conn:
+        enc = encode_for_ingest(events[: 2 * SAMPLE_SIZE + 1000])
+        ingest_raw(conn, enc.interactions, enc.feedback)
+        with conn.transaction():
+            enc = encode_for_ingest(events[2 * SAMPLE_SIZE + 1000 :])
+            ingest_raw(conn, enc.interactions, enc.feedback, cuts=cuts)
+            assert len(cuts) == 0
+            raise psycopg.Rollback()
+        enc = encode_for_ingest(events[2 * SAMPLE_SIZE + 1000 :])
+        ingest_raw(conn, enc.interactions, enc.feedback, cuts=cuts)
+    assert len(cuts) >= 2  # both variants' latency cut, read in the writer's own transaction
