@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import random
 import secrets
+import threading
 import time
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import psycopg
 
@@ -25,6 +26,8 @@ from contracts.tables import ROLLUP_MEASURES
 
 if TYPE_CHECKING:
     from analytics.ingest.consumer import ConsumerSettings
+
+R = TypeVar("R")
 
 
 def pg_url(database_url: str) -> str:
@@ -335,3 +338,27 @@ def intrude_as_static_member(settings: ConsumerSettings, deadline_s: float = 30.
                 return  # fenced back already by the consumer's new client
     finally:
         intruder.close()
+
+
+def while_waiting_commit(a: psycopg.Connection[tuple[Any, ...]], run: Callable[[], R]) -> R:
+    """Run ``run`` (a batch on another connection) in a thread while ``a``'s transaction is
+    open; once a backend waits on a lock (the batch, on one of a's rows), commit ``a``; the
+    batch's result."""
+    result: list[R] = []
+    t = threading.Thread(target=lambda: result.append(run()))
+    t.start()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not waiting_on_a_lock(a):
+        time.sleep(0.01)
+    a.commit()
+    t.join(timeout=30)
+    assert not t.is_alive() and len(result) == 1
+    return result[0]
+
+
+def waiting_on_a_lock(conn: psycopg.Connection[tuple[Any, ...]]) -> bool:
+    """Whether a backend of ``conn``'s database waits on a lock."""
+    row = conn.execute(
+        b"SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+    ).fetchone()
+    return bool(row and row[0])

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import threading
-import time
 from typing import Any
 
-from analytics.ingest.write import IngestResult, ingest
+from analytics.ingest.write import ingest
 from contracts.events import FeedbackEvent
 from tests.analytics.ingest_helpers import (
     connect,
     declared_experiment,
     feedback,
     interaction,
+    while_waiting_commit,
 )
 
 
@@ -99,22 +98,8 @@ def test_concurrent_batches_with_the_same_thumbs_up_count_it_once(database_url: 
     with connect(database_url) as a, connect(database_url) as b:
         a.execute(b"BEGIN")
         ingest(a, [feedback(i, "thumbs_up")])  # nested in a's open transaction
-        result: list[IngestResult] = []
         late: FeedbackEvent = feedback(i, "thumbs_up")
-        t = threading.Thread(target=lambda: result.append(ingest(b, [late])))
-        t.start()
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and not _someone_waits_on_a_lock(a):
-            time.sleep(0.01)
-        a.commit()
-        t.join(timeout=30)
+        result = while_waiting_commit(a, lambda: ingest(b, [late]))  # b waits on a's row
         got = _unit(a, exp, "u1")
-    assert not t.is_alive() and result[0].feedback == 1
+    assert result.feedback == 1
     assert got["thumbs_up"] == 1.0
-
-
-def _someone_waits_on_a_lock(conn: Any) -> bool:
-    row = conn.execute(
-        b"SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
-    ).fetchone()
-    return bool(row and row[0])

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import functools
 import random
-import threading
-import time
-from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -29,6 +26,7 @@ from tests.analytics.ingest_helpers import (
     new_experiment_id,
     random_events,
     stored_rollups,
+    while_waiting_commit,
 )
 from tests.conftest import fresh_database
 
@@ -444,7 +442,7 @@ def test_a_concurrent_duplicate_waits_and_is_counted_once(database_url: str) -> 
     with connect(database_url) as a, connect(database_url) as b:
         a.execute(b"BEGIN")
         ingest(a, first)  # nested in a's open transaction: not committed yet
-        result = _while_waiting_commit(a, lambda: ingest(b, second))  # b waits on a's keys
+        result = while_waiting_commit(a, lambda: ingest(b, second))  # b waits on a's keys
         got = stored_rollups(a, exp)
     assert result.duplicates >= 100
     assert_rollups_equal(got, expected_rollups(events))
@@ -468,7 +466,7 @@ def test_a_new_conversation_in_two_concurrent_batches_is_counted_once(database_u
             a.execute(b"BEGIN")
             ingest(a, [t1])  # nested in a's open transaction: not committed yet
             second = [t2] if path == "copy" else [t2, stored]
-            result = _while_waiting_commit(a, functools.partial(ingest, b, second))
+            result = while_waiting_commit(a, functools.partial(ingest, b, second))
             conversations = _count(
                 a,
                 "SELECT sum(conversations) FROM unit_rollups WHERE experiment_id = %s AND unit_id = %s",
@@ -483,31 +481,6 @@ def test_a_new_conversation_in_two_concurrent_batches_is_counted_once(database_u
             )
         assert result.duplicates == (1 if path == "on conflict" else 0), path
         assert (requests, conversations) == (2, 1), path
-
-
-def _while_waiting_commit(
-    a: psycopg.Connection[tuple[Any, ...]], run: Callable[[], IngestResult]
-) -> IngestResult:
-    """Run ``run`` (a batch on another connection) in a thread while ``a``'s transaction is
-    open; once a backend waits on a lock (the batch, on one of a's rows), commit ``a``; the
-    batch's result."""
-    result: list[IngestResult] = []
-    t = threading.Thread(target=lambda: result.append(run()))
-    t.start()
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and not _waiting_on_a_lock(a):
-        time.sleep(0.01)
-    a.commit()
-    t.join(timeout=30)
-    assert not t.is_alive() and len(result) == 1
-    return result[0]
-
-
-def _waiting_on_a_lock(conn: psycopg.Connection[tuple[Any, ...]]) -> bool:
-    row = conn.execute(
-        b"SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
-    ).fetchone()
-    return bool(row and row[0])
 
 
 def test_a_timestamp_out_of_range_is_dead_lettered_and_the_rest_ingested(database_url: str) -> None:
