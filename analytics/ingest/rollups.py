@@ -142,6 +142,17 @@ def segments_of(row: str) -> str:
     )
 
 
+def stage_of(row: str) -> str:
+    """The rollout-stage segment (``rollout_stage=N``) of an ``lg_fold`` row named ``row`` in
+    SQL: '' without one; NULL for a row whose tags hold the separator (``tags_with_sep``,
+    rare: not looked into)."""
+    return (
+        f"CASE WHEN {row}.tags_with_sep IS NOT NULL THEN NULL"
+        f" WHEN {row}.segments IS NULL OR strpos({row}.segments, '{ROLLOUT_STAGE_TAG}=') = 0 THEN ''"
+        f" ELSE coalesce(substring({row}.segments FROM E'(?:^|\\x1f)({ROLLOUT_STAGE_TAG}=[^\\x1f]*)'), '') END"
+    )
+
+
 def _has_segments(row: str) -> str:
     return f"({row}.segments IS NOT NULL OR {row}.tags_with_sep IS NOT NULL)"
 
@@ -332,7 +343,7 @@ ON CONFLICT (experiment_id, metric, segment, variant, bucket) DO UPDATE SET coun
 HISTOGRAMS: Final = _histograms(overall=True).encode()
 SEGMENT_HISTOGRAMS: Final = _histograms(overall=False).encode()
 
-SAMPLES: Final = samples.fold_sql("lg_fold", segments_of, _has_segments).encode()
+SAMPLES: Final = samples.fold_sql("lg_fold", segments_of, stage_of).encode()
 
 _BUILTIN_FEEDBACK: Final = f"(SELECT * FROM lg_new_f WHERE kind = ANY({_BUILTIN_KINDS}))"
 _FEEDBACK_SEGMENTS: Final = (

@@ -82,24 +82,13 @@ _KNOWN: Final = """k AS (
 )"""
 
 
-def _own_group(row: str) -> str:
-    """The segment of the row's smallest group that a cut can be looked up for: its rollout
-    stage ``rollout_stage=N`` if it has one, else ''; NULL (no lookup) for a row whose tags
-    hold the segment separator (``tags_with_sep``, rare)."""
-    return (
-        f"CASE WHEN {row}.tags_with_sep IS NOT NULL THEN NULL"
-        f" WHEN {row}.segments IS NULL OR strpos({row}.segments, '{ROLLOUT_STAGE_TAG}=') = 0 THEN ''"
-        f" ELSE coalesce(substring({row}.segments FROM E'(?:^|\\x1f)({ROLLOUT_STAGE_TAG}=[^\\x1f]*)'), '') END"
-    )
-
-
-def fold_sql(source: str, segments_of: Callable[[str], str], has_segments: Callable[[str], str]) -> str:
+def fold_sql(source: str, segments_of: Callable[[str], str], stage_of: Callable[[str], str]) -> str:
     """The statement adding the rows of ``source`` (the batch's counted interactions, as
     ``analytics.ingest.rollups`` keeps them) to the samples: overall and per rollout stage.
     Parameters: ``SampleCuts.params()``; answers (experiment, metric, segment, variant, cut).
 
-    ``segments_of(row)`` / ``has_segments(row)``: the SQL of a row's segments, and whether
-    it has any (the rollups' one definition).
+    ``segments_of(row)`` / ``stage_of(row)``: the SQL of a row's segments and of its rollout
+    stage segment ('' without one, NULL when unknown): the rollups' one definition.
 
     A known cut drops a request in the first scan: a group's cut (its k-th smallest key)
     only falls as requests arrive (nothing deletes samples), so a cut read earlier bounds
@@ -115,7 +104,7 @@ def fold_sql(source: str, segments_of: Callable[[str], str], has_segments: Calla
     SELECT x.experiment_id, x.variant, x.segments, x.tags_with_sep, '{metric}' AS metric, x.{column} AS value,
         {key} AS sample_key, {_BATCH} AS batch
     FROM {source} x LEFT JOIN k ON k.experiment_id = x.experiment_id AND k.metric = '{metric}'
-        AND k.variant COLLATE "C" = x.variant AND k.segment COLLATE "C" = {_own_group("x")}
+        AND k.variant COLLATE "C" = x.variant AND k.segment COLLATE "C" = {stage_of("x")}
     WHERE x.{column} IS NOT NULL AND (k.cut IS NULL OR {key} < k.cut)"""
 
     return f"""WITH {_KNOWN}, v AS ({branch("latency", "latency_ms")}
