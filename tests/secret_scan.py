@@ -14,6 +14,8 @@ import pytest
 from tests import known_secrets
 
 _leaks: list[str] = []
+#: Secrets the scan searched for (a controller adds up its workers').
+_secrets = [0]
 
 
 def enabled() -> bool:
@@ -45,6 +47,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         for path, found in known_secrets.leaks_in_files(root).items():
             _leaks.append(f"{path}: {', '.join(sorted(found))}")
     _leaks.extend(known_secrets.FOUND)
+    _secrets[0] += len(known_secrets.REGISTERED)
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        # A pytest-xdist worker: its findings go to the controller, which reports them all
+        # and fails the run (a worker's own exit status and terminal are not the run's).
+        output["secret_leaks"] = list(_leaks)
+        output["secrets_registered"] = _secrets[0]
+        return
     if _leaks:
         session.config.get_terminal_writer().line(
             "secrets found in logs:\n  " + "\n  ".join(_leaks), red=True
@@ -52,5 +62,18 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     else:
         session.config.get_terminal_writer().line(
-            f"secret scan: none of {len(known_secrets.REGISTERED)} secrets found in any log", green=True
+            f"secret scan: none of {_secrets[0]} secrets found in any log", green=True
         )
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: object, error: object) -> None:
+    """pytest-xdist's controller: a worker finished; keep what its scan found."""
+    if not enabled():
+        return
+    output = getattr(node, "workeroutput", {})
+    _leaks.extend(output.get("secret_leaks", []))
+    _secrets[0] += int(output.get("secrets_registered", 0))
+    if error is not None and "secret_leaks" not in output:
+        # A worker that died before its scan: the run cannot say its logs are clean.
+        _leaks.append(f"worker {getattr(node, 'gateway', node)} ended before its scan ran: {error}")

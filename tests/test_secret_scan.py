@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 LEAKY = """
@@ -51,18 +53,26 @@ def test_secrets_are_used_but_never_logged():
 """
 
 
-def _inner_session(tmp_path: Path, source: str) -> subprocess.CompletedProcess[str]:
+#: The inner session run serially and with two pytest-xdist workers (as scripts/test runs the
+#: suite): a worker's findings must reach the controller and fail the run.
+WORKERS = pytest.mark.parametrize("workers", [0, 2], ids=["serial", "xdist"])
+
+
+def _inner_session(tmp_path: Path, source: str, workers: int) -> subprocess.CompletedProcess[str]:
     (tmp_path / "test_inner.py").write_text(source)
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     env = {**os.environ, "LIFTGATE_TEST_SECRET_SCAN": "1", "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "pytest", str(tmp_path / "test_inner.py"), "-c", str(tmp_path / "pytest.ini"),
            "--rootdir", str(tmp_path), "--basetemp", str(tmp_path / "basetemp"), "-p", "tests.secret_scan",
-           "-p", "no:cacheprovider", "-q"]  # fmt: skip
+           "-p", "no:cacheprovider", "-q", *(["-n", str(workers)] if workers else [])]  # fmt: skip
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
 
 
-def test_the_scan_fails_a_run_whose_logs_hold_a_planted_secret_and_names_each_leak(tmp_path: Path) -> None:
-    res = _inner_session(tmp_path, LEAKY)
+@WORKERS
+def test_the_scan_fails_a_run_whose_logs_hold_a_planted_secret_and_names_each_leak(
+    tmp_path: Path, workers: int
+) -> None:
+    res = _inner_session(tmp_path, LEAKY, workers)
     out = res.stdout + res.stderr
     assert "3 passed" in out, out  # the tests themselves pass: the scan alone fails the run
     assert res.returncode == 1, out
@@ -76,11 +86,10 @@ def test_the_scan_fails_a_run_whose_logs_hold_a_planted_secret_and_names_each_le
     assert len(planted) == 3 and not [p for p in planted if p in out], out
 
 
-def test_the_scan_passes_a_run_that_uses_secrets_without_logging_them(tmp_path: Path) -> None:
-    res = _inner_session(tmp_path, CLEAN)
+@WORKERS
+def test_the_scan_passes_a_run_that_uses_secrets_without_logging_them(tmp_path: Path, workers: int) -> None:
+    res = _inner_session(tmp_path, CLEAN, workers)
     out = res.stdout + res.stderr
     assert res.returncode == 0, out
     assert "secret scan: none of 1 secrets found in any log" in out, out
-    assert list((tmp_path / "basetemp" / "service-logs").glob("clean-service-*.log")), (
-        "no service log written"
-    )
+    assert list((tmp_path / "basetemp").glob("**/service-logs/clean-service-*.log")), "no service log written"

@@ -92,6 +92,8 @@ def gw(simulator: str) -> Iterator[tuple[str, MemorySink]]:
         ("/admin/upstreams", 1 * MiB + 1, f"Authorization: Bearer {ADMIN_TOKEN}\r\n", 413, b'"detail"'),
         ("/admin/upstreams", 300 * MiB, "", 401, b'"detail"'),  # no token: refused before the size even
     ],
+    # Named, not derived from the values: the admin token is random per run (and a secret).
+    ids=["chat", "feedback", "admin", "admin-no-token"],
 )
 def test_a_declared_body_over_the_limit_is_refused_at_once_without_reading_it(
     gw: tuple[str, MemorySink], path: str, size: int, headers: str, status: int, marker: bytes
