@@ -33,17 +33,21 @@ export class AdminPage {
     root.addEventListener("click", (ev) => this.onClick(ev));
   }
 
-  async section(id, path, draw) {
+  // A section whose list can't be read says why in its result line; after an action on it
+  // (`after` names the section) the reason is added to the action's outcome, never written
+  // over it: the outcome, and a new key shown once, stay on the page.
+  async section(id, path, draw, after) {
     const result = this.root.querySelector(`#${id}-result`);
     try {
       this.root.querySelector(`#${id} tbody`).innerHTML = (await act("GET", path)).map(draw).join("");
     } catch (err) {
       result.className = "bad-text";
-      result.textContent = err.message;
+      if (after === id) result.append(` · list: ${err.message}`);
+      else result.textContent = err.message;
     }
   }
 
-  async refresh() {
+  async refresh(after) {
     await Promise.all([
       this.section("upstreams", "/admin/upstreams", (u) =>
         `<tr data-upstream="${esc(u.name)}"><td>${esc(u.name)}</td><td><code>${esc(u.base_url)}</code></td>
@@ -51,10 +55,10 @@ export class AdminPage {
       this.section("keys", "/admin/api-keys", (k) =>
         `<tr data-key="${esc(k.name)}"><td>${esc(k.name)}</td><td><code>${esc(k.prefix)}…</code></td>
           <td>${k.revoked ? "revoked" : "active"}</td><td>${when(k.created_at)}</td>
-          <td>${k.revoked ? "" : `<button type="button" data-revoke-key="${esc(k.name)}">revoke</button>`}</td></tr>`),
+          <td>${k.revoked ? "" : `<button type="button" data-revoke-key="${esc(k.name)}">revoke</button>`}</td></tr>`, after),
       this.section("users", "/admin/users", (u) =>
         `<tr data-user="${esc(u.name)}"><td>${esc(u.name)}</td><td>${esc(u.role)}</td><td>${u.disabled ? "disabled" : "active"}</td>
-          <td><button type="button" data-toggle-user="${esc(u.name)}" data-disabled="${u.disabled}">${u.disabled ? "enable" : "disable"}</button></td></tr>`),
+          <td><button type="button" data-toggle-user="${esc(u.name)}" data-disabled="${u.disabled}">${u.disabled ? "enable" : "disable"}</button></td></tr>`, after),
     ]);
   }
 
@@ -72,7 +76,7 @@ export class AdminPage {
       result.className = "bad-text";
       result.textContent = `${label}: ${err.message}`;
     }
-    await this.refresh();
+    await this.refresh(id);
   }
 
   onSubmit(ev) {
