@@ -29,6 +29,7 @@ from tests.secret_scan import (  # noqa: F401  (the secret scan's hooks and fixt
     _secret_scan_log_root,
     pytest_runtest_logreport,
     pytest_sessionfinish,
+    pytest_testnodedown,
 )
 
 ROOT = Path(__file__).resolve().parent.parent

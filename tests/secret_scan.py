@@ -16,6 +16,8 @@ from tests import known_secrets
 _leaks: list[str] = []
 #: Secrets the scan searched for (a controller adds up its workers').
 _secrets = [0]
+#: The pytest-xdist workers that reported to this controller.
+_workers: list[str] = []
 
 
 def enabled() -> bool:
@@ -47,7 +49,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         for path, found in known_secrets.leaks_in_files(root).items():
             _leaks.append(f"{path}: {', '.join(sorted(found))}")
     _leaks.extend(known_secrets.FOUND)
-    _secrets[0] += len(known_secrets.REGISTERED)
+    if not _workers:  # a controller's own secrets are those its workers imported too
+        _secrets[0] += len(known_secrets.REGISTERED)
     output = getattr(session.config, "workeroutput", None)
     if output is not None:
         # A pytest-xdist worker: its findings go to the controller, which reports them all
@@ -72,6 +75,7 @@ def pytest_testnodedown(node: object, error: object) -> None:
     if not enabled():
         return
     output = getattr(node, "workeroutput", {})
+    _workers.append(str(getattr(node, "gateway", node)))
     _leaks.extend(output.get("secret_leaks", []))
     _secrets[0] += int(output.get("secrets_registered", 0))
     if error is not None and "secret_leaks" not in output:

@@ -93,3 +93,13 @@ def test_the_scan_passes_a_run_that_uses_secrets_without_logging_them(tmp_path: 
     assert res.returncode == 0, out
     assert "secret scan: none of 1 secrets found in any log" in out, out
     assert list((tmp_path / "basetemp").glob("**/service-logs/clean-service-*.log")), "no service log written"
+
+
+def test_the_suites_conftest_registers_every_hook_of_the_scan() -> None:
+    # tests/conftest.py imports the scan's hooks by name: a hook it leaves out never runs in
+    # the suite (the inner sessions above load the module whole, with -p, and would not notice).
+    from tests import conftest, secret_scan
+
+    hooks = [name for name in vars(secret_scan) if name.startswith("pytest_")]
+    assert "pytest_testnodedown" in hooks and "pytest_sessionfinish" in hooks
+    assert [name for name in hooks if getattr(conftest, name, None) is not getattr(secret_scan, name)] == []
