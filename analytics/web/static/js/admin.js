@@ -51,7 +51,7 @@ export class AdminPage {
     await Promise.all([
       this.section("upstreams", "/admin/upstreams", (u) =>
         `<tr data-upstream="${esc(u.name)}"><td>${esc(u.name)}</td><td><code>${esc(u.base_url)}</code></td>
-          <td>${esc(u.api_key || "—")}</td><td><button type="button" data-delete-upstream="${esc(u.name)}">delete</button></td></tr>`),
+          <td>${esc(u.api_key || "—")}</td><td><button type="button" data-delete-upstream="${esc(u.name)}">delete</button></td></tr>`, after),
       this.section("keys", "/admin/api-keys", (k) =>
         `<tr data-key="${esc(k.name)}"><td>${esc(k.name)}</td><td><code>${esc(k.prefix)}…</code></td>
           <td>${k.revoked ? "revoked" : "active"}</td><td>${when(k.created_at)}</td>
