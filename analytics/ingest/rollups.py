@@ -65,6 +65,9 @@ _ONCE: Final = "ARRAY[" + ", ".join(f"'{k}'" for k in ONCE_KINDS) + "]"
 #: Separates an event's segments ("key=value" per tag) in ``lg_fold.segments``: one text is
 #: cheaper for Postgres to split than jsonb to expand per row.
 SEGMENT_SEP: Final = "\x1f"
+#: SEGMENT_SEP as an escape inside a SQL ``E'...'`` string, and as a SQL literal.
+_SEP_ESCAPE: Final = f"\\x{ord(SEGMENT_SEP):02x}"
+SEP_SQL: Final = f"E'{_SEP_ESCAPE}'"
 
 # lg_fold: one row per counted interaction. ``segments``: its segments joined by
 # SEGMENT_SEP (NULL without tags). ``tags_with_sep``: its tags, only when one of them
@@ -137,8 +140,22 @@ def segments_of(row: str) -> str:
     """The segments of an ``lg_fold`` row (or a grouping of its columns) named ``row``, one
     per output row: a set-returning SQL expression (none without tags)."""
     return (
-        f"unnest(CASE WHEN {row}.tags_with_sep IS NULL THEN string_to_array({row}.segments, E'\\x1f')"
+        f"unnest(CASE WHEN {row}.tags_with_sep IS NULL THEN string_to_array({row}.segments, {SEP_SQL})"
         f" ELSE ARRAY(SELECT key || '=' || value FROM jsonb_each_text({row}.tags_with_sep)) END)"
+    )
+
+
+def joined_segments_sql(tags: str, keep: str) -> str:
+    """The segments of the jsonb tags ``tags`` whose key ``t.key`` satisfies ``keep``, as
+    ``lg_fold`` holds them (SQL, the body of a lateral subquery, one row): ``joined`` (the
+    kept tags as ``key=value`` joined by SEGMENT_SEP), ``sep`` (one of them holds the
+    separator: the row then carries ``kept``, the kept tags as jsonb, in ``tags_with_sep``).
+    The stored-events counterpart of ``copy_text``'s renderers."""
+    return (
+        f"SELECT string_agg(t.key || '=' || t.value, {SEP_SQL}) AS joined,"
+        f" coalesce(bool_or(strpos(t.key || t.value, {SEP_SQL}) > 0), false) AS sep,"
+        f" jsonb_object_agg(t.key, t.value) AS kept"
+        f" FROM jsonb_each_text({tags}) t WHERE {keep}"
     )
 
 
@@ -149,7 +166,7 @@ def stage_of(row: str) -> str:
     return (
         f"CASE WHEN {row}.tags_with_sep IS NOT NULL THEN NULL"
         f" WHEN {row}.segments IS NULL OR strpos({row}.segments, '{ROLLOUT_STAGE_TAG}=') = 0 THEN ''"
-        f" ELSE coalesce(substring({row}.segments FROM E'(?:^|\\x1f)({ROLLOUT_STAGE_TAG}=[^\\x1f]*)'), '') END"
+        f" ELSE coalesce(substring({row}.segments FROM E'(?:^|{_SEP_ESCAPE})({ROLLOUT_STAGE_TAG}=[^{_SEP_ESCAPE}]*)'), '') END"
     )
 
 
@@ -453,10 +470,7 @@ FROM (
     FROM interactions i
     WHERE i.experiment_id = %(e)s AND i.role = 'primary' AND i.variant IS NOT NULL
 ) c CROSS JOIN LATERAL (
-    SELECT string_agg(t.key || '=' || t.value, E'\\x1f') AS joined,
-        coalesce(bool_or(strpos(t.key || t.value, E'\\x1f') > 0), false) AS sep,
-        jsonb_object_agg(t.key, t.value) AS kept
-    FROM jsonb_each_text(c.tags) t WHERE t.key = ANY(%(keys)s::text[])) s
+    {joined_segments_sql("c.tags", "t.key = ANY(%(keys)s::text[])")}) s
 WHERE c.tags ?| %(keys)s::text[]
 """.encode()
 

@@ -129,11 +129,8 @@ WITH src AS (
         category, CASE WHEN s.sep THEN s.kept END
     FROM counted c LEFT JOIN new_conv n  -- a join, not EXISTS: one hash, not a scan per row
         ON n.experiment_id = c.experiment_id AND n.conversation_id = c.conversation_id
-    CROSS JOIN LATERAL (  -- the declared tags only (rollups.declared_sql)
-        SELECT string_agg(t.key || '=' || t.value, E'\\x1f') AS joined,
-            coalesce(bool_or(strpos(t.key || t.value, E'\\x1f') > 0), false) AS sep,
-            jsonb_object_agg(t.key, t.value) AS kept
-        FROM jsonb_each_text(c.tags) t WHERE {rollups.declared_sql("t.key", "c.experiment_id")}) s
+    CROSS JOIN LATERAL (  -- the declared tags only
+        {rollups.joined_segments_sql("c.tags", rollups.declared_sql("t.key", "c.experiment_id"))}) s
 )
 SELECT (SELECT count(*) FROM ins), (SELECT coalesce(array_agg(request_id), '{{}}') FROM counted)
 """
