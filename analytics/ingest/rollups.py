@@ -67,7 +67,7 @@ _ONCE: Final = "ARRAY[" + ", ".join(f"'{k}'" for k in ONCE_KINDS) + "]"
 SEGMENT_SEP: Final = "\x1f"
 #: SEGMENT_SEP as an escape inside a SQL ``E'...'`` string, and as a SQL literal.
 _SEP_ESCAPE: Final = f"\\x{ord(SEGMENT_SEP):02x}"
-SEP_SQL: Final = f"E'{_SEP_ESCAPE}'"
+_SEP_SQL: Final = f"E'{_SEP_ESCAPE}'"
 
 # lg_fold: one row per counted interaction. ``segments``: its segments joined by
 # SEGMENT_SEP (NULL without tags). ``tags_with_sep``: its tags, only when one of them
@@ -140,7 +140,7 @@ def segments_of(row: str) -> str:
     """The segments of an ``lg_fold`` row (or a grouping of its columns) named ``row``, one
     per output row: a set-returning SQL expression (none without tags)."""
     return (
-        f"unnest(CASE WHEN {row}.tags_with_sep IS NULL THEN string_to_array({row}.segments, {SEP_SQL})"
+        f"unnest(CASE WHEN {row}.tags_with_sep IS NULL THEN string_to_array({row}.segments, {_SEP_SQL})"
         f" ELSE ARRAY(SELECT key || '=' || value FROM jsonb_each_text({row}.tags_with_sep)) END)"
     )
 
@@ -152,8 +152,8 @@ def joined_segments_sql(tags: str, keep: str) -> str:
     separator: the row then carries ``kept``, the kept tags as jsonb, in ``tags_with_sep``).
     The stored-events counterpart of ``copy_text``'s renderers."""
     return (
-        f"SELECT string_agg(t.key || '=' || t.value, {SEP_SQL}) AS joined,"
-        f" coalesce(bool_or(strpos(t.key || t.value, {SEP_SQL}) > 0), false) AS sep,"
+        f"SELECT string_agg(t.key || '=' || t.value, {_SEP_SQL}) AS joined,"
+        f" coalesce(bool_or(strpos(t.key || t.value, {_SEP_SQL}) > 0), false) AS sep,"
         f" jsonb_object_agg(t.key, t.value) AS kept"
         f" FROM jsonb_each_text({tags}) t WHERE {keep}"
     )

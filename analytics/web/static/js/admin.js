@@ -6,6 +6,20 @@ import { act } from "./session.js";
 
 const q = encodeURIComponent;
 
+// The settings lists: section id (its table, result line and card), admin API path, row.
+const SECTIONS = [
+  ["upstreams", "/admin/upstreams", (u) =>
+    `<tr data-upstream="${esc(u.name)}"><td>${esc(u.name)}</td><td><code>${esc(u.base_url)}</code></td>
+      <td>${esc(u.api_key || "—")}</td><td><button type="button" data-delete-upstream="${esc(u.name)}">delete</button></td></tr>`],
+  ["keys", "/admin/api-keys", (k) =>
+    `<tr data-key="${esc(k.name)}"><td>${esc(k.name)}</td><td><code>${esc(k.prefix)}…</code></td>
+      <td>${k.revoked ? "revoked" : "active"}</td><td>${when(k.created_at)}</td>
+      <td>${k.revoked ? "" : `<button type="button" data-revoke-key="${esc(k.name)}">revoke</button>`}</td></tr>`],
+  ["users", "/admin/users", (u) =>
+    `<tr data-user="${esc(u.name)}"><td>${esc(u.name)}</td><td>${esc(u.role)}</td><td>${u.disabled ? "disabled" : "active"}</td>
+      <td><button type="button" data-toggle-user="${esc(u.name)}" data-disabled="${u.disabled}">${u.disabled ? "enable" : "disable"}</button></td></tr>`],
+];
+
 export class AdminPage {
   constructor(root) {
     this.root = root;
@@ -47,19 +61,9 @@ export class AdminPage {
     }
   }
 
+  // Every section is listed once and refreshed the same way: none can miss the action's outcome.
   async refresh(after) {
-    await Promise.all([
-      this.section("upstreams", "/admin/upstreams", (u) =>
-        `<tr data-upstream="${esc(u.name)}"><td>${esc(u.name)}</td><td><code>${esc(u.base_url)}</code></td>
-          <td>${esc(u.api_key || "—")}</td><td><button type="button" data-delete-upstream="${esc(u.name)}">delete</button></td></tr>`, after),
-      this.section("keys", "/admin/api-keys", (k) =>
-        `<tr data-key="${esc(k.name)}"><td>${esc(k.name)}</td><td><code>${esc(k.prefix)}…</code></td>
-          <td>${k.revoked ? "revoked" : "active"}</td><td>${when(k.created_at)}</td>
-          <td>${k.revoked ? "" : `<button type="button" data-revoke-key="${esc(k.name)}">revoke</button>`}</td></tr>`, after),
-      this.section("users", "/admin/users", (u) =>
-        `<tr data-user="${esc(u.name)}"><td>${esc(u.name)}</td><td>${esc(u.role)}</td><td>${u.disabled ? "disabled" : "active"}</td>
-          <td><button type="button" data-toggle-user="${esc(u.name)}" data-disabled="${u.disabled}">${u.disabled ? "enable" : "disable"}</button></td></tr>`, after),
-    ]);
+    await Promise.all(SECTIONS.map(([id, path, draw]) => this.section(id, path, draw, after)));
   }
 
   async run(id, label, fn) {
