@@ -88,6 +88,7 @@ class Delivery:
         self._next_probe = 0.0
         self._backoff = settings.backoff_initial_s
         self.live = False
+        self._refusal: str | None = None  # why the last connection attempt failed, if it did
         self.counters = dict.fromkeys(("delivered", "replayed", "adopted", "send_failures", "probes"), 0)
 
     @property
@@ -219,7 +220,12 @@ class Delivery:
         try:
             self._transport = self._connect()
         except TransportUnavailable as exc:
-            log.info("event delivery: bus not reachable (%s); events wait in the spool", exc)
+            # A new reason is a warning (a missing topic is a configuration error, not an
+            # outage); the same reason again, at every probe of an outage, only informs.
+            why = str(exc)
+            level = logging.INFO if why == self._refusal else logging.WARNING
+            log.log(level, "event delivery: bus not reachable (%s); events wait in the spool", why)
+            self._refusal = why
             self._degrade()
             return False
         except Exception:
@@ -229,6 +235,7 @@ class Delivery:
         if not self.live:
             log.info("event delivery: connected; %s events pending in the spool", self.spool.pending_records)
         self.live = True
+        self._refusal = None
         return True
 
     def _degrade(self) -> None:

@@ -25,6 +25,12 @@ class Topics:
     feedback: str = FEEDBACK_TOPIC
     judgements: str = JUDGEMENTS_TOPIC
 
+    @property
+    def all(self) -> tuple[str, str, str]:
+        """Every topic the gateway writes: each must exist before delivery starts (a record
+        for a missing one times out in the client and holds back every event after it)."""
+        return (self.interactions, self.feedback, self.judgements)
+
     def of(self, event: Event) -> str:
         if isinstance(event, InteractionEvent):
             return self.interactions
@@ -106,6 +112,4 @@ def ensure_topics(
 ) -> None:
     """Create the interaction, feedback and judgement topics if they do not exist (idempotent)."""
     bus = bus if bus is not None else open_bus("auto")
-    bus.ensure_topics(
-        bootstrap, (topics.interactions, topics.feedback, topics.judgements), partitions, timeout_s
-    )
+    bus.ensure_topics(bootstrap, topics.all, partitions, timeout_s)

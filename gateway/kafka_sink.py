@@ -331,7 +331,7 @@ class KafkaSink:
             reconnect_backoff_max_ms=cfg.reconnect_backoff_max_ms,
             extra=self._producer_options,
         )
-        topics = (self.topics.interactions, self.topics.feedback)
+        topics = self.topics.all
         probe_s = cfg.probe_timeout_s
         try:
             if cfg.create_topics_partitions:

@@ -7,10 +7,13 @@ The same paths against a real broker are covered in test_kafka_sink and test_sin
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+
+import pytest
 
 from gateway.delivery import Chunk, Delivery, DeliverySettings, Transport, TransportUnavailable
 from gateway.spool import Record, Spool
@@ -165,4 +168,26 @@ def test_offers_are_not_kept_in_memory_while_the_bus_is_unreachable(tmp_path: Pa
     assert not delivery.live and delivery.counters["delivered"] == 0
     assert spool.pending_records == 100
     assert not delivery._handoff  # the spool alone holds them
+    spool.close()
+
+
+def test_a_refusal_is_a_warning_when_its_reason_is_new_and_information_when_it_repeats(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    spool = Spool(tmp_path)
+    reasons = iter(["broker down", "broker down", "broker down", "topics ['x'] do not exist"])
+
+    def connect() -> Transport:
+        raise TransportUnavailable(next(reasons, "topics ['x'] do not exist"))
+
+    caplog.set_level(logging.INFO, logger="gateway.delivery")
+    delivery = Delivery(spool, tmp_path, connect, SETTINGS)
+    thread = running(delivery)
+    until(lambda: delivery.counters["probes"] >= 6, "probes")
+    delivery.stop(5)
+    thread.join(10)
+    refusals = [(r.levelname, r.getMessage()) for r in caplog.records if "not reachable" in r.getMessage()]
+    warned = [m for level, m in refusals if level == "WARNING"]
+    assert len(warned) == 2 and "broker down" in warned[0] and "do not exist" in warned[1]
+    assert len(refusals) >= 6 and [level for level, _ in refusals].count("INFO") == len(refusals) - 2
     spool.close()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from contracts.events import Event, FeedbackEvent, encode
+from contracts.events import Event, FeedbackEvent, JudgeEvent, encode
 from eventbus import Bus, ConsumerOptions
 from gateway.__main__ import make_sink
 from gateway.kafka_sink import KafkaSink, SinkConfig, Topics, ensure_topics
@@ -60,6 +60,54 @@ async def test_events_reach_kafka_keyed_by_unit_and_in_order(
     # Every event went through the spool; none had to be read back from it.
     assert stats["spooled"] == len(sent) and stats["replayed"] == 0 and stats["dropped"] == 0
     assert stats["spool_pending"] == 0 and not list(tmp_path.glob("*/*.seg"))  # delivered segments deleted
+
+
+async def test_a_sink_creates_the_judgement_topic_too_so_judge_events_never_stall_delivery(
+    kafka_bootstrap: str, unique_name: str, tmp_path: Path, bus: Bus
+) -> None:
+    # The sink's own topic creation (create_topics_partitions, on by default) once covered
+    # the interaction and feedback topics only: with judge sampling on and no judgement
+    # topic, the first judge event timed out in the client, every later event waited behind
+    # it in the spool for ever, and the log blamed an "unreachable or slow" bus.
+    topics = Topics(f"{unique_name}.interactions", f"{unique_name}.feedback", f"{unique_name}.judgements")
+    sink = KafkaSink(kafka_bootstrap, tmp_path, topics=topics, config=FAST, bus=bus)
+    await sink.start()
+    await wait_until(lambda: sink.live, 30, "connected")
+    sent: list[Event] = []
+    for i in range(300):
+        sent.append(event(i))
+        if i % 20 == 0:
+            sent.append(JudgeEvent(f"req-{i}", f"unit-{i % 20}", "judge", "primary", "ok", 12.0, score=0.5))
+    for ev in sent:
+        sink.emit(ev)
+    await wait_until(lambda: sink.stats()["delivered"] == len(sent), 30, "delivery")
+    await sink.close()
+    judged = [ev for ev in sent if isinstance(ev, JudgeEvent)]
+    received = consume(kafka_bootstrap, [topics.judgements], len(judged))
+    assert sorted(r.event_id for r in received) == sorted(ev.event_id for ev in judged)
+
+
+async def test_a_sink_that_may_not_create_topics_names_the_missing_judgement_topic(
+    kafka_bootstrap: str, unique_name: str, tmp_path: Path, bus: Bus, caplog: pytest.LogCaptureFixture
+) -> None:
+    topics = Topics(f"{unique_name}.interactions", f"{unique_name}.feedback", f"{unique_name}.judgements")
+    bus.ensure_topics(kafka_bootstrap, (topics.interactions, topics.feedback), 3, 30)  # not the judgements'
+    config = dataclasses.replace(FAST, create_topics_partitions=None)
+    sink = KafkaSink(kafka_bootstrap, tmp_path, topics=topics, config=config, bus=bus)
+    await sink.start()
+    sink.emit(event(1))
+
+    def named() -> list[str]:  # the delivery thread's warnings naming the topic
+        return [
+            r.getMessage() for r in caplog.records
+            if r.name == "gateway.delivery" and r.levelname == "WARNING" and topics.judgements in r.getMessage()
+        ]  # fmt: skip
+
+    await wait_until(lambda: bool(named()), 30, "the missing topic named")
+    assert "do not exist" in named()[0]
+    assert not sink.live and sink.healthy()  # spooling: nothing is lost
+    await sink.close()
+    assert sink.stats()["spool_pending"] == 1 and sink.stats()["delivered"] == 0
 
 
 def test_ensure_topics_creates_both_topics_once_with_the_given_partitions(
