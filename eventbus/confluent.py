@@ -60,6 +60,8 @@ class ConfluentProducer:
         # (``produce``'s per-record callbacks take precedence over it), which costs about half
         # of a callback object per record (bench/gateway/README.md).
         self._failed: list[bytes] = []
+        self._first_error: str | None = None  # the first failed record's topic and error, this send
+        self.send_failure: str | None = None
         self._producer = ck.Producer(
             {
                 "bootstrap.servers": o.bootstrap,
@@ -80,10 +82,13 @@ class ConfluentProducer:
 
     def _reported(self, err: ck.KafkaError | None, msg: Any) -> None:
         if err is not None:
+            if not self._failed:
+                self._first_error = f"{msg.topic()}: {err.str()}"
             self._failed.append(msg.value())
 
     def send(self, records: Sequence[tuple[str, bytes | None, bytes]], timeout_s: float) -> int:
         self._failed = failed = list[bytes]()
+        self._first_error = self.send_failure = None
         produce = self._producer.produce
         queued = 0
         try:
@@ -94,13 +99,16 @@ class ConfluentProducer:
                     time.sleep(0)
         except (BufferError, ck.KafkaException) as exc:
             log.warning("the client refused a record (%s)", exc)
-        if self._producer.flush(timeout_s):
+            self.send_failure = f"{records[queued][0]}: refused by the client ({exc})"
+        if pending := self._producer.flush(timeout_s):
+            self.send_failure = self._first_error or f"{pending} records not acknowledged in {timeout_s:g} s"
             return 0  # which of the pending records landed is not known
         if not failed:
             return queued
         bad = set(failed)  # a record's bytes are unique here (an event's id is in them)
         for i in range(queued):
             if records[i][2] in bad:
+                self.send_failure = self._first_error
                 return i
         return queued  # the failures were an earlier batch's, reported late
 

@@ -105,7 +105,13 @@ class Producer(Protocol):
         start, are known to be acknowledged: all of them, or the records before the first that
         failed or was refused. When the flush gives up with records still pending, which of
         them landed is not known: 0 (the caller sends them again; consumers drop duplicates).
-        Cheaper than ``produce`` with a callback per record; never interleave the two."""
+        Cheaper than ``produce`` with a callback per record; never interleave the two.
+        ``send_failure`` then says why, for the log."""
+
+    @property
+    def send_failure(self) -> str | None:
+        """Why the last ``send`` did not land every record (the first failed record's topic and
+        error, or the flush's timeout); None when it did."""
 
     def poll(self, timeout_s: float = 0.0) -> None:
         """Serve delivery callbacks that are due."""

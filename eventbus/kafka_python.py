@@ -76,6 +76,7 @@ class PythonProducer:
             raise BusError(str(exc)) from exc
         self._lock = threading.Lock()
         self._pending = 0  # sent, neither acknowledged nor failed
+        self.send_failure: str | None = None
 
     def produce(
         self, topic: str, key: bytes | None, value: bytes, on_delivery: DeliveryCallback | None = None
@@ -105,10 +106,14 @@ class PythonProducer:
     def send(self, records: Sequence[tuple[str, bytes | None, bytes]], timeout_s: float) -> int:
         """A callback per record: kafka-python reports each record's future, nothing cheaper."""
         outcomes = bytearray(len(records))  # 0 pending, 1 acknowledged, 2 failed
+        errors: dict[int, str] = {}
+        self.send_failure = None
 
         def mark(i: int) -> DeliveryCallback:
             def done(error: BusError | None) -> None:
                 outcomes[i] = 1 if error is None else 2
+                if error is not None:
+                    errors[i] = f"{records[i][0]}: {error}"
 
             return done
 
@@ -119,8 +124,17 @@ class PythonProducer:
                     time.sleep(0)
         except BusError as exc:
             log.warning("the client refused a record (%s)", exc)  # the rest stay pending
-        self.flush(timeout_s)
-        return len(outcomes) - len(outcomes.lstrip(b"\x01"))
+            refused: str | None = f"{records[i][0]}: refused by the client ({exc})"
+        else:
+            refused = None
+        pending = self.flush(timeout_s)
+        acked = len(outcomes) - len(outcomes.lstrip(b"\x01"))
+        if acked < len(records):
+            first = errors.get(acked)
+            if first is None:
+                first = refused or f"{pending} records not acknowledged in {timeout_s:g} s"
+            self.send_failure = first
+        return acked
 
     def poll(self, timeout_s: float = 0.0) -> None:
         """Nothing to serve: kafka-python runs callbacks on its network thread."""

@@ -26,7 +26,8 @@ class BusTransport:
         """Send and flush ``records``; return how many, from the start, were acknowledged."""
         acked = self._producer.send(records, timeout_s)
         if acked < len(records):
-            log.warning("kafka sink: %s of %s events acknowledged", acked, len(records))
+            why = self._producer.send_failure or "unknown"
+            log.warning("kafka sink: %s of %s events acknowledged (%s)", acked, len(records), why)
         return acked
 
     def close(self, timeout_s: float = 0.0) -> bool:

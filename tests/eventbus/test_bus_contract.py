@@ -179,14 +179,16 @@ def test_send_answers_the_acknowledged_prefix_of_a_batch(
     )
     try:
         good = [(topic, f"unit-{i % 7}".encode(), str(i).encode()) for i in range(500)]
-        assert producer.send(good, 30) == 500
+        assert producer.send(good, 30) == 500 and producer.send_failure is None
         # A record that cannot land: the answer stops before it, whatever became of the rest.
         mixed = [(topic, b"k", b"a%d" % i) for i in range(5)] + [(missing, b"k", b"lost")]
         mixed += [(topic, b"k", b"b%d" % i) for i in range(5)]
         started = time.monotonic()
         assert producer.send(mixed, 10) == 5
         assert time.monotonic() - started < 10
+        assert producer.send_failure is not None and missing in producer.send_failure  # what to log
         assert producer.send([(topic, b"k", b"after")], 30) == 1  # a failure does not stick
+        assert producer.send_failure is None
     finally:
         producer.close(5)
     got = _read_topic(bus, kafka_bootstrap, topic, f"g-{unique_name}", 506)
