@@ -122,9 +122,14 @@ static int put_int(Buf *b, PyObject *o) {
     long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
     if (overflow) return unsupported("int beyond 64 bits");
     if (v == -1 && PyErr_Occurred()) return -1;
-    char tmp[32];
-    int k = snprintf(tmp, sizeof tmp, "%lld", v);
-    return put(b, tmp, k);
+    char tmp[24], *end = tmp + sizeof tmp, *p = end; /* digits written backwards: no snprintf */
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    do {
+        *--p = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0) *--p = '-';
+    return put(b, p, end - p);
 }
 
 static int put_float(Buf *b, PyObject *o) {
@@ -166,6 +171,14 @@ static void civil(int64_t z, int64_t *y, int *m, int *d) {
 
 #define PG_EPOCH_S 946684800.0 /* 2000-01-01 in Unix time */
 
+/* ``v`` (0 <= v < 10^width) as exactly ``width`` decimal digits, zero-padded, at ``p``. */
+static inline void digits(char *p, int width, int64_t v) {
+    for (int i = width - 1; i >= 0; i--) {
+        p[i] = (char)('0' + v % 10);
+        v /= 10;
+    }
+}
+
 /* As analytics.ingest.copy_text.ts_text: the instant of PostgreSQL's to_timestamp(t), as text. */
 static int put_ts(Buf *b, PyObject *o) {
     double t;
@@ -196,10 +209,16 @@ static int put_ts(Buf *b, PyObject *o) {
     int m, d;
     civil(days + 10957, &y, &m, &d); /* 10957 days from 1970-01-01 to 2000-01-01 */
     if (y < 1 || y > 9999) return unsupported("ts outside years 1-9999");
-    char tmp[40];
-    int k = snprintf(tmp, sizeof tmp, "%04d-%02d-%02d %02d:%02d:%02d.%06d+00", (int)y, m, d, (int)(rem / 3600),
-                     (int)(rem / 60 % 60), (int)(rem % 60), (int)micro);
-    return put(b, tmp, k);
+    /* "%04d-%02d-%02d %02d:%02d:%02d.%06d+00", written by hand (snprintf costs more than the rest) */
+    char tmp[29] = "0000-00-00 00:00:00.000000+00";
+    digits(tmp, 4, y);
+    digits(tmp + 5, 2, m);
+    digits(tmp + 8, 2, d);
+    digits(tmp + 11, 2, rem / 3600);
+    digits(tmp + 14, 2, rem / 60 % 60);
+    digits(tmp + 17, 2, rem % 60);
+    digits(tmp + 20, 6, micro);
+    return put(b, tmp, sizeof tmp);
 }
 
 /* A JSON string as orjson writes it (short escapes for \b \t \n \f \r " \\, \u00xx for
@@ -309,43 +328,43 @@ static int render_event(Buf *rows, Buf *fold, Buf *seg, PyObject *e, int flag, P
             goto done;
         }
     }
-    Py_ssize_t ts_at = 0, ts_len = 0;
+    /* Where each value's text starts in ``rows`` and ends: the lg_fold row copies the values it
+     * shares with the interactions row instead of rendering them again (a float's shortest
+     * repr is the costliest part of a row). Offsets, not pointers: ``rows`` may be reallocated. */
+    Py_ssize_t at[N_ATTRS + 1];
     seg->n = 0;
     for (int i = 0; i < N_ATTRS; i++) {
         if (i && putc_(rows, '\t') < 0) goto done;
+        at[i] = rows->n;
         int r;
         switch (kinds[i]) {
             case K_STR: r = put_str(rows, v[i]); break;
             case K_INT: r = put_int(rows, v[i]); break;
             case K_FLOAT: r = put_float(rows, v[i]); break;
             case K_BOOL: r = put_bool(rows, v[i]); break;
-            case K_TS:
-                ts_at = rows->n;
-                r = put_ts(rows, v[i]);
-                ts_len = rows->n - ts_at;
-                break;
+            case K_TS: r = put_ts(rows, v[i]); break;
             default: r = put_tags(rows, seg, v[i], keys); break;
         }
         if (r < 0) goto done;
     }
+    at[N_ATTRS] = rows->n + 1; /* as if a tab followed the last value */
     if (putc_(rows, '\n') < 0) goto done;
     if (flag) {
         /* lg_fold: experiment_id, variant, unit_id, ts, status, fallback, latency_ms, ttft_ms,
          * prompt_tokens, completion_tokens, response_chars, segments, conv, category */
-        if (put_int(fold, v[A_EXPERIMENT_ID]) < 0 || putc_(fold, '\t') < 0) goto done;
-        if (put_str(fold, v[A_VARIANT]) < 0 || putc_(fold, '\t') < 0) goto done;
-        if (put_str(fold, v[A_UNIT_ID]) < 0 || putc_(fold, '\t') < 0) goto done;
-        if (put(fold, rows->p + ts_at, ts_len) < 0 || putc_(fold, '\t') < 0) goto done;
-        if (put_str(fold, v[A_STATUS]) < 0 || putc_(fold, '\t') < 0) goto done;
-        if (put_bool(fold, v[A_FALLBACK]) < 0 || putc_(fold, '\t') < 0) goto done;
-        if (put_float(fold, v[A_LATENCY_MS]) < 0 || putc_(fold, '\t') < 0) goto done;
-        if (put_float(fold, v[A_TTFT_MS]) < 0 || putc_(fold, '\t') < 0) goto done;
-        if (put_int(fold, v[A_PROMPT_TOKENS]) < 0 || putc_(fold, '\t') < 0) goto done;
-        if (put_int(fold, v[A_COMPLETION_TOKENS]) < 0 || putc_(fold, '\t') < 0) goto done;
-        if (put_int(fold, v[A_RESPONSE_CHARS]) < 0 || putc_(fold, '\t') < 0) goto done;
+        static const int shared[] = {A_EXPERIMENT_ID, A_VARIANT, A_UNIT_ID, A_TS, A_STATUS, A_FALLBACK,
+                                     A_LATENCY_MS, A_TTFT_MS, A_PROMPT_TOKENS, A_COMPLETION_TOKENS,
+                                     A_RESPONSE_CHARS};
+        for (size_t k = 0; k < sizeof shared / sizeof shared[0]; k++) {
+            int i = shared[k];
+            /* value i ends one byte (its tab) before value i + 1 starts */
+            if (put(fold, rows->p + at[i], at[i + 1] - 1 - at[i]) < 0 || putc_(fold, '\t') < 0) goto done;
+        }
         if (put(fold, seg->p, seg->n) < 0 || putc_(fold, '\t') < 0) goto done;
         if (put(fold, flag == 2 ? "t\t" : "f\t", 2) < 0) goto done;
-        if (put_str(fold, v[A_CATEGORY]) < 0 || putc_(fold, '\n') < 0) goto done;
+        if (put(fold, rows->p + at[A_CATEGORY], at[A_CATEGORY + 1] - 1 - at[A_CATEGORY]) < 0 ||
+            putc_(fold, '\n') < 0)
+            goto done;
     }
     rc = 0;
 done:
