@@ -107,6 +107,7 @@ class PythonProducer:
         """A callback per record: kafka-python reports each record's future, nothing cheaper."""
         outcomes = bytearray(len(records))  # 0 pending, 1 acknowledged, 2 failed
         errors: dict[int, str] = {}
+        refused: str | None = None
         self.send_failure = None
 
         def mark(i: int) -> DeliveryCallback:
@@ -124,16 +125,12 @@ class PythonProducer:
                     time.sleep(0)
         except BusError as exc:
             log.warning("the client refused a record (%s)", exc)  # the rest stay pending
-            refused: str | None = f"{records[i][0]}: refused by the client ({exc})"
-        else:
-            refused = None
+            refused = f"{records[i][0]}: refused by the client ({exc})"
         pending = self.flush(timeout_s)
         acked = len(outcomes) - len(outcomes.lstrip(b"\x01"))
         if acked < len(records):
-            first = errors.get(acked)
-            if first is None:
-                first = refused or f"{pending} records not acknowledged in {timeout_s:g} s"
-            self.send_failure = first
+            timed_out = f"{pending} records not acknowledged in {timeout_s:g} s"
+            self.send_failure = errors.get(acked) or refused or timed_out
         return acked
 
     def poll(self, timeout_s: float = 0.0) -> None:

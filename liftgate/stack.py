@@ -313,17 +313,6 @@ def _start_database(stack: RunningStack) -> None:
     db.upgrade(stack.database_url)
 
 
-def ensure_topics(
-    bootstrap: str, partitions: int = 6, timeout_s: float = 30.0, client: ClientChoice = "auto"
-) -> None:
-    """Create the event topics when missing (the broker does not auto-create them)."""
-    from contracts.events import FEEDBACK_TOPIC, INTERACTIONS_TOPIC, JUDGEMENTS_TOPIC
-    from eventbus import open_bus
-
-    topics = (INTERACTIONS_TOPIC, FEEDBACK_TOPIC, JUDGEMENTS_TOPIC)
-    open_bus(client).ensure_topics(bootstrap, topics, partitions, timeout_s)
-
-
 def _py(*args: str) -> list[str]:
     return [sys.executable, "-m", *args]
 
@@ -344,7 +333,12 @@ def _start_services(stack: RunningStack) -> None:
     if opts.kafka_bootstrap:
         common["LIFTGATE_KAFKA_BOOTSTRAP"] = opts.kafka_bootstrap
         common["LIFTGATE_KAFKA_CLIENT"] = opts.kafka_client
-        ensure_topics(opts.kafka_bootstrap, client=opts.kafka_client)
+        # The event topics, when missing (the broker does not auto-create them): the gateway's
+        # own list (gateway.kafka_config.Topics.all), with the client the services will use.
+        from eventbus import open_bus
+        from gateway.kafka_config import ensure_topics
+
+        ensure_topics(opts.kafka_bootstrap, bus=open_bus(opts.kafka_client))
 
     judge_env: dict[str, str] = {}
     if opts.simulator and not opts.upstreams and opts.scenario:

@@ -36,22 +36,27 @@ def feedback(i: int) -> FeedbackEvent:
     return FeedbackEvent(request_id=f"req-{i}", unit_id=f"unit-{i % 20}", kind="thumbs_up")
 
 
+async def deliver_all(sink: KafkaSink, sent: list[Event]) -> None:
+    """Start ``sink``, wait until it is connected, emit ``sent`` and wait until all of it is delivered."""
+    await sink.start()
+    await wait_until(lambda: sink.live, 30, "connected")
+    for ev in sent:
+        sink.emit(ev)
+    await wait_until(lambda: sink.stats()["delivered"] == len(sent), 30, "delivery")
+
+
 async def test_events_reach_kafka_keyed_by_unit_and_in_order(
     kafka_bootstrap: str, unique_name: str, tmp_path: Path, bus: Bus
 ) -> None:
     topics = unique_topics(unique_name)
     ensure_topics(kafka_bootstrap, 6, topics, bus=bus)
     sink = KafkaSink(kafka_bootstrap, tmp_path, topics=topics, config=FAST, bus=bus)
-    await sink.start()
-    await wait_until(lambda: sink.live, 30, "connected")
     sent: list[Event] = []
     for i in range(2_000):
         sent.append(event(i))
         if i % 10 == 0:
             sent.append(feedback(i))
-    for ev in sent:
-        sink.emit(ev)
-    await wait_until(lambda: sink.stats()["delivered"] == len(sent), 30, "delivery")
+    await deliver_all(sink, sent)
     assert sink.healthy() and sink.live
     await sink.close()
     received = consume(kafka_bootstrap, [topics.interactions, topics.feedback], len(sent))
@@ -71,16 +76,12 @@ async def test_a_sink_creates_the_judgement_topic_too_so_judge_events_never_stal
     # it in the spool for ever, and the log blamed an "unreachable or slow" bus.
     topics = Topics(f"{unique_name}.interactions", f"{unique_name}.feedback", f"{unique_name}.judgements")
     sink = KafkaSink(kafka_bootstrap, tmp_path, topics=topics, config=FAST, bus=bus)
-    await sink.start()
-    await wait_until(lambda: sink.live, 30, "connected")
     sent: list[Event] = []
     for i in range(300):
         sent.append(event(i))
         if i % 20 == 0:
             sent.append(JudgeEvent(f"req-{i}", f"unit-{i % 20}", "judge", "primary", "ok", 12.0, score=0.5))
-    for ev in sent:
-        sink.emit(ev)
-    await wait_until(lambda: sink.stats()["delivered"] == len(sent), 30, "delivery")
+    await deliver_all(sink, sent)
     await sink.close()
     judged = [ev for ev in sent if isinstance(ev, JudgeEvent)]
     received = consume(kafka_bootstrap, [topics.judgements], len(judged))
