@@ -172,6 +172,33 @@ def test_the_keep_alive_deadline_counts_from_the_last_answer(gw: GatewayThread) 
     assert KEEP_ALIVE_S - 0.3 <= idle <= KEEP_ALIVE_S + SLACK_S
 
 
+def test_a_request_arriving_when_the_keep_alive_time_runs_out_is_answered(gw: GatewayThread) -> None:
+    """The keep-alive timer is the connection's (serving.protocol): when it comes due while a
+    request is still arriving, the request is answered, and the connection is closed a whole
+    keep-alive time after that answer."""
+    body = b'{"model": "t", "messages": [{"role": "user", "content": "hi"}]}'
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body)
+    with socket.create_connection(("127.0.0.1", gw.port), timeout=KEEP_ALIVE_S + 2 * SLACK_S) as s:
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert _answer(s).startswith(b"HTTP/1.1 200")
+        first = time.monotonic()
+        time.sleep(0.7 * KEEP_ALIVE_S)
+        s.sendall(head + body[:10])  # the keep-alive time of the first answer ends mid-body
+        time.sleep(first + 1.2 * KEEP_ALIVE_S - time.monotonic())
+        s.sendall(body[10:])
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            chunk = s.recv(65536)
+            assert chunk, "closed before the answer"
+            answer += chunk
+        last = time.monotonic()
+        assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+        while chunk := s.recv(65536):  # the rest of the answer, then the server's close
+            pass
+        idle = time.monotonic() - last
+    assert KEEP_ALIVE_S - 0.3 <= idle <= KEEP_ALIVE_S + SLACK_S
+
+
 def test_oversized_headers_are_refused_with_431(gw: GatewayThread) -> None:
     big = b"X-Big: " + b"a" * 8000 + b"\r\n"
     c = _open(gw.port, "big", b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" + big * 10)
