@@ -176,6 +176,35 @@ def test_selectors_fit_their_card_forest_labels_are_whole_and_p_columns_are_expl
     assert watched.errors == []
 
 
+
+def test_the_forest_is_drawn_at_its_new_height_in_the_same_update(
+    watched: WatchedPage, analytics_url: str, seeded: Seeded
+) -> None:
+    """An update that changes the forest's row count draws it at the box's new height at once:
+    Chart.js follows its container's size through a ResizeObserver, after the update, so a
+    frame drawn in between put more rows in the old height and their labels overlapped (a
+    CI run read the page in that frame: rows 12 px apart, labels 40 px tall)."""
+    open_page(watched, f"{analytics_url}/dashboard/experiments/{seeded.ab}")
+    drawn = watched.page.evaluate(
+        """() => {
+            const forest = window.liftgate.page.forest;
+            const rows = forest.rows.concat(forest.rows.map(r => ({...r, label: r.label + " (again)"})));
+            forest.update(rows);  // twice the rows: the box grows; read before any observer runs
+            const chart = forest.chart;
+            const y = chart.scales.y;
+            return {
+                rows: rows.length,
+                box: chart.canvas.parentNode.getBoundingClientRect().height,
+                canvas: chart.height,
+                spacing: y.getPixelForTick(1) - y.getPixelForTick(0),
+                tallest: Math.max(...y._labelSizes.heights),
+            };
+        }"""
+    )
+    assert drawn["rows"] >= 20
+    assert abs(drawn["canvas"] - drawn["box"]) <= 1, drawn
+    assert drawn["spacing"] >= drawn["tallest"] > 14, drawn
+
 def test_segment_selector_switches_forest_and_table_to_the_segment_results(
     watched: WatchedPage, analytics_url: str, seeded: Seeded
 ) -> None:

@@ -149,6 +149,9 @@ export class ForestChart {
     // Rows are evenly spaced: each gets room for the tallest wrapped label, so none overlap.
     const lines = Math.max(1, ...rows.map((r) => wrapLabel(r.label).length));
     c.canvas.parentNode.style.height = `${Math.max(160, rows.length * Math.max(21, lines * LINE_PX + 6) + 80)}px`;
+    // Take the box's new height now: Chart.js would follow it only when its ResizeObserver
+    // runs, after this update, and the frame between would squeeze the rows into the old one.
+    c.resize();
     c.update("none");
   }
 }
