@@ -176,7 +176,6 @@ def test_selectors_fit_their_card_forest_labels_are_whole_and_p_columns_are_expl
     assert watched.errors == []
 
 
-
 def test_the_forest_is_drawn_at_its_new_height_in_the_same_update(
     watched: WatchedPage, analytics_url: str, seeded: Seeded
 ) -> None:
@@ -204,6 +203,7 @@ def test_the_forest_is_drawn_at_its_new_height_in_the_same_update(
     assert drawn["rows"] >= 20
     assert abs(drawn["canvas"] - drawn["box"]) <= 1, drawn
     assert drawn["spacing"] >= drawn["tallest"] > 14, drawn
+
 
 def test_segment_selector_switches_forest_and_table_to_the_segment_results(
     watched: WatchedPage, analytics_url: str, seeded: Seeded
