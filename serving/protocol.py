@@ -33,6 +33,10 @@ three checks and a close:
   lingering would extend its hold. uvicorn's shutdown waits for its connections to end, so
   it waits for a lingering one no longer than the linger bound.
 
+A connection has one keep-alive timer (uvicorn arms and cancels one per request): an answer
+records when the connection fell idle, and the timer closes it ``timeout_keep_alive`` after
+the last answer (:meth:`ServingProtocol.on_response_complete`).
+
 Timers are armed only when a request spans several reads: a request that arrives whole in
 one read (nearly all of them) costs a few attribute checks and no timer.
 
@@ -424,12 +428,11 @@ class ServingProtocol(HttpToolsProtocol):
 
     def on_response_complete(self) -> None:
         """uvicorn's, but the keep-alive timer is the connection's, not the request's: uvicorn
-        arms a timer after every answer and cancels it when the next request arrives (a
-        timer made and cancelled per request: ~15-20 µs of gateway CPU per request at c=1,
-        bench/gateway/README.md). Here an answer records when the connection fell idle; the
-        one timer, armed if none is, closes the connection ``timeout_keep_alive`` after that
-        moment, re-arming itself for the rest when a later answer moved it, and lapsing when
-        a request is arriving (the next answer arms it again)."""
+        arms a timer after every answer and cancels it when the next request arrives (its
+        cost: bench/gateway/README.md). Here an answer records when the connection fell idle;
+        the one timer, armed if none is, closes the connection ``timeout_keep_alive`` after
+        that moment, re-arming itself for the rest when a later answer moved it, and lapsing
+        when a request is arriving (the next answer arms it again)."""
         if self.pipeline or self.transport.is_closing():
             super().on_response_complete()  # start the pipelined request / nothing to keep
             return
