@@ -18,25 +18,12 @@ to the end of the loop step).
 
 import asyncio
 import urllib.parse
-from http import HTTPStatus
 
 import httptools
 
-from serving.protocol import RESPOND
+from serving.protocol import RESPOND, ServingProtocol, _status_line
 
 _ASGI = {"version": "3.0", "spec_version": "2.3"}
-_STATUS = {}
-
-
-def status_line(status):
-    line = _STATUS.get(status)
-    if line is None:
-        try:
-            phrase = HTTPStatus(status).phrase.encode()
-        except ValueError:
-            phrase = b""
-        line = _STATUS[status] = b"HTTP/1.1 %d %s\r\n" % (status, phrase)
-    return line
 
 
 class Flag:
@@ -71,21 +58,17 @@ class Flag:
 
 
 class Wrapper:
+    """What ``serving.protocol.respond`` and the cycle use of the connection's transport."""
+
     def __init__(self, transport):
         self.t = transport
-        self.write = transport.write
-        self.writelines = transport.writelines
         self.close = transport.close
-        self.is_closing = transport.is_closing
 
     def write_whole(self, data, more=b""):
         if more:
             self.t.writelines((data, more))
         else:
             self.t.write(data)
-
-    def flush(self):
-        pass
 
 
 class Cycle:
@@ -173,7 +156,7 @@ class Cycle:
             if t != "http.response.start":
                 raise RuntimeError(f"Expected 'http.response.start', got {t!r}.")
             self.response_started = True
-            parts = [status_line(message["status"])]
+            parts = [_status_line(message["status"])]
             has_length = False
             for name, value in (*self.default_headers, *message.get("headers", ())):
                 name = name.lower()
@@ -368,15 +351,10 @@ class OwnProtocol(asyncio.Protocol):
         if self._keep_alive is None:
             self._keep_alive = self.loop.call_later(self.timeout_keep_alive, self._keep_alive_due)
 
-    def _keep_alive_due(self):
-        self._keep_alive = None
-        since = self._idle_since
-        if since is None:
-            return
-        left = since + self.timeout_keep_alive - self.loop.time()
-        if left > 0:
-            self._keep_alive = self.loop.call_later(left, self._keep_alive_due)
-        elif not self._raw.is_closing():
+    _keep_alive_due = ServingProtocol._keep_alive_due  # the one timer's logic, shared
+
+    def timeout_keep_alive_handler(self):
+        if not self._raw.is_closing():
             self._raw.close()
 
     # flow control
