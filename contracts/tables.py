@@ -14,6 +14,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     CheckConstraint,
+    Column,
     DateTime,
     Double,
     ForeignKey,
@@ -22,6 +23,7 @@ from sqlalchemy import (
     LargeBinary,
     MetaData,
     String,
+    Table,
     Text,
     UniqueConstraint,
     func,
@@ -393,24 +395,25 @@ class SegmentRollup(RollupMeasures, Base):
 LENGTH_BINS_PER_DOUBLING = 2
 
 
-class RlRollup(Base):
-    """The RL-risk detectors' rollup: per (experiment, variant, unit, task category, length
-    bin) the successful primary responses, their completion tokens and their counted
-    thumbs-up / thumbs-down (``analytics.ingest.rollups`` folds it; the report's ``rl_risks``
-    section reads it)."""
-
-    __tablename__ = "rl_rollups"
-    __table_args__ = {"postgresql_with": {"fillfactor": 80}}
-
-    experiment_id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    variant: Mapped[str] = mapped_column(String(64), primary_key=True)
-    unit_id: Mapped[str] = mapped_column(String(256), primary_key=True)
-    category: Mapped[str] = mapped_column(String(64), primary_key=True)
-    lbin: Mapped[int] = mapped_column(Integer, primary_key=True)
-    responses: Mapped[float] = mapped_column(Double, server_default="0")
-    tokens: Mapped[float] = mapped_column(Double, server_default="0")
-    thumbs_up: Mapped[float] = mapped_column(Double, server_default="0")
-    thumbs_down: Mapped[float] = mapped_column(Double, server_default="0")
+#: The RL-risk detectors' rollup: per (experiment, variant, unit, task category, length bin)
+#: the successful primary responses, their completion tokens and their counted thumbs-up /
+#: thumbs-down. Appended to, never updated (``analytics.ingest.rollups`` adds a row per
+#: counted response and per counted thumb), so a key may have several rows: readers (the
+#: report's ``rl_risks`` section) sum per key. No primary key; one index, on the experiment.
+rl_rollups = Table(
+    "rl_rollups",
+    Base.metadata,
+    Column("experiment_id", Integer, nullable=False),
+    Column("variant", String(64), nullable=False),
+    Column("unit_id", String(256), nullable=False),
+    Column("category", String(64), nullable=False),
+    Column("lbin", Integer, nullable=False),
+    Column("responses", Double, nullable=False, server_default="0"),
+    Column("tokens", Double, nullable=False, server_default="0"),
+    Column("thumbs_up", Double, nullable=False, server_default="0"),
+    Column("thumbs_down", Double, nullable=False, server_default="0"),
+    Index(None, "experiment_id"),
+)
 
 
 class PreperiodRollup(RollupMeasures, Base):

@@ -22,7 +22,8 @@ Each row there is counted exactly once because it only appears when its raw row 
 inserted (``ON CONFLICT DO NOTHING``, or a COPY that fails as a whole on a stored id) or
 when its ``experiment_id`` went from NULL to set. Rows are grouped per key in SQL and
 upserted with ``x = x + EXCLUDED.x``, in key order so that concurrent consumers lock rows
-in the same order (no deadlock cycles).
+in the same order (no deadlock cycles); ``rl_rollups`` is appended to instead, a row per
+counted response and per counted thumb, and its readers sum per key.
 
 Conversations: a unit's conversations are counted exactly as distinct conversation ids:
 ``conv`` marks the first primary interaction of a conversation (first in its batch by
@@ -218,11 +219,20 @@ FEEDBACK_DELTAS: Final = {
 #: The RL-risk detectors' rollup (``rl_rollups``): per (experiment, variant, unit, category,
 #: length bin) of primary ``ok`` responses, their count and completion tokens (from
 #: ``lg_fold``) and their counted thumbs (from ``lg_new_f``, once per response and kind).
+#: Unlike the other rollups it is **appended to, never updated**: each counted response
+#: and each counted thumb adds a row of its own (its key and these values), and readers
+#: sum per key (``analytics.report.risks``). Nearly every response has a (unit, category,
+#: length bin) of its own, so an upsert per key was an index probe and an insert per
+#: response all the same, at about three times the cost of the append
+#: (bench/ingest/README.md). Each entry is a row's value, summed by readers.
 RL_INTERACTION_DELTAS: Final = {
-    "responses": "count(*)::float8",
-    "tokens": "sum(greatest(coalesce(completion_tokens, 0), 0))::float8",
+    "responses": "1::float8",
+    "tokens": "greatest(coalesce(completion_tokens, 0), 0)::float8",
 }
-RL_FEEDBACK_DELTAS: Final = {"thumbs_up": _rate("thumbs_up"), "thumbs_down": _rate("thumbs_down")}
+RL_FEEDBACK_DELTAS: Final = {
+    "thumbs_up": "(kind = 'thumbs_up')::int::float8",
+    "thumbs_down": "(kind = 'thumbs_down')::int::float8",
+}
 
 
 def length_bin_sql(tokens: str) -> str:
@@ -234,21 +244,19 @@ def length_bin_sql(tokens: str) -> str:
     )
 
 
-def _rl_upsert(deltas: dict[str, str], source: str) -> str:
-    cols = ", ".join(deltas)
-    add = ", ".join(f"{m} = t.{m} + EXCLUDED.{m}" for m in deltas)
+def _rl_append(deltas: dict[str, str], source: str) -> str:
+    """One ``rl_rollups`` row per ``source`` row of an ``ok`` response: no grouping, no
+    conflict check, no lock (concurrent consumers append side by side)."""
     return f"""
-INSERT INTO rl_rollups AS t (experiment_id, variant, unit_id, category, lbin, {cols})
+INSERT INTO rl_rollups (experiment_id, variant, unit_id, category, lbin, {", ".join(deltas)})
 SELECT experiment_id, variant, unit_id, coalesce(category, 'other'), {length_bin_sql("completion_tokens")},
     {", ".join(deltas.values())}
 FROM {source} WHERE status = 'ok'
-GROUP BY 1, 2, 3, 4, 5 ORDER BY 1, 2, 3, 4, 5
-ON CONFLICT (experiment_id, variant, unit_id, category, lbin) DO UPDATE SET {add}
 """
 
 
-RL_FOLD: Final = _rl_upsert(RL_INTERACTION_DELTAS, "lg_fold").encode()
-RL_FEEDBACK_FOLD: Final = _rl_upsert(
+RL_FOLD: Final = _rl_append(RL_INTERACTION_DELTAS, "lg_fold").encode()
+RL_FEEDBACK_FOLD: Final = _rl_append(
     RL_FEEDBACK_DELTAS, "(SELECT * FROM lg_new_f WHERE kind IN ('thumbs_up', 'thumbs_down')) f"
 ).encode()
 

@@ -3,10 +3,11 @@ pure detectors of :mod:`analytics.risks` → :class:`~analytics.report.risks_sch
 
 What is read, and what bounds the cost (``docs/rl-risks.md``, ``bench/report/README.md``):
 
-* ``rl_rollups`` (folded at ingest by ``analytics.ingest.rollups``: per unit, category and
-  length bin, the responses, completion tokens and counted thumbs). One pass groups it per
-  unit and sums per arm the sufficient statistics of the category mix, the capability
-  matrix and the length shift: every unit, in a few rows out.
+* ``rl_rollups`` (appended at ingest by ``analytics.ingest.rollups``: per unit, category and
+  length bin, the responses, completion tokens and counted thumbs, a row per counted
+  response and per counted thumb, summed here). One pass groups it per unit and sums per
+  arm the sufficient statistics of the category mix, the capability matrix and the length
+  shift: every unit, in a few rows out.
 * The length decomposition's unit-clustered bootstrap reads its cells (unit × category ×
   length bin) of a hash sample of units, at most about ``max_units`` (``units_share``).
 * The judge part reads judged responses one by one (score, category, outcome) for a hash
@@ -156,11 +157,13 @@ def _pivot_sql(src: str, k: int) -> str:
 
 # The cells of the length decomposition: one row per (unit, category, length bin), of a
 # hash sample of units (the same units in every arm); unit ids as 64-bit hashes (dense
-# codes in Python; a collision among a million units has probability ~3e-8).
+# codes in Python; a collision among a million units has probability ~3e-8). rl_rollups
+# holds a row per counted response and per counted thumb (appended at ingest): summed here.
 _CELLS = """
-SELECT variant, hashtextextended(unit_id, 0), category, lbin, responses, thumbs_up - thumbs_down
-FROM {src} r WHERE r.experiment_id = :e AND r.variant = ANY(:variants) AND responses > 0
+SELECT variant, hashtextextended(unit_id, 0) AS uh, category, lbin, sum(responses), sum(thumbs_up - thumbs_down)
+FROM {src} r WHERE r.experiment_id = :e AND r.variant = ANY(:variants)
   AND (:ppm >= 1000000 OR (hashtext(unit_id) & 2147483647) % 1000000 < :ppm)
+GROUP BY variant, uh, category, lbin HAVING sum(responses) > 0
 """
 
 # Judged responses (a hash sample of units, bounded): the judge score (mean over judges),

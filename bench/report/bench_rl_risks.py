@@ -7,8 +7,8 @@ category (code 35 %, math 20 %, chat 45 %) and completion tokens (the candidate 
 a thumbs-up or thumbs-down ``feedback`` row for 35 % of them (thumbs-up with probability
 0.60 control / 0.56 candidate); a ``judgements`` row for 10 %; and a stored response text for
 the most recent 20,000 (the phrase table reads the latest 5,000 per arm). The RL-risk rollup
-(``rl_rollups``, which the ingest path folds event by event) is then built from those rows
-with its per-row definition (``analytics.ingest.rollups.RL_ROWS``); ``--reuse`` on a database
+(``rl_rollups``) is then built from those rows as the ingest path appends it: a row per
+counted response and a row per counted thumb (``APPENDED``); ``--reuse`` on a database
 of an older revision migrates it (revision 0013 backfills the rollup, timed). Then times the
 section (median of ``--repeats``) and records the load average; ``--profile`` prints a
 cProfile of one more run (where the time goes: each query's wait, the statistics).
@@ -29,7 +29,7 @@ from pathlib import Path
 import psycopg
 from sqlalchemy import create_engine, text
 
-from analytics.ingest.rollups import RL_ROWS
+from analytics.ingest.rollups import length_bin_sql
 from analytics.report.risks import RiskOptions, rl_risks
 from liftgate import db as dbmod
 
@@ -74,6 +74,26 @@ FROM interactions WHERE experiment_id = %(eid)s AND random() < 0.10
 """
 
 
+# What ingest appends to rl_rollups for the stored rows (analytics.ingest.rollups.RL_FOLD and
+# RL_FEEDBACK_FOLD): a row per primary ok response, and a row per counted thumb (the first
+# with a value > 0 per response and kind) with its response's key.
+_BIN = length_bin_sql("i.completion_tokens")
+APPENDED = f"""
+INSERT INTO rl_rollups (experiment_id, variant, unit_id, category, lbin, responses, tokens, thumbs_up, thumbs_down)
+SELECT i.experiment_id, i.variant, i.unit_id, coalesce(i.category, 'other'), {_BIN}, 1,
+    greatest(coalesce(i.completion_tokens, 0), 0), 0, 0
+FROM interactions i
+WHERE i.experiment_id = %(eid)s AND i.role = 'primary' AND i.status = 'ok' AND i.variant IS NOT NULL
+UNION ALL
+SELECT i.experiment_id, i.variant, i.unit_id, coalesce(i.category, 'other'), {_BIN}, 0, 0,
+    (f.kind = 'thumbs_up')::int, (f.kind = 'thumbs_down')::int
+FROM (SELECT DISTINCT request_id, kind FROM feedback
+      WHERE experiment_id = %(eid)s AND kind IN ('thumbs_up', 'thumbs_down') AND value > 0) f
+JOIN interactions i USING (request_id)
+WHERE i.experiment_id = %(eid)s AND i.role = 'primary' AND i.status = 'ok' AND i.variant IS NOT NULL
+"""
+
+
 def _proc_cpu(pid: int) -> float:
     """user + system CPU seconds of a local process (a PostgreSQL backend)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -107,7 +127,7 @@ def _generate(pg: psycopg.Connection, n: int) -> int:
         pg.commit()
         print(f"{sql.split()[2]} ({time.perf_counter() - started:.1f} s)", flush=True)
     started = time.perf_counter()
-    pg.execute(f"INSERT INTO rl_rollups {RL_ROWS.replace(':e', '%(eid)s')}", {"eid": eid})
+    pg.execute(APPENDED, {"eid": eid})
     pg.commit()
     print(f"rl_rollups ({time.perf_counter() - started:.1f} s)", flush=True)
     pg.execute("ANALYZE")

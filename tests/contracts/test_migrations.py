@@ -87,3 +87,39 @@ def test_the_conversations_migration_fills_the_counted_table_from_the_stored_tur
         assert "conversations_counted" not in inspect(eng).get_table_names()
     finally:
         eng.dispose()
+
+
+def test_the_append_migration_keeps_rl_rollups_and_its_downgrade_sums_them_per_key(scratch_url: str) -> None:
+    """0017: rl_rollups loses its primary key (ingest appends a row per counted response and
+    thumb) and keeps the stored rows; the downgrade sums the rows of each key into one and
+    puts the key back."""
+    dbmod.upgrade(scratch_url, "0016")
+    url = scratch_url.replace("postgresql+psycopg://", "postgresql://", 1)
+    insert = (
+        "INSERT INTO rl_rollups (experiment_id, variant, unit_id, category, lbin, responses, tokens,"
+        " thumbs_up, thumbs_down) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+    )
+    with psycopg.connect(url) as conn:
+        conn.execute(insert, (1, "control", "u1", "math", 3, 2, 10, 1, 0))
+        conn.execute(insert, (1, "candidate", "u2", "code", 5, 1, 30, 0, 1))
+    dbmod.upgrade(scratch_url)
+    eng = create_engine(scratch_url)
+    try:
+        assert inspect(eng).get_pk_constraint("rl_rollups")["constrained_columns"] == []
+        assert "ix_rl_rollups_experiment_id" in {i["name"] for i in inspect(eng).get_indexes("rl_rollups")}
+        with psycopg.connect(url) as conn:
+            assert conn.execute("SELECT count(*) FROM rl_rollups").fetchone() == (2,)
+            conn.execute(insert, (1, "control", "u1", "math", 3, 1, 4, 0, 0))  # the same key again
+            conn.execute(insert, (1, "control", "u1", "math", 3, 0, 0, 0, 1))  # a thumb of it
+        dbmod.downgrade(scratch_url, "0016")
+        assert inspect(eng).get_pk_constraint("rl_rollups")["constrained_columns"] == [
+            "experiment_id", "variant", "unit_id", "category", "lbin",
+        ]  # fmt: skip
+        with psycopg.connect(url) as conn:
+            got = conn.execute("SELECT * FROM rl_rollups ORDER BY variant").fetchall()
+        assert got == [
+            (1, "candidate", "u2", "code", 5, 1.0, 30.0, 0.0, 1.0),
+            (1, "control", "u1", "math", 3, 3.0, 14.0, 1.0, 1.0),
+        ]
+    finally:
+        eng.dispose()

@@ -45,7 +45,9 @@ _SNAPSHOTS = {
     "segment_rollups": "SELECT * FROM segment_rollups ORDER BY experiment_id, segment, variant, unit_id",
     "latency_histograms": "SELECT * FROM latency_histograms ORDER BY experiment_id, metric, segment, variant, bucket",
     "latency_samples": "SELECT * FROM latency_samples ORDER BY experiment_id, metric, segment, variant, sample_key",
-    "rl_rollups": "SELECT * FROM rl_rollups ORDER BY experiment_id, variant, unit_id, category, lbin",
+    # appended to (a row per counted response and thumb): compared as the sums per key
+    "rl_rollups": "SELECT experiment_id, variant, unit_id, category, lbin, sum(responses), sum(tokens),"
+    " sum(thumbs_up), sum(thumbs_down) FROM rl_rollups GROUP BY 1, 2, 3, 4, 5 ORDER BY 1, 2, 3, 4, 5",
     "feedback_counted": "SELECT request_id, kind FROM feedback_counted ORDER BY 1, 2",
     "conversations_counted": "SELECT * FROM conversations_counted ORDER BY 1, 2",
     "feedback": "SELECT event_id, experiment_id, variant FROM feedback ORDER BY event_id",
