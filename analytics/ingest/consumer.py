@@ -44,6 +44,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histo
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from analytics.ingest.copy_text import CountedConversations
 from analytics.ingest.dead_letters import DeadLetterRow
 from analytics.ingest.samples import SampleCuts
 from analytics.ingest.write import IngestResult, Raw, attribute_pending, ingest_raw
@@ -315,6 +316,8 @@ class Consumer:
         self.pg: psycopg.Connection[Any] | None = None
         # The latency samples' cuts this writer has read (valid across reconnects: they only fall).
         self._cuts = SampleCuts()
+        # The conversations this writer saw counted (rows of conversations_counted are never deleted).
+        self._conversations = CountedConversations()
         # Counters exist from the start (at 0), so rate() and alerts see both topics at once;
         # the lag gauge appears only once partitions are assigned (an unknown lag is not 0).
         for topic in (settings.interactions_topic, settings.feedback_topic, settings.judgements_topic):
@@ -378,6 +381,7 @@ class Consumer:
                         batch.dead,
                         batch.judgements,
                         cuts=self._cuts,
+                        conversations=self._conversations,
                     )
                 self._failing.clear()
                 self._maybe_sweep()

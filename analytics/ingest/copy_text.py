@@ -23,7 +23,7 @@ segments. An event's segments are its tags whose key the experiment declares
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence, Set
+from collections.abc import Iterable, Iterator, Sequence, Set
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -204,10 +204,65 @@ def text_array(values: Sequence[str]) -> str | list[str]:
     return '{"' + '","'.join(values) + '"}'
 
 
-def _first_turns(pg: psycopg.Connection[Any], counted: list[InteractionEvent]) -> set[int]:
+class CountedConversations:
+    """The (experiment, conversation) pairs a writer knows are in ``conversations_counted``
+    (committed), so a batch's later turns of them are not looked up again: a turn of a
+    known conversation does not open it. One per writer connection; not thread-safe.
+
+    Rows of ``conversations_counted`` are never deleted (an experiment's ids are not reused),
+    so a pair once committed stays counted. A batch's pairs are learnt when the transaction
+    that registered them commits, and only when nothing of that transaction was rolled back
+    (no savepoint of a refused part, no fallback from the COPY path): otherwise a pair
+    registered by an attempt that was taken back could be believed counted."""
+
+    #: Pairs kept: past it the memory restarts (~170 bytes per pair).
+    MAX_PAIRS: Final = 200_000
+
+    def __init__(self) -> None:
+        self._known: set[tuple[int, str]] = set()
+        self._pending: list[tuple[int, str]] = []
+        self._learn = False
+
+    def begin(self, learn: bool) -> None:
+        """A transaction starts; ``learn``: the caller opened it (and will report its commit)."""
+        self._pending = []
+        self._learn = learn
+
+    def __contains__(self, pair: tuple[int, str]) -> bool:
+        return pair in self._known
+
+    def registered(self, pairs: Iterable[tuple[int, str]]) -> None:
+        """Pairs the transaction's statement registered or found registered."""
+        if self._learn:
+            self._pending.extend(pairs)
+
+    def spoil(self) -> None:
+        """Part of the transaction was rolled back: learn nothing from it."""
+        self._learn = False
+        self._pending = []
+
+    def committed(self) -> None:
+        """The transaction committed: its pairs are counted for good."""
+        if self._learn and self._pending:
+            if len(self._known) + len(self._pending) > self.MAX_PAIRS:
+                self._known.clear()
+            self._known.update(self._pending)
+        self._pending = []
+        self._learn = False
+
+    def __len__(self) -> int:
+        return len(self._known)
+
+
+def _first_turns(
+    pg: psycopg.Connection[Any],
+    counted: list[InteractionEvent],
+    known: CountedConversations | None = None,
+) -> set[int]:
     """ids (``id(event)``) of the events that open a conversation not counted before
     (registered in ``conversations_counted`` by the caller's transaction: its savepoint's
-    rollback, should the COPY fail, takes the registration back too)."""
+    rollback, should the COPY fail, takes the registration back too). ``known``: pairs
+    the writer knows are counted (not looked up: none of their turns opens them)."""
     first: dict[tuple[int, str], InteractionEvent] = {}
     for e in counted:
         if e.conversation_id is None:
@@ -215,13 +270,21 @@ def _first_turns(pg: psycopg.Connection[Any], counted: list[InteractionEvent]) -
         assert e.experiment_id is not None
         k = (e.experiment_id, e.conversation_id)
         cur = first.get(k)
-        if cur is None or (e.ts, e.event_id) < (cur.ts, cur.event_id):
+        if cur is None:
+            if known is not None and k in known:
+                continue
+            first[k] = e
+        elif (e.ts, e.event_id) < (cur.ts, cur.event_id):
             first[k] = e
     if not first:
         return set()
     exps = "{" + ",".join([str(x) for x, _ in first]) + "}"
     convs = text_array([c for _, c in first])
     inserted = pg.execute(_NEW_CONVERSATIONS, (exps, convs)).fetchall()
+    if known is not None:
+        # Every pair is in the table now: inserted here, or there already (a concurrent
+        # insert waited for and committed); either way counted once this transaction commits.
+        known.registered(first)
     return {id(first[(exp, conv)]) for exp, conv in inserted}
 
 
@@ -297,6 +360,7 @@ def insert_interactions(
     *,
     declared: rollups.Declared,
     c_renderer: bool = True,
+    conversations: CountedConversations | None = None,
 ) -> Inserted:
     """COPY the batch's interactions, and its counted ones into ``lg_fold`` (caller's transaction).
 
@@ -326,7 +390,7 @@ def insert_interactions(
         return Inserted(0, [])
     counted = [e for e in new if _counted(e)]
     counted_ids = {id(e) for e in counted}
-    firsts = _first_turns(pg, counted)
+    firsts = _first_turns(pg, counted, conversations)
     rendered = render_c(new, counted_ids, firsts, declared) if c_renderer else None
     fold_rows: list[tuple[Any, ...]] = []
     fold_text = b""

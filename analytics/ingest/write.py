@@ -48,6 +48,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session
 
 from analytics.ingest import copy_text, rollups
+from analytics.ingest.copy_text import CountedConversations
 from analytics.ingest.dead_letters import DeadLetterRow, write_dead_letters
 from analytics.ingest.samples import SampleCuts
 from contracts import redaction
@@ -293,7 +294,10 @@ def _count(pg: psycopg.Connection[Any], sql: bytes) -> int:
 
 
 def _insert_by_copy(
-    pg: psycopg.Connection[Any], raws: Sequence[Raw], declared: rollups.Declared
+    pg: psycopg.Connection[Any],
+    raws: Sequence[Raw],
+    declared: rollups.Declared,
+    conversations: CountedConversations | None = None,
 ) -> tuple[int, list[str]]:
     """The COPY fast path: (rows inserted, request ids of the counted ones)."""
     events: list[InteractionEvent] = []
@@ -301,7 +305,7 @@ def _insert_by_copy(
         e = r.event if r.event is not None else decode(r.payload)
         assert isinstance(e, InteractionEvent)
         events.append(e)
-    ins = copy_text.insert_interactions(pg, events, declared=declared)
+    ins = copy_text.insert_interactions(pg, events, declared=declared, conversations=conversations)
     return ins.rows, ins.attributable
 
 
@@ -322,13 +326,14 @@ def _batch(
     nested: bool = True,
     fast: bool = False,
     cuts: SampleCuts | None = None,
+    conversations: CountedConversations | None = None,
 ) -> IngestResult:
     _prepare(pg, nested)
     n_i = n_f = 0
     if interactions:
         # 1. store the new interactions; the counted ones also go into lg_fold
         if fast:
-            n_i, counted = _insert_by_copy(pg, interactions, declared)
+            n_i, counted = _insert_by_copy(pg, interactions, declared, conversations)
         else:
             n_i, counted = _insert_on_conflict(pg, interactions)
         # 2. fold lg_fold into the rollups: the one fold, whichever path stored the rows
@@ -356,15 +361,27 @@ def _fast_or_safe(
     declared: rollups.Declared,
     nested: bool,
     cuts: SampleCuts | None,
+    conversations: CountedConversations | None = None,
 ) -> IngestResult:
     """COPY fast path in a savepoint; on a concurrent duplicate, the ON CONFLICT path."""
     if not interactions:
         return _batch(pg, interactions, feedback, declared, nested)
     try:
         with pg.transaction():
-            return _batch(pg, interactions, feedback, declared, nested, fast=True, cuts=cuts)
+            return _batch(
+                pg,
+                interactions,
+                feedback,
+                declared,
+                nested,
+                fast=True,
+                cuts=cuts,
+                conversations=conversations,
+            )
     except (psycopg.errors.UniqueViolation, copy_text.Unsupported) as exc:
         log.info("COPY fast path not applicable (%s); batch redone with ON CONFLICT", exc)
+    if conversations is not None:
+        conversations.spoil()  # what the COPY path registered was rolled back
     return _batch(pg, interactions, feedback, declared, nested=True, cuts=cuts)
 
 
@@ -429,6 +446,7 @@ def _isolating(
     declared: rollups.Declared,
     nested: bool,
     cuts: SampleCuts | None = None,
+    conversations: CountedConversations | None = None,
 ) -> tuple[IngestResult, list[DeadLetterRow]]:
     """Write the batch; if the database refuses it, isolate the refused events.
 
@@ -449,8 +467,12 @@ def _isolating(
         try:
             with pg.transaction():
                 # After the first attempt the temp tables may hold a written part's rows.
-                total += _fast_or_safe(pg, *part, declared, nested=nested or not first, cuts=cuts)
+                total += _fast_or_safe(
+                    pg, *part, declared, nested=nested or not first, cuts=cuts, conversations=conversations
+                )
         except _REFUSED as exc:
+            if conversations is not None:
+                conversations.spoil()  # the part's registrations were rolled back
             if first:
                 log.warning(
                     "the database refused a batch of %s events (%s); isolating the refused ones",
@@ -530,6 +552,7 @@ def ingest_raw(
     dead_letters: Sequence[DeadLetterRow] = (),
     judgements: Sequence[Raw] = (),
     cuts: SampleCuts | None = None,
+    conversations: CountedConversations | None = None,
 ) -> IngestResult:
     """Ingest validated encoded events (and store dead letters) in one transaction.
 
@@ -537,19 +560,24 @@ def ingest_raw(
     savepoint and leaves the commit to the caller. Events the database refuses are
     isolated (``_isolating``) and stored as dead letters with the others. Judge scores
     (already validated by ``decode`` against the table's bounds) go in the same transaction.
-    ``cuts``: the writer's ``SampleCuts`` (a consumer keeps one across its batches).
+    ``cuts``: the writer's ``SampleCuts``, ``conversations``: its ``CountedConversations``
+    (a consumer keeps one of each across its batches).
     """
     nested = pg.info.transaction_status != pq.TransactionStatus.IDLE
     if cuts is not None:
         cuts.begin(learn=not nested)
+    if conversations is not None:
+        conversations.begin(learn=not nested)
     with pg.transaction():
         # The declared segment keys, read once under the fold's lock (kept by this
         # transaction whatever the attempts' savepoints roll back): rollups.declared_segments.
         declared = rollups.declared_segments(pg)
-        res, refused = _isolating(pg, interactions, feedback, declared, nested, cuts)
+        res, refused = _isolating(pg, interactions, feedback, declared, nested, cuts, conversations)
         write_judgements(pg, judgements)
         dead = [*dead_letters, *refused]
         write_dead_letters(pg, dead)
+    if conversations is not None:
+        conversations.committed()  # learns only when this call opened (and so committed) it
     return replace(res, dead_lettered=len(dead), refused=tuple(d.topic for d in refused))
 
 

@@ -126,16 +126,18 @@ def make_events(n: int, units: int, seed: int = 1) -> list[InteractionEvent]:
 def write_pass(pg: psycopg.Connection[Any], events: list[InteractionEvent], batch: int, tables: str) -> float:
     """Truncate ``tables``, then write ``events`` through the consumer's write path
     (``analytics.ingest.write.ingest_raw``) in batches of ``batch`` on ``pg``, with the sample
-    cuts it learns kept across batches as a consumer keeps them: the seconds taken."""
-    from analytics.ingest import samples, write
+    cuts and counted conversations it learns kept across batches as a consumer keeps them:
+    the seconds taken."""
+    from analytics.ingest import copy_text, samples, write
 
     pg.execute(f"TRUNCATE {tables}".encode())
     pg.commit()
-    cuts = samples.SampleCuts()  # the truncated samples' cuts are not known
+    cuts = samples.SampleCuts()  # the truncated tables' cuts and conversations are not known
+    conversations = copy_text.CountedConversations()
     raws = [write.Raw(encode(e), "bench", 0, i, e.key, e) for i, e in enumerate(events)]
     t0 = time.perf_counter()
     for i in range(0, len(events), batch):
-        write.ingest_raw(pg, raws[i : i + batch], (), cuts=cuts)
+        write.ingest_raw(pg, raws[i : i + batch], (), cuts=cuts, conversations=conversations)
     return time.perf_counter() - t0
 
 
