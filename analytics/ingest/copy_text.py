@@ -215,7 +215,7 @@ class CountedConversations:
     (no savepoint of a refused part, no fallback from the COPY path): otherwise a pair
     registered by an attempt that was taken back could be believed counted."""
 
-    #: Pairs kept: past it the memory restarts (~170 bytes per pair).
+    #: Pairs kept (each holds on to its conversation id): past it the memory restarts.
     MAX_PAIRS: Final = 200_000
 
     def __init__(self) -> None:

@@ -223,8 +223,8 @@ FEEDBACK_DELTAS: Final = {
 #: and each counted thumb adds a row of its own (its key and these values), and readers
 #: sum per key (``analytics.report.risks``). Nearly every response has a (unit, category,
 #: length bin) of its own, so an upsert per key was an index probe and an insert per
-#: response all the same, at about three times the cost of the append
-#: (bench/ingest/README.md). Each entry is a row's value, summed by readers.
+#: response all the same, and costlier than the append (its cost:
+#: bench/ingest/README.md). Each entry is a row's value, summed by readers.
 RL_INTERACTION_DELTAS: Final = {
     "responses": "1::float8",
     "tokens": "greatest(coalesce(completion_tokens, 0), 0)::float8",

@@ -7,8 +7,8 @@ Create Date: 2026-12-03 12:00:00.000000
 Until now ingest upserted ``rl_rollups`` per (experiment, variant, unit, category, length
 bin). Nearly every response has a key of its own there (a unit rarely repeats a category and
 length bin), so each upsert was an index probe and an insert per response anyway, and the
-batch's rows were sorted for it: about three times the cost of appending the rows
-(bench/ingest/README.md). From this revision ingest appends a row per counted response
+batch's rows were sorted for it: costlier than appending the rows (the figures:
+bench/ingest/README.md). From this revision ingest appends a row per counted response
 and per counted thumb, and readers sum per key (``analytics.report.risks``). The upgrade
 keeps the stored rows (each key once, a valid sum); the primary key becomes an index on the
 experiment, which the report filters on. The downgrade sums the rows per key back into one.
