@@ -399,7 +399,9 @@ LENGTH_BINS_PER_DOUBLING = 2
 #: the successful primary responses, their completion tokens and their counted thumbs-up /
 #: thumbs-down. Appended to, never updated (``analytics.ingest.rollups`` adds a row per
 #: counted response and per counted thumb), so a key may have several rows: readers (the
-#: report's ``rl_risks`` section) sum per key. No primary key; one index, on the experiment.
+#: report's ``rl_risks`` section) sum per key. A background job moves appended rows into one
+#: ``compacted`` row per key (``analytics.ingest.rollups.compact_rl_rollups``); the unique
+#: index over the key holds only those. No primary key.
 rl_rollups = Table(
     "rl_rollups",
     Base.metadata,
@@ -412,7 +414,18 @@ rl_rollups = Table(
     Column("tokens", Double, nullable=False, server_default="0"),
     Column("thumbs_up", Double, nullable=False, server_default="0"),
     Column("thumbs_down", Double, nullable=False, server_default="0"),
-    Index(None, "experiment_id"),
+    Column("compacted", Boolean, nullable=False, server_default="false"),
+    Index(None, "experiment_id", "compacted"),
+    Index(
+        "uq_rl_rollups_compacted",
+        "experiment_id",
+        "variant",
+        "unit_id",
+        "category",
+        "lbin",
+        unique=True,
+        postgresql_where=text("compacted"),
+    ),
 )
 
 

@@ -41,10 +41,12 @@ counts as one of each: the kinds are independent signals, never retracted.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import psycopg
+from psycopg import pq
 
 from analytics.ingest import samples
 from contracts.events import FEEDBACK_KINDS, ROLLOUT_STAGE_TAG
@@ -229,6 +231,10 @@ RL_INTERACTION_DELTAS: Final = {
     "responses": "1::float8",
     "tokens": "greatest(coalesce(completion_tokens, 0), 0)::float8",
 }
+#: rl_rollups' summed columns: every row's values, summed per key by readers and compaction.
+RL_MEASURES: Final = ("responses", "tokens", "thumbs_up", "thumbs_down")
+#: First key of the compaction's two-int advisory lock (the second: the experiment id).
+RL_COMPACT_LOCK: Final = 0x4C47524C  # "LGRL"; the rollout's namespace is control.locking's
 RL_FEEDBACK_DELTAS: Final = {
     "thumbs_up": "(kind = 'thumbs_up')::int::float8",
     "thumbs_down": "(kind = 'thumbs_down')::int::float8",
@@ -260,6 +266,78 @@ RL_FEEDBACK_FOLD: Final = _rl_append(
     RL_FEEDBACK_DELTAS, "(SELECT * FROM lg_new_f WHERE kind IN ('thumbs_up', 'thumbs_down')) f"
 ).encode()
 
+# Compaction (``compact_rl_rollups``): up to ``n`` of an experiment's appended rows are deleted
+# and their sums per key added to the key's compacted row, in one statement. Rows appended by
+# transactions that commit later are not seen (they wait for the next run), so no sum is lost
+# or counted twice; readers see the rows before or after, summing per key either way.
+# ctid = ANY(ARRAY(...)): a TID scan of the chosen rows, whatever the experiment's size.
+RL_COMPACT: Final = f"""
+WITH d AS (
+    DELETE FROM rl_rollups WHERE ctid = ANY(ARRAY(
+        SELECT ctid FROM rl_rollups WHERE experiment_id = %(e)s AND NOT compacted LIMIT %(n)s))
+    RETURNING variant, unit_id, category, lbin, {", ".join(RL_MEASURES)}
+), g AS (
+    SELECT variant, unit_id, category, lbin, {", ".join(f"sum({m}) AS {m}" for m in RL_MEASURES)}
+    FROM d GROUP BY variant, unit_id, category, lbin
+), ins AS (
+    INSERT INTO rl_rollups AS t (experiment_id, variant, unit_id, category, lbin, {", ".join(RL_MEASURES)}, compacted)
+    SELECT %(e)s, variant, unit_id, category, lbin, {", ".join(RL_MEASURES)}, true FROM g
+    ORDER BY variant, unit_id, category, lbin
+    ON CONFLICT (experiment_id, variant, unit_id, category, lbin) WHERE compacted
+    DO UPDATE SET {", ".join(f"{m} = t.{m} + EXCLUDED.{m}" for m in RL_MEASURES)}
+)
+SELECT count(*) FROM d
+""".encode()
+
+#: Experiments with appended (not yet compacted) rows: one index probe per experiment.
+RL_PENDING: Final = (
+    b"SELECT e.id FROM experiments e WHERE EXISTS"
+    b" (SELECT 1 FROM rl_rollups r WHERE r.experiment_id = e.id AND NOT r.compacted) ORDER BY e.id"
+)
+
+#: Rows moved per transaction: a bounded delete, sort and upsert, committed before the next.
+RL_COMPACT_CHUNK: Final = 200_000
+
+
+def compact_rl_rollups(
+    pg: psycopg.Connection[Any],
+    experiment_id: int,
+    chunk: int = RL_COMPACT_CHUNK,
+    deadline: float | None = None,
+) -> int:
+    """Move an experiment's appended ``rl_rollups`` rows into its compacted rows (one per key),
+    ``chunk`` rows per transaction, until none is left or ``time.monotonic()`` passes
+    ``deadline``. Returns the rows moved; 0 when another process holds the experiment's
+    compaction lock. ``pg`` must not be in a transaction (each chunk commits its own)."""
+    if pg.info.transaction_status != pq.TransactionStatus.IDLE:
+        raise RuntimeError("compact_rl_rollups commits per chunk: call it outside a transaction")
+    moved = 0
+    while True:
+        with pg.transaction():
+            locked = pg.execute(
+                b"SELECT pg_try_advisory_xact_lock(%s, %s)", (RL_COMPACT_LOCK, experiment_id)
+            ).fetchone()
+            if not (locked and locked[0]):
+                return moved
+            row = pg.execute(RL_COMPACT, {"e": experiment_id, "n": chunk}).fetchone()
+        n = int(row[0]) if row else 0
+        moved += n
+        if n < chunk or (deadline is not None and time.monotonic() > deadline):
+            return moved
+
+
+def compact_all_rl_rollups(pg: psycopg.Connection[Any], deadline: float | None = None) -> int:
+    """Compact every experiment with appended rows (``compact_rl_rollups``); the rows moved."""
+    experiments = [int(r[0]) for r in pg.execute(RL_PENDING).fetchall()]
+    pg.commit()
+    moved = 0
+    for e in experiments:
+        if deadline is not None and time.monotonic() > deadline:
+            break
+        moved += compact_rl_rollups(pg, e, deadline=deadline)
+    return moved
+
+
 #: The same rollup defined on the stored rows: one experiment's primary ``ok`` responses,
 #: each with its counted thumbs (the first attributed one with a value > 0 per kind, as
 #: ``feedback_counted`` keeps). The migration backfills with it; the report's per-row
@@ -279,6 +357,7 @@ GROUP BY 1, 2, 3, 4, 5
 """
 
 # A measure added to contracts.tables without its formula here fails at import, not later.
+assert set(RL_INTERACTION_DELTAS) | set(RL_FEEDBACK_DELTAS) == set(RL_MEASURES), "rl_rollups' measures"
 assert tuple(INTERACTION_DELTAS) == INTERACTION_MEASURES, "one delta per interaction measure, in order"
 assert tuple(FEEDBACK_DELTAS) == FEEDBACK_MEASURES, "one delta per feedback measure, in order"
 

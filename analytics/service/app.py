@@ -8,6 +8,7 @@ starts the background workers, each a thread that runs until its stop event is s
   ``LIFTGATE_ANALYTICS_CONSUMER`` is not false);
 - the rollout controller (:func:`controller_worker`);
 - the content retention job (``analytics.service.datasets.retention_worker``);
+- the compaction of ``rl_rollups`` (:func:`rl_compaction_worker`);
 - anything else listed in :func:`default_workers`: a factory
   ``(ServiceContext) -> BackgroundWorker | None``.
 
@@ -25,6 +26,7 @@ import importlib
 import importlib.util
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -145,6 +147,30 @@ def control_plane(ctx: ServiceContext, authenticator: Authenticator | None = Non
     )
 
 
+def rl_compaction_worker(ctx: ServiceContext) -> BackgroundWorker | None:
+    """Every ``rl_compact_interval_s``: ``rl_rollups``' appended rows summed into one row per
+    key (``analytics.ingest.rollups.compact_all_rl_rollups``), at most one interval's work per
+    run, so the report's RL-risks section reads about a row per key instead of one per
+    response and thumb."""
+    interval = ctx.settings.rl_compact_interval_s
+    if interval <= 0:
+        return None
+    from analytics.ingest.rollups import compact_all_rl_rollups
+    from analytics.ingest.write import psycopg_connection
+
+    def run(stop: threading.Event) -> None:
+        while not stop.wait(interval):
+            try:
+                with psycopg_connection(ctx.engine) as pg:
+                    moved = compact_all_rl_rollups(pg, deadline=time.monotonic() + interval)
+                if moved:
+                    log.info("rl_rollups: %d appended rows compacted", moved)
+            except Exception:  # retried at the next tick; the service keeps serving
+                log.exception("rl_rollups compaction failed")
+
+    return BackgroundWorker("rl-compaction", run)
+
+
 def notifier_worker(ctx: ServiceContext) -> BackgroundWorker | None:
     """Webhook deliveries from the notification outbox (``control.webhook_sender``)."""
     if not ctx.settings.notify.worker:
@@ -156,7 +182,14 @@ def notifier_worker(ctx: ServiceContext) -> BackgroundWorker | None:
 
 def default_workers() -> list[WorkerFactory]:
     """Background workers of ``python -m analytics`` (add new ones here)."""
-    return [snapshotter_worker, consumer_worker, controller_worker, retention_worker, notifier_worker]
+    return [
+        snapshotter_worker,
+        consumer_worker,
+        controller_worker,
+        retention_worker,
+        rl_compaction_worker,
+        notifier_worker,
+    ]
 
 
 def _run_worker(ctx: ServiceContext, worker: BackgroundWorker, stop: threading.Event) -> None:

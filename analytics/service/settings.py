@@ -60,6 +60,10 @@ class AnalyticsSettings(ConnectionSettings):
     # Content retention job (curation.retention): clears stored text past its TTL and deletes
     # expired datasets this often (0 disables it).
     retention_interval_s: float = Field(default=3_600.0, ge=0, le=86_400)
+    # rl_rollups compaction (analytics.ingest.rollups.compact_rl_rollups): ingest appends a
+    # row per response and thumb; this often they are summed into one row per key (0: never,
+    # the report's RL-risks section then reads every appended row).
+    rl_compact_interval_s: float = Field(default=60.0, ge=0, le=86_400)
     # A report request is served from the latest snapshot when it is younger than this.
     report_max_age_s: float = Field(default=60.0, ge=0, le=86_400)
     alpha: float = Field(default=0.05, gt=0, lt=0.5)

@@ -29,7 +29,7 @@ from pathlib import Path
 import psycopg
 from sqlalchemy import create_engine, text
 
-from analytics.ingest.rollups import length_bin_sql
+from analytics.ingest.rollups import compact_rl_rollups, length_bin_sql
 from analytics.report.risks import RiskOptions, rl_risks
 from liftgate import db as dbmod
 
@@ -147,6 +147,11 @@ def main() -> None:
         "--profile", action="store_true", help="cProfile one more run (top 25 by cumulative time)"
     )
     ap.add_argument("--drop", action="store_true", help="drop the scratch database at the end")
+    ap.add_argument(
+        "--compact",
+        action="store_true",
+        help="before timing: compact rl_rollups (analytics.ingest.rollups.compact_rl_rollups, timed) and VACUUM it",
+    )
     args = ap.parse_args()
     db = f"liftgate_bench_rl_risks_{args.n}"
     with psycopg.connect(args.admin_url, autocommit=True) as admin:
@@ -167,6 +172,25 @@ def main() -> None:
     engine = create_engine(sa_url)
     with engine.connect() as conn:
         eid = conn.execute(text("SELECT id FROM experiments WHERE name = 'bench-rl'")).scalar_one()
+    compaction = None
+    if args.compact:
+        # What the analytics service's rl-compaction worker does, all at once: wall time and
+        # the database backend's CPU, then the VACUUM autovacuum would run after it.
+        with psycopg.connect(url) as pg:
+            pid = pg.info.backend_pid
+            b0, w0 = _proc_cpu(pid), time.perf_counter()
+            moved = compact_rl_rollups(pg, eid)
+            compaction = {
+                "rows": moved,
+                "wall_s": time.perf_counter() - w0,
+                "database_cpu_s": _proc_cpu(pid) - b0,
+            }
+        with psycopg.connect(url, autocommit=True) as pg:
+            w0 = time.perf_counter()
+            pg.execute("VACUUM (ANALYZE) rl_rollups")
+            compaction["vacuum_s"] = time.perf_counter() - w0
+        print(f"compaction: {compaction}", flush=True)
+    with engine.connect() as conn:
         counts = {
             t: conn.execute(
                 text(f"SELECT count(*) FROM {t} WHERE experiment_id = :e"), {"e": eid}
@@ -209,6 +233,7 @@ def main() -> None:
     r = section[0]
     result = {
         "at": datetime.now(UTC).isoformat(timespec="seconds"), "n": args.n, "counts": counts,
+        "compaction": compaction,
         "wall_s": times, "median_wall_s": statistics.median(times), "python_cpu_s": cpu, "load": loads,
         "serial_cpu_s": {"database": [c[0] for c in serial], "python": [c[1] for c in serial]},
         "units": [r.units_control, r.units_candidate], "units_share": r.units_share,

@@ -123,3 +123,40 @@ def test_the_append_migration_keeps_rl_rollups_and_its_downgrade_sums_them_per_k
         ]
     finally:
         eng.dispose()
+
+
+def test_the_compaction_migration_keeps_every_rl_rollups_row_both_ways(scratch_url: str) -> None:
+    """0018: rl_rollups gets ``compacted`` (stored rows: appended, not compacted) and a unique
+    index over the key of the compacted rows only; the downgrade keeps every row."""
+    dbmod.upgrade(scratch_url, "0017")
+    url = scratch_url.replace("postgresql+psycopg://", "postgresql://", 1)
+    insert = (
+        "INSERT INTO rl_rollups (experiment_id, variant, unit_id, category, lbin, responses, tokens,"
+        " thumbs_up, thumbs_down) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+    )
+    with psycopg.connect(url) as conn:
+        conn.execute(insert, (1, "control", "u1", "math", 3, 2, 10, 1, 0))
+        conn.execute(insert, (1, "control", "u1", "math", 3, 0, 0, 0, 1))  # the same key twice
+    dbmod.upgrade(scratch_url)
+    eng = create_engine(scratch_url)
+    try:
+        indexes = {i["name"]: i for i in inspect(eng).get_indexes("rl_rollups")}
+        assert indexes["ix_rl_rollups_experiment_id"]["column_names"] == ["experiment_id", "compacted"]
+        assert indexes["uq_rl_rollups_compacted"]["unique"]
+        with psycopg.connect(url) as conn:
+            assert conn.execute("SELECT count(*) FROM rl_rollups WHERE NOT compacted").fetchone() == (2,)
+            compacted = insert.replace("thumbs_down)", "thumbs_down, compacted)").replace("%s)", "%s, true)")
+            conn.execute(compacted, (1, "control", "u1", "math", 3, 1, 1, 0, 0))
+            with pytest.raises(psycopg.errors.UniqueViolation):  # one compacted row per key
+                conn.execute(compacted, (1, "control", "u1", "math", 3, 1, 1, 0, 0))
+            conn.rollback()
+            conn.execute(compacted, (1, "control", "u1", "math", 3, 1, 1, 0, 0))
+        dbmod.downgrade(scratch_url, "0017")
+        assert "compacted" not in {c["name"] for c in inspect(eng).get_columns("rl_rollups")}
+        with psycopg.connect(url) as conn:
+            got = conn.execute(
+                "SELECT count(*), sum(responses), sum(tokens), sum(thumbs_up), sum(thumbs_down) FROM rl_rollups"
+            ).fetchone()
+        assert got == (3, 3.0, 11.0, 1.0, 1.0)
+    finally:
+        eng.dispose()

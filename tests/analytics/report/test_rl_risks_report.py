@@ -225,6 +225,44 @@ def test_the_section_from_the_ingest_rollups_equals_the_one_from_the_stored_rows
     assert _differences(by_rollups.model_dump(exclude=skip), by_rows.model_dump(exclude=skip)) == []
 
 
+def test_compacting_rl_rollups_mid_ingest_changes_no_number_of_the_section(engine: Engine) -> None:
+    # The background compaction sums appended rows into one row per key, in chunks, while
+    # ingest goes on: after a partial and a full compaction, and appends on top, the section
+    # is still the one computed from the stored rows, and a key has one compacted row.
+    from analytics.ingest.rollups import compact_rl_rollups
+    from analytics.ingest.write import psycopg_connection
+
+    with engine.begin() as conn:
+        eid, _ = create_experiment(conn, [("control", 1), ("candidate", 1)], status=STOPPED)
+    events = scenario_events(eid, "reward-hacking", 300, seed=13)
+    half = len(events) // 2
+    skip = {"build_seconds", "computed_at"}
+
+    def compact(chunk: int, deadline: float | None = None) -> int:
+        with psycopg_connection(engine) as pg:
+            return compact_rl_rollups(pg, eid, chunk=chunk, deadline=deadline)
+
+    def same_as_rows() -> str:
+        with engine.connect() as conn:
+            (by_rollups,) = rl_risks(conn, eid, "control", ["candidate"])
+            (by_rows,) = rl_risks(conn, eid, "control", ["candidate"], rows=True)
+        assert _differences(by_rollups.model_dump(exclude=skip), by_rows.model_dump(exclude=skip)) == []
+        return by_rollups.capability.state
+
+    ingest(engine, events[:half])
+    assert compact(50, deadline=0.0) == 50  # one chunk: compacted and appended rows side by side
+    same_as_rows()
+    ingest(engine, events[half:])
+    assert compact(1_000) > 0
+    assert same_as_rows() == "ok"  # not a comparison of empty sections
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text("SELECT count(*), count(*) FILTER (WHERE compacted), count(DISTINCT (variant, unit_id,"
+                 " category, lbin)) FROM rl_rollups WHERE experiment_id = :e"), {"e": eid}
+        ).one()  # fmt: skip
+    assert rows[0] == rows[1] == rows[2] > 100
+
+
 def test_every_gateway_category_at_once_is_tested_with_the_per_row_numbers(engine: Engine) -> None:
     # The gateway assigns up to 64 rule categories plus "other": the per-unit pivot holds
     # them all (its cross-products travel as an array, within PostgreSQL's column limit).
