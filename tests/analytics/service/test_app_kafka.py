@@ -49,7 +49,8 @@ def kafka_service(database_url: str, kafka_bootstrap: str, topics: tuple[str, st
         snapshot_interval_s="0",
         rollout_controller="false",
         notify_worker="false",
-        retention_interval_s="0",  # only the consumer runs
+        retention_interval_s="0",
+        rl_compact_interval_s="0",  # only the consumer runs
         fresh_min_interval_s="0",  # the test polls fresh reports
     ) as url:
         yield Service(url)
@@ -125,6 +126,7 @@ def test_health_turns_red_when_the_consumer_gives_up_on_a_client_fenced_without_
         rollout_controller="false",
         notify_worker="false",
         retention_interval_s="0",
+        rl_compact_interval_s="0",
     ) as url:
         service = Service(url)
         assert service.call("GET", "/healthz")[0] == 200
