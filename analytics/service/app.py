@@ -158,15 +158,25 @@ def rl_compaction_worker(ctx: ServiceContext) -> BackgroundWorker | None:
     from analytics.ingest.rollups import compact_all_rl_rollups
     from analytics.ingest.write import psycopg_connection
 
+    rows, ok, failed = (
+        ctx.metrics.rl_compacted_rows,
+        ctx.metrics.rl_compaction_runs.labels("ok"),
+        ctx.metrics.rl_compaction_runs.labels("error"),
+    )
+
     def run(stop: threading.Event) -> None:
         while not stop.wait(interval):
             try:
                 with psycopg_connection(ctx.engine) as pg:
                     moved = compact_all_rl_rollups(pg, deadline=time.monotonic() + interval)
-                if moved:
-                    log.info("rl_rollups: %d appended rows compacted", moved)
             except Exception:  # retried at the next tick; the service keeps serving
+                failed.inc()
                 log.exception("rl_rollups compaction failed")
+                continue
+            ok.inc()
+            rows.inc(moved)
+            if moved:
+                log.info("rl_rollups: %d appended rows compacted", moved)
 
     return BackgroundWorker("rl-compaction", run)
 

@@ -12,6 +12,9 @@ liftgate_analytics_rl_risk_evaluable           gauge      experiment, variant, a
 liftgate_analytics_feedback_unjoined           gauge      state (unjoined|pending): feedback of the
                                                last 7 days without its interaction
                                                (``analytics.report.data_quality``)
+liftgate_analytics_rl_compacted_rows_total     counter    rl_rollups rows the rl-compaction
+                                               worker moved into compacted rows
+liftgate_analytics_rl_compaction_runs_total    counter    outcome (ok|error)
 =============================================  =========  =================================
 
 The RL-risk gauges are set from every report built or served (``alarm`` is one of
@@ -82,6 +85,14 @@ class ServiceMetrics:
             registry=r,
         )
         self._unjoined, self._pending = feedback.labels("unjoined"), feedback.labels("pending")
+        self.rl_compacted_rows = Counter(
+            "liftgate_analytics_rl_compacted_rows",
+            "rl_rollups rows moved into one compacted row per key by the rl-compaction worker",
+            registry=r,
+        )
+        self.rl_compaction_runs = Counter(
+            "liftgate_analytics_rl_compaction_runs", "rl-compaction worker runs", ["outcome"], registry=r
+        )
         self.feedback_quality_at = float("-inf")  # monotonic time of the last count
         self._risk_labels: dict[int, set[tuple[str, str]]] = {}
         self._risk_lock = threading.Lock()

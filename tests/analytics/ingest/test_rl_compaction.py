@@ -20,6 +20,7 @@ from sqlalchemy import create_engine
 from analytics.ingest.rollups import RL_COMPACT_LOCK, compact_all_rl_rollups, compact_rl_rollups
 from analytics.service.app import rl_compaction_worker
 from analytics.service.context import ServiceContext
+from analytics.service.telemetry import ServiceMetrics
 from tests.analytics.ingest_helpers import connect, declared_experiment, wait_for
 
 _APPEND = (
@@ -140,16 +141,23 @@ def test_compact_all_visits_each_experiment_with_appended_rows(database_url: str
         assert _state(conn, a)[1] == 0 and _state(conn, b)[1] == 0
 
 
+def _sample(metrics: ServiceMetrics, name: str, **labels: str) -> float:
+    return metrics.registry.get_sample_value(name, labels) or 0.0
+
+
 def test_the_service_worker_compacts_what_ingest_appends(database_url: str) -> None:
     exp = declared_experiment(database_url)
     engine = create_engine(database_url)
+    metrics = ServiceMetrics()
     ctx = cast(
-        ServiceContext, SimpleNamespace(settings=SimpleNamespace(rl_compact_interval_s=0.05), engine=engine)
+        ServiceContext,
+        SimpleNamespace(settings=SimpleNamespace(rl_compact_interval_s=0.05), engine=engine, metrics=metrics),
     )
     worker = rl_compaction_worker(ctx)
     assert worker is not None and worker.name == "rl-compaction"
     off = cast(
-        ServiceContext, SimpleNamespace(settings=SimpleNamespace(rl_compact_interval_s=0.0), engine=engine)
+        ServiceContext,
+        SimpleNamespace(settings=SimpleNamespace(rl_compact_interval_s=0.0), engine=engine, metrics=metrics),
     )
     assert rl_compaction_worker(off) is None
     stop = threading.Event()
@@ -161,6 +169,10 @@ def test_the_service_worker_compacts_what_ingest_appends(database_url: str) -> N
             thread.start()
             wait_for(lambda: _state(conn, exp)[1] == 0, 30, "the worker to compact the appended rows")
             assert _state(conn, exp) == (want, 0, len(want))
+        runs = "liftgate_analytics_rl_compaction_runs_total"
+        wait_for(lambda: _sample(metrics, runs, outcome="ok") >= 1, 10, "a counted run")
+        assert _sample(metrics, "liftgate_analytics_rl_compacted_rows_total") >= 30
+        assert _sample(metrics, runs, outcome="error") == 0
     finally:
         stop.set()
         thread.join(10)
