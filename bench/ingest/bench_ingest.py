@@ -44,6 +44,7 @@ from prometheus_client import CollectorRegistry
 
 from analytics.ingest import copy_text
 from analytics.ingest.consumer import ConsumerMetrics, ConsumerSettings, run_consumer
+from analytics.ingest.rollups import compact_all_rl_rollups
 from contracts.events import InteractionEvent, encode
 from liftgate import db as dbmod
 
@@ -399,6 +400,32 @@ def declare_segments(db_url: str, keys: list[str]) -> None:
         )
 
 
+@contextmanager
+def compacting(db_url: str, interval: float) -> Iterator[dict[str, int]]:
+    """``compact_all_rl_rollups`` every ``interval`` s in a thread while the block runs (what the
+    analytics service's rl-compaction worker does beside ingest; 0: not at all). Its database
+    time is the PostgreSQL CPU the run measures. Yields {"rows": moved so far, "runs": …}."""
+    done = {"rows": 0, "runs": 0}
+    if interval <= 0:
+        yield done
+        return
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(interval):
+            with psycopg.connect(db_url) as pg:
+                done["rows"] += compact_all_rl_rollups(pg, deadline=time.monotonic() + interval)
+            done["runs"] += 1
+
+    th = threading.Thread(target=loop, daemon=True)
+    th.start()
+    try:
+        yield done
+    finally:
+        stop.set()
+        th.join(timeout=600)
+
+
 def truncate(db_url: str) -> None:
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute(f"TRUNCATE {TABLES}".encode())
@@ -420,6 +447,12 @@ def main() -> None:
     )
     ap.add_argument("--logs", default=None, help="directory for the consumer processes' logs (stderr)")
     ap.add_argument("--switch-interval", type=float, default=None, help="sys.setswitchinterval (GIL handoff)")
+    ap.add_argument(
+        "--compact-interval",
+        type=float,
+        default=0.0,
+        help="compact rl_rollups every this many s during the ingest runs, as the analytics service does (0: never)",
+    )
     ap.add_argument(
         "--segment-tags",
         default="task",
@@ -445,15 +478,18 @@ def main() -> None:
             naive_cpu: list[dict[str, float]] = []
             for run in range(args.runs):
                 truncate(db_url)
-                if args.consumers > 1:
-                    rate = consumer_processes_run(
-                        db_url, args.bootstrap, topic, args.events, args.timeout, args.consumers, kafka_cpu,
-                        log_dir=args.logs,
-                    )  # fmt: skip
-                else:
-                    rate = consumer_run(
-                        db_url, args.bootstrap, topic, args.events, args.timeout, kafka_cpu, args.threads
-                    )
+                with compacting(db_url, args.compact_interval) as compacted:
+                    if args.consumers > 1:
+                        rate = consumer_processes_run(
+                            db_url, args.bootstrap, topic, args.events, args.timeout, args.consumers, kafka_cpu,
+                            log_dir=args.logs,
+                        )  # fmt: skip
+                    else:
+                        rate = consumer_run(
+                            db_url, args.bootstrap, topic, args.events, args.timeout, kafka_cpu, args.threads
+                        )
+                if args.compact_interval > 0:
+                    print(f"  rl_rollups compaction: {compacted['rows']:,} rows in {compacted['runs']} runs")
                 check_rollups(db_url, events)
                 kafka_rates.append(rate)
                 truncate(db_url)
