@@ -397,11 +397,12 @@ LENGTH_BINS_PER_DOUBLING = 2
 
 #: The RL-risk detectors' rollup: per (experiment, variant, unit, task category, length bin)
 #: the successful primary responses, their completion tokens and their counted thumbs-up /
-#: thumbs-down. Appended to, never updated (``analytics.ingest.rollups`` adds a row per
-#: counted response and per counted thumb), so a key may have several rows: readers (the
-#: report's ``rl_risks`` section) sum per key. A background job moves appended rows into one
-#: ``compacted`` row per key (``analytics.ingest.rollups.compact_rl_rollups``); the unique
-#: index over the key holds only those. No primary key.
+#: thumbs-down. Ingest appends (``analytics.ingest.rollups`` adds a row per counted response
+#: and per counted thumb), so a key may have several rows: readers (the report's ``rl_risks``
+#: section) sum per key. A background job moves appended rows into one ``compacted`` row per
+#: key (``analytics.ingest.rollups.compact_rl_rollups``), the only rows ever updated; the
+#: unique index over the key holds only those. No primary key.
+RL_MEASURES: tuple[str, ...] = ("responses", "tokens", "thumbs_up", "thumbs_down")
 rl_rollups = Table(
     "rl_rollups",
     Base.metadata,
@@ -410,10 +411,7 @@ rl_rollups = Table(
     Column("unit_id", String(256), nullable=False),
     Column("category", String(64), nullable=False),
     Column("lbin", Integer, nullable=False),
-    Column("responses", Double, nullable=False, server_default="0"),
-    Column("tokens", Double, nullable=False, server_default="0"),
-    Column("thumbs_up", Double, nullable=False, server_default="0"),
-    Column("thumbs_down", Double, nullable=False, server_default="0"),
+    *(Column(m, Double, nullable=False, server_default="0") for m in RL_MEASURES),
     Column("compacted", Boolean, nullable=False, server_default="false"),
     Index(None, "experiment_id", "compacted"),
     Index(

@@ -56,6 +56,7 @@ from contracts.tables import (
     INTERACTION_MEASURES,
     LENGTH_BINS_PER_DOUBLING,
     MIN_BUCKETED,
+    RL_MEASURES,
 )
 
 _BUILTIN_KINDS: Final = "ARRAY[" + ", ".join(f"'{k}'" for k in sorted(FEEDBACK_KINDS)) + "]"
@@ -221,18 +222,17 @@ FEEDBACK_DELTAS: Final = {
 #: The RL-risk detectors' rollup (``rl_rollups``): per (experiment, variant, unit, category,
 #: length bin) of primary ``ok`` responses, their count and completion tokens (from
 #: ``lg_fold``) and their counted thumbs (from ``lg_new_f``, once per response and kind).
-#: Unlike the other rollups it is **appended to, never updated**: each counted response
-#: and each counted thumb adds a row of its own (its key and these values), and readers
-#: sum per key (``analytics.report.risks``). Nearly every response has a (unit, category,
-#: length bin) of its own, so an upsert per key was an index probe and an insert per
-#: response all the same, and costlier than the append (its cost:
-#: bench/ingest/README.md). Each entry is a row's value, summed by readers.
+#: Unlike the other rollups ingest **appends** to it: each counted response and each counted
+#: thumb adds a row of its own (its key and these values), and readers sum per key
+#: (``analytics.report.risks``). Nearly every response has a (unit, category, length bin) of
+#: its own, so an upsert per key was an index probe and an insert per response all the same,
+#: and costlier than the append (its cost: bench/ingest/README.md). ``compact_rl_rollups``
+#: later sums the appended rows into one row per key, out of the ingest path. Each entry is
+#: a row's value, summed by readers.
 RL_INTERACTION_DELTAS: Final = {
     "responses": "1::float8",
     "tokens": "greatest(coalesce(completion_tokens, 0), 0)::float8",
 }
-#: rl_rollups' summed columns: every row's values, summed per key by readers and compaction.
-RL_MEASURES: Final = ("responses", "tokens", "thumbs_up", "thumbs_down")
 #: First key of the compaction's two-int advisory lock (the second: the experiment id).
 RL_COMPACT_LOCK: Final = 0x4C47524C  # "LGRL"; the rollout's namespace is control.locking's
 RL_FEEDBACK_DELTAS: Final = {

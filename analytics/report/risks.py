@@ -4,8 +4,9 @@ pure detectors of :mod:`analytics.risks` → :class:`~analytics.report.risks_sch
 What is read, and what bounds the cost (``docs/rl-risks.md``, ``bench/report/README.md``):
 
 * ``rl_rollups`` (appended at ingest by ``analytics.ingest.rollups``: per unit, category and
-  length bin, the responses, completion tokens and counted thumbs, a row per counted
-  response and per counted thumb, summed here). One pass groups it per unit and sums per
+  length bin, the responses, completion tokens and counted thumbs: a row per counted
+  response and per counted thumb, compacted in the background into a row per key, summed
+  here). One pass groups it per unit and sums per
   arm the sufficient statistics of the category mix, the capability matrix and the length
   shift: every unit, in a few rows out.
 * The length decomposition's unit-clustered bootstrap reads its cells (unit × category ×
@@ -158,7 +159,8 @@ def _pivot_sql(src: str, k: int) -> str:
 # The cells of the length decomposition: one row per (unit, category, length bin), of a
 # hash sample of units (the same units in every arm); unit ids as 64-bit hashes (dense
 # codes in Python; a collision among a million units has probability ~3e-8). rl_rollups
-# holds a row per counted response and per counted thumb (appended at ingest): summed here.
+# holds a row per counted response and per counted thumb (appended at ingest) until the
+# compaction sums them into a row per key: summed here either way.
 _CELLS = """
 SELECT variant, hashtextextended(unit_id, 0) AS uh, category, lbin, sum(responses), sum(thumbs_up - thumbs_down)
 FROM {src} r WHERE r.experiment_id = :e AND r.variant = ANY(:variants)

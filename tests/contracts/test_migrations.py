@@ -89,19 +89,22 @@ def test_the_conversations_migration_fills_the_counted_table_from_the_stored_tur
         eng.dispose()
 
 
+# A row of rl_rollups as revisions 0014–0017 define it (0018's ``compacted`` takes its default).
+_RL_INSERT = (
+    "INSERT INTO rl_rollups (experiment_id, variant, unit_id, category, lbin, responses, tokens,"
+    " thumbs_up, thumbs_down) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+)
+
+
 def test_the_append_migration_keeps_rl_rollups_and_its_downgrade_sums_them_per_key(scratch_url: str) -> None:
     """0017: rl_rollups loses its primary key (ingest appends a row per counted response and
     thumb) and keeps the stored rows; the downgrade sums the rows of each key into one and
     puts the key back."""
     dbmod.upgrade(scratch_url, "0016")
     url = scratch_url.replace("postgresql+psycopg://", "postgresql://", 1)
-    insert = (
-        "INSERT INTO rl_rollups (experiment_id, variant, unit_id, category, lbin, responses, tokens,"
-        " thumbs_up, thumbs_down) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
-    )
     with psycopg.connect(url) as conn:
-        conn.execute(insert, (1, "control", "u1", "math", 3, 2, 10, 1, 0))
-        conn.execute(insert, (1, "candidate", "u2", "code", 5, 1, 30, 0, 1))
+        conn.execute(_RL_INSERT, (1, "control", "u1", "math", 3, 2, 10, 1, 0))
+        conn.execute(_RL_INSERT, (1, "candidate", "u2", "code", 5, 1, 30, 0, 1))
     dbmod.upgrade(scratch_url)
     eng = create_engine(scratch_url)
     try:
@@ -109,8 +112,8 @@ def test_the_append_migration_keeps_rl_rollups_and_its_downgrade_sums_them_per_k
         assert "ix_rl_rollups_experiment_id" in {i["name"] for i in inspect(eng).get_indexes("rl_rollups")}
         with psycopg.connect(url) as conn:
             assert conn.execute("SELECT count(*) FROM rl_rollups").fetchone() == (2,)
-            conn.execute(insert, (1, "control", "u1", "math", 3, 1, 4, 0, 0))  # the same key again
-            conn.execute(insert, (1, "control", "u1", "math", 3, 0, 0, 0, 1))  # a thumb of it
+            conn.execute(_RL_INSERT, (1, "control", "u1", "math", 3, 1, 4, 0, 0))  # the same key again
+            conn.execute(_RL_INSERT, (1, "control", "u1", "math", 3, 0, 0, 0, 1))  # a thumb of it
         dbmod.downgrade(scratch_url, "0016")
         assert inspect(eng).get_pk_constraint("rl_rollups")["constrained_columns"] == [
             "experiment_id", "variant", "unit_id", "category", "lbin",
@@ -130,13 +133,9 @@ def test_the_compaction_migration_keeps_every_rl_rollups_row_both_ways(scratch_u
     index over the key of the compacted rows only; the downgrade keeps every row."""
     dbmod.upgrade(scratch_url, "0017")
     url = scratch_url.replace("postgresql+psycopg://", "postgresql://", 1)
-    insert = (
-        "INSERT INTO rl_rollups (experiment_id, variant, unit_id, category, lbin, responses, tokens,"
-        " thumbs_up, thumbs_down) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
-    )
     with psycopg.connect(url) as conn:
-        conn.execute(insert, (1, "control", "u1", "math", 3, 2, 10, 1, 0))
-        conn.execute(insert, (1, "control", "u1", "math", 3, 0, 0, 0, 1))  # the same key twice
+        conn.execute(_RL_INSERT, (1, "control", "u1", "math", 3, 2, 10, 1, 0))
+        conn.execute(_RL_INSERT, (1, "control", "u1", "math", 3, 0, 0, 0, 1))  # the same key twice
     dbmod.upgrade(scratch_url)
     eng = create_engine(scratch_url)
     try:
@@ -145,7 +144,9 @@ def test_the_compaction_migration_keeps_every_rl_rollups_row_both_ways(scratch_u
         assert indexes["uq_rl_rollups_compacted"]["unique"]
         with psycopg.connect(url) as conn:
             assert conn.execute("SELECT count(*) FROM rl_rollups WHERE NOT compacted").fetchone() == (2,)
-            compacted = insert.replace("thumbs_down)", "thumbs_down, compacted)").replace("%s)", "%s, true)")
+            compacted = _RL_INSERT.replace("thumbs_down)", "thumbs_down, compacted)").replace(
+                "%s)", "%s, true)"
+            )
             conn.execute(compacted, (1, "control", "u1", "math", 3, 1, 1, 0, 0))
             with pytest.raises(psycopg.errors.UniqueViolation):  # one compacted row per key
                 conn.execute(compacted, (1, "control", "u1", "math", 3, 1, 1, 0, 0))
