@@ -204,10 +204,14 @@ def test_a_rollback_needs_a_confirmation_that_shows_the_current_evidence(
     page.click("#rollout-actions button[data-rollout=rollback]")
     page.wait_for_selector("#confirm-dialog[open]", timeout=WAIT_MS)
     page.click("#confirm-ok")
-    # Confirmed at once, before the evidence finished loading: the answer still counts.
+    # Confirmed at once, before the evidence finished loading: the answer counts, and does
+    # not wait for the evidence (whose report may be slow) to arrive first.
     page.wait_for_function(
-        "document.querySelector('#action-result').textContent.startsWith('rollout rollback: done')",
+        "document.querySelector('#action-result').textContent.startsWith('rollout rollback:')",
         timeout=WAIT_MS,
+    )
+    assert page.inner_text("#action-result").startswith("rollout rollback: done"), page.inner_text(
+        "#action-result"
     )
     _, state = admin_call(analytics_url, admin_token, "GET", f"/api/experiments/{rollout_experiment}/rollout")
     last = state["decisions"][-1]

@@ -100,6 +100,13 @@ export class ActionsCard {
     });
     dialog.returnValue = "";
     dialog.showModal();
+    // The evidence loads beside the question, never in front of it: a slow report must not
+    // hold back an operator who confirms (or cancels) at once.
+    this.showEvidence(box);
+    return answer;
+  }
+
+  async showEvidence(box) {
     try {
       const [state, report] = await Promise.all([this.api.rollout(this.ref), this.api.report(this.ref)]);
       const last = (state.decisions || [])[state.decisions.length - 1];
@@ -110,7 +117,6 @@ export class ActionsCard {
     } catch (err) {
       box.innerHTML = `<p class="bad-text">Evidence unavailable: ${esc(err.message)}</p>`;
     }
-    return answer;
   }
 
   async onSubmit(ev) {
