@@ -201,7 +201,28 @@ SERVICE_MODULES = frozenset(
 )
 
 
+def _schedule(items: list[pytest.Item]) -> None:
+    """Order the files for ``scripts/test`` (xdist ``--dist loadfile --no-loadscope-reorder``
+    hands files to the workers in this order): the fuzz files, then the other files marked
+    ``long``, then the rest with the most tests first (xdist's own order). Longest first, so
+    the run ends on short files on both workers instead of one worker finishing a
+    several-minute file alone; within a rank, files keep their collection order."""
+    per_file: dict[Path, list[pytest.Item]] = {}
+    for item in items:
+        per_file.setdefault(Path(str(item.path)), []).append(item)
+
+    def rank(tests: list[pytest.Item]) -> tuple[int, int]:
+        if any(t.get_closest_marker("fuzz") for t in tests):
+            return (0, 0)
+        if any(t.get_closest_marker("long") for t in tests):
+            return (1, 0)
+        return (2, -len(tests))
+
+    items[:] = [t for _, tests in sorted(per_file.items(), key=lambda kv: rank(kv[1])) for t in tests]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _schedule(items)
     tests_root = Path(__file__).resolve().parent
     for item in items:
         where = Path(str(item.path)).resolve().relative_to(tests_root)

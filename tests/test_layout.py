@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.long  # a minute or more in CI: scheduled first (tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("contracts", "serving", "gateway", "analytics", "evals", "liftgate")
 # The code sandbox's programs run in their own interpreter (python -I -S) with their folder

@@ -25,6 +25,8 @@ from tests.curation.judge_server import running_judge
 from tests.liftgate.frontdoor import ROOT, free_port
 from tests.liftgate.test_up import Up, _left_behind, state_root
 
+pytestmark = pytest.mark.long  # a minute or more in CI: scheduled first (tests/conftest.py)
+
 __all__ = ["state_root"]  # the fixture: a private state dir, logs scanned for the tokens
 
 #: Thumbs-down calls with text to wait for (~90 s of the demo's traffic at 80 requests/s):

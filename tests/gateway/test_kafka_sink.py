@@ -25,6 +25,8 @@ from tests.gateway.kafka_helpers import (
     wait_until,
 )
 
+pytestmark = pytest.mark.long  # a minute or more in CI: scheduled first (tests/conftest.py)
+
 FAST = SinkConfig(flush_timeout_s=2.0, probe_timeout_s=1.0, backoff_initial_s=0.1, backoff_max_s=1.0)
 
 

@@ -21,6 +21,8 @@ from liftgate.users import FeedbackModel
 from tests.gateway.conftest import GatewayThread, MemorySink
 from tests.liftgate.frontdoor import ADMIN_TOKEN, Gateway, free_port, liftgate
 
+pytestmark = pytest.mark.long  # a minute or more in CI: scheduled first (tests/conftest.py)
+
 
 @pytest.fixture(scope="module")
 def models_url() -> Iterator[str]:

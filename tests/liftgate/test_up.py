@@ -25,6 +25,8 @@ import pytest
 from tests import known_secrets
 from tests.liftgate.frontdoor import ROOT, free_port
 
+pytestmark = pytest.mark.long  # a minute or more in CI: scheduled first (tests/conftest.py)
+
 REPORT_DEADLINE_S = 180.0  # issue 5: "within 3 minutes the report shows the simulator's differences"
 VERBOSITY = "completion_tokens_per_response"
 

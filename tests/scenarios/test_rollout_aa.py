@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
 
@@ -31,6 +32,8 @@ from tests.analytics.rollout.synthetic import (
     experiment_state,
     make_traffic,
 )
+
+pytestmark = pytest.mark.long  # a minute or more in CI: scheduled first (tests/conftest.py)
 
 ROLLOUTS = 24
 MAX_STEPS = 40

@@ -44,7 +44,7 @@ from sqlalchemy import Engine, text
 from liftgate.simulator_model import SimulatorModel
 from tests.scenarios.rollout_stack import TOKEN, RouteTraffic, Stack, http, start_stack
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # long: scheduled first in CI
 
 # Latency well above the gateway's own time on a loaded 2-core machine (tens of ms at this
 # load), so the simulated differences dominate what the gateway measures.

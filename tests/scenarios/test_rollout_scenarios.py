@@ -24,6 +24,8 @@ from sqlalchemy import Engine, text
 from liftgate.simulator_model import SimulatorModel
 from tests.scenarios.rollout_stack import TOKEN, Stack, Traffic, http, start_stack, wait_for
 
+pytestmark = pytest.mark.long  # a minute or more in CI: scheduled first (tests/conftest.py)
+
 
 def _model(name: str, error_rate: float) -> SimulatorModel:
     # Latency well above the few ms of queueing a loaded test machine adds, so load drifting

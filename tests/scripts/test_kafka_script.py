@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.long  # a minute or more in CI: scheduled first (tests/conftest.py)
+
 with warnings.catch_warnings():
     # kafka-python 3.0 loads its protocol schemas through importlib.resources' deprecated
     # read_text at import time; the warning names importlib, so pyproject's kafka.* filter misses it.

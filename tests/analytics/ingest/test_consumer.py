@@ -29,6 +29,8 @@ from tests.analytics.ingest_helpers import (
     wait_for,
 )
 
+pytestmark = pytest.mark.long  # a minute or more in CI: scheduled first (tests/conftest.py)
+
 
 def _settings(database_url: str, bootstrap: str, name: str, **kw: object) -> ConsumerSettings:
     return ConsumerSettings(

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import IO
 
 import psycopg
+import pytest
 
 from analytics.ingest.consumer import ConsumerMetrics, ConsumerSettings, run_consumer
 from contracts.events import Event, InteractionEvent
@@ -36,6 +37,8 @@ from tests.analytics.ingest_helpers import (
     stored_rollups,
     wait_for,
 )
+
+pytestmark = pytest.mark.long  # a minute or more in CI: scheduled first (tests/conftest.py)
 
 ROOT = Path(__file__).resolve().parents[3]
 

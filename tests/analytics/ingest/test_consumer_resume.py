@@ -32,6 +32,8 @@ from tests.analytics.ingest_helpers import (
 )
 from tests.gateway.kafka_helpers import PrivateBroker
 
+pytestmark = pytest.mark.long  # a minute or more in CI: scheduled first (tests/conftest.py)
+
 RESUME_BOUND_S = 5.0
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import orjson
+import pytest
 from sqlalchemy import Engine, text
 
 from analytics.ingest.write import ingest
@@ -19,6 +20,8 @@ from contracts.events import FeedbackEvent
 from contracts.rollout_plan import CategoryMetric, RiskAlarm
 from tests.analytics.report_data import create_experiment
 from tests.analytics.risks_data import scenario_events
+
+pytestmark = pytest.mark.long  # a minute or more in CI: scheduled first (tests/conftest.py)
 
 # Stopped, not running: the session's snapshotters (other modules' service processes) snapshot
 # every running experiment, and these carry raw responses the RL-risk section reads.
