@@ -6,9 +6,8 @@ What is read, and what bounds the cost (``docs/rl-risks.md``, ``bench/report/REA
 * ``rl_rollups`` (appended at ingest by ``analytics.ingest.rollups``: per unit, category and
   length bin, the responses, completion tokens and counted thumbs: a row per counted
   response and per counted thumb, compacted in the background into a row per key, summed
-  here). One pass groups it per unit and sums per
-  arm the sufficient statistics of the category mix, the capability matrix and the length
-  shift: every unit, in a few rows out.
+  here). One pass groups it per unit and sums per arm the sufficient statistics of the
+  category mix, the capability matrix and the length shift: every unit, in a few rows out.
 * The length decomposition's unit-clustered bootstrap reads its cells (unit × category ×
   length bin) of a hash sample of units, at most about ``max_units`` (``units_share``).
 * The judge part reads judged responses one by one (score, category, outcome) for a hash
