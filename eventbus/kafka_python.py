@@ -46,6 +46,28 @@ from eventbus.interface import (
 log = logging.getLogger(__name__)
 
 
+class _KafkaProducer(KafkaProducer):  # type: ignore[misc]  # kafka-python has no type hints
+    """kafka-python's producer, whose exit hooks stay quiet once we gave it up.
+
+    kafka-python closes a producer again at interpreter exit (an ``atexit`` hook) and when it
+    is collected (``__del__``), both through ``close``, with a flush that raises on records
+    still pending. A producer we gave up on (``abandoned``: its broker hung; its records are
+    in the caller's spool) may hold such records for ever (see ``PythonProducer.close``), and
+    the raise would print a traceback at every exit. Its hooks' ``close`` then stops at once
+    and says nothing; ``PythonProducer`` closes through ``KafkaProducer.close`` itself, so its
+    own calls still learn when the producer could not close.
+    """
+
+    abandoned = False
+
+    def close(self, timeout: float | None = None, null_logger: bool = False) -> None:
+        if not self.abandoned:
+            super().close(timeout, null_logger)
+            return
+        with contextlib.suppress(KafkaTimeoutError):
+            super().close(0, null_logger)
+
+
 class PythonProducer:
     def __init__(self, options: ProducerOptions) -> None:
         o = options
@@ -55,7 +77,7 @@ class PythonProducer:
             # interpreter; one request on a plain socket tells the same and costs nothing.
             raise BusUnavailable(f"no broker answers at {o.bootstrap}")
         try:
-            self._producer = KafkaProducer(
+            self._producer = _KafkaProducer(
                 bootstrap_servers=o.bootstrap,
                 client_id=o.client_id,
                 acks="all",
@@ -162,10 +184,12 @@ class PythonProducer:
         with self._lock:
             pending = self._pending
         if pending and timeout_s <= 0:
+            self._producer.abandoned = True
             return False  # the flush inside close() would raise at once
         try:
-            self._producer.close(timeout_s)
+            KafkaProducer.close(self._producer, timeout_s)  # not the hooks' quiet close
         except KafkaTimeoutError:
+            self._producer.abandoned = True
             return False
         return True
 

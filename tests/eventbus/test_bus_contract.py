@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -18,7 +21,7 @@ from eventbus import (
     TopicPartition,
     open_bus,
 )
-from tests.gateway.kafka_helpers import dead_bootstrap
+from tests.gateway.kafka_helpers import ROOT, PrivateBroker, dead_bootstrap
 
 
 def _read(consumer_poll: object, want: int, timeout_s: float = 60.0) -> list[Message]:
@@ -235,3 +238,57 @@ def test_an_unknown_client_name_is_refused() -> None:
 
 def test_auto_picks_librdkafka_when_it_can_be_imported() -> None:
     assert open_bus("auto").name == "confluent"
+
+
+# A producer given up on while its broker hangs: close(0) abandons its records (kafka-python's
+# cannot, and says False), and the process must still exit on its own, without the client's
+# exit hooks raising on the records left in it.
+_GIVE_UP_WHILE_FROZEN = """
+import sys
+from eventbus import ProducerOptions, open_bus
+
+producer = open_bus(sys.argv[2]).producer(
+    ProducerOptions(sys.argv[1], delivery_timeout_ms=120_000, request_timeout_ms=60_000)
+)
+producer.produce("frozen", b"k", b"first")
+assert producer.flush(30) == 0, "not acknowledged"
+print("live", flush=True)
+sys.stdin.readline()  # the broker is frozen now
+producer.produce("frozen", b"k", b"second")
+print("closed", producer.close(0), flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_a_producer_given_up_on_while_its_broker_hangs_lets_its_process_exit_without_a_traceback(
+    tmp_path: Path, bus: Bus, kafka_client: str
+) -> None:
+    broker = PrivateBroker(tmp_path / "state")
+    broker.up()
+    child: subprocess.Popen[str] | None = None
+    try:
+        bus.ensure_topics(broker.bootstrap, ["frozen"], 1, 30)
+        child = subprocess.Popen(
+            [sys.executable, "-c", _GIVE_UP_WHILE_FROZEN, broker.bootstrap, kafka_client],
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert child.stdout is not None and child.stdin is not None
+        assert child.stdout.readline().strip() == "live", child.communicate(timeout=30)
+        broker.freeze()
+        child.stdin.write("\n")
+        child.stdin.flush()
+        out, err = child.communicate(timeout=60)
+    finally:
+        if child is not None and child.poll() is None:
+            child.kill()
+            child.wait()
+        broker.thaw()
+        broker.down()
+    assert child.returncode == 0, err
+    if kafka_client == "python":  # its record still pending: it could not close
+        assert out.split() == ["closed", "False"], out
+    assert "Traceback" not in err and "Exception ignored" not in err, err
