@@ -102,7 +102,8 @@ class Delivery:
     # --- called from the spool writer's thread ----------------------------------------------
 
     def offer(self, chunk: Chunk) -> None:
-        """Records just written to the spool; kept in memory only while delivery keeps up."""
+        """Records just written to the spool; kept in memory only while delivery keeps up.
+        Called under the spool's lock (``Spool.append``'s ``on_appended``)."""
         if self.live and chunk.start - self.spool.cursor <= self.settings.handoff_max_bytes:
             self._handoff.append(chunk)
 
@@ -166,6 +167,10 @@ class Delivery:
     def _next_batch(self) -> tuple[list[Record], list[int], bool]:
         """The next records after the spool's cursor: from the writer's hand-over if it has them."""
         spool, handoff, limit = self.spool, self._handoff, self.settings.batch_max
+        # Taken before looking at the hand-over: the writer offers under the lock this reads
+        # under, so every record up to here that was offered is in the hand-over by now. The
+        # files are read only up to here: what the writer appends meanwhile is offered too.
+        appended = spool.appended()
         cursor = spool.cursor
         while handoff and handoff[0].ends[-1] <= cursor:
             handoff.popleft()  # already read from the spool's files
@@ -183,7 +188,7 @@ class Delivery:
                     handoff.popleft()
             spool.seek(cursor)
             return records, ends, True
-        entries = spool.read(limit)
+        entries = spool.read(limit, upto=appended)
         return [r for r, _ in entries], [e for _, e in entries], False
 
     def _send(

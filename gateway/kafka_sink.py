@@ -243,8 +243,10 @@ class KafkaSink:
             self._unwritten = []
             return True
         self._spool_full = False
+        delivery = self._delivery
+        offer = None if delivery is None else lambda start, ends: delivery.offer(Chunk(start, records, ends))
         try:
-            start, ends = spool.append(records)
+            spool.append(records, offer)
         except OSError:
             # e.g. a full disk: keep the batch (and the queue, bounded) and try again shortly.
             if not self._write_failing:
@@ -257,8 +259,6 @@ class KafkaSink:
         self._write_failing = False
         self._unwritten = []
         self._counters["spooled"] += len(records)
-        if self._delivery is not None:
-            self._delivery.offer(Chunk(start, records, ends))
         if self.config.fsync_interval_s == 0:
             self._sync_wanted.set()
         return True

@@ -31,7 +31,7 @@ import struct
 import threading
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -108,6 +108,11 @@ class Spool:
         """The position after the last appended record."""
         base = max(self._segments)
         return base + self._segments[base]
+
+    def appended(self) -> int:
+        """:attr:`end`, read under the lock ``append`` holds while it calls ``on_appended``."""
+        with self._lock:
+            return self.end
 
     @property
     def committed(self) -> int:
@@ -192,8 +197,14 @@ class Spool:
 
     # --- writing -------------------------------------------------------------------------
 
-    def append(self, records: Sequence[Record]) -> tuple[int, list[int]]:
+    def append(
+        self, records: Sequence[Record], on_appended: Callable[[int, list[int]], None] | None = None
+    ) -> tuple[int, list[int]]:
         """Write records with one ``write`` (no fsync); return their start and each one's end position.
+
+        ``on_appended(start, ends)`` is called under the spool's lock, once the records are
+        part of it: a reader that took :meth:`appended` before looking at what was handed to it
+        this way finds every record up to that end there (or never handed over).
 
         On an I/O error (e.g. a full disk) nothing of the batch is kept and the error is raised:
         the caller still has the records and may try again.
@@ -241,7 +252,10 @@ class Spool:
             start = base + length
             self._segments[base] = length + len(data)
             self.pending_records += len(records)
-        return start, [start + o for o in offsets]
+            ends = [start + o for o in offsets]
+            if on_appended is not None:
+                on_appended(start, ends)
+        return start, ends
 
     def _close_fd(self) -> None:
         if self._fd is not None:
@@ -284,15 +298,19 @@ class Spool:
 
     # --- reading -------------------------------------------------------------------------
 
-    def read(self, max_records: int, max_bytes: int = 4 << 20) -> list[tuple[Record, int]]:
-        """Up to ``max_records`` records after the read cursor, each with its end position."""
+    def read(
+        self, max_records: int, max_bytes: int = 4 << 20, upto: int | None = None
+    ) -> list[tuple[Record, int]]:
+        """Up to ``max_records`` records after the read cursor, each with its end position;
+        with ``upto`` (a record boundary, e.g. an earlier :meth:`appended`), none ending after it."""
         out: list[tuple[Record, int]] = []
         while len(out) < max_records:
             with self._lock:
-                if self._cursor >= self.end:
+                end = self.end if upto is None else min(self.end, upto)
+                if self._cursor >= end:
                     break
                 base = max(b for b in self._segments if b <= self._cursor)
-                valid = self._segments[base]
+                valid = min(self._segments[base], end - base)
                 later = [b for b in self._segments if b > base]
             offset = self._cursor - base
             if offset >= valid:  # end of this segment (or of its valid part): go to the next

@@ -65,8 +65,8 @@ def running(delivery: Delivery) -> threading.Thread:
 
 
 def write(spool: Spool, delivery: Delivery, batch: list[Record]) -> None:
-    start, ends = spool.append(batch)
-    delivery.offer(Chunk(start, batch, ends))
+    """What the sink's spool writer does: append, and offer under the spool's lock."""
+    spool.append(batch, lambda start, ends: delivery.offer(Chunk(start, batch, ends)))
 
 
 def test_records_offered_while_live_go_out_from_memory_in_order_and_are_committed(tmp_path: Path) -> None:
@@ -84,6 +84,34 @@ def test_records_offered_while_live_go_out_from_memory_in_order_and_are_committe
     assert delivery.counters["delivered"] == 301 and delivery.counters["replayed"] == 0
     assert spool.empty()
     spool.close()
+
+
+def test_records_the_writer_appends_while_delivery_looks_for_them_still_go_out_from_memory(
+    tmp_path: Path,
+) -> None:
+    # The writer may append (and offer) between delivery's look at the hand-over and its read
+    # of the spool's files: what it appended then is left to the hand-over, not read back.
+    class WriterInBetween(Spool):
+        pending: list[Record] | None = records(5)
+
+        def read(
+            self, max_records: int, max_bytes: int = 4 << 20, upto: int | None = None
+        ) -> list[tuple[Record, int]]:
+            batch, self.pending = self.pending, None
+            if batch is not None:
+                write(self, delivery, batch)
+            return super().read(max_records, max_bytes, upto)
+
+    spool = WriterInBetween(tmp_path)
+    got: list[Record] = []
+    delivery = Delivery(spool, tmp_path, lambda: Recorder(got), SETTINGS)
+    thread = running(delivery)
+    until(lambda: len(got) == 5, "delivery")
+    delivery.stop(1.0)
+    thread.join(5)
+    assert got == records(5)
+    assert delivery.counters["delivered"] == 5 and delivery.counters["replayed"] == 0
+    assert spool.committed == spool.end
 
 
 def test_records_written_before_the_connection_are_read_back_from_the_spool_then_memory_takes_over(

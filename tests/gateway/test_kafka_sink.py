@@ -65,7 +65,7 @@ async def test_events_reach_kafka_keyed_by_unit_and_in_order(
     check_complete_and_ordered(received, sent, max_duplicates=0)
     stats = sink.stats()
     # Every event went through the spool; none had to be read back from it.
-    assert stats["spooled"] == len(sent) and stats["replayed"] == 0 and stats["dropped"] == 0
+    assert stats["spooled"] == len(sent) and stats["replayed"] == 0 and stats["dropped"] == 0, stats
     assert stats["spool_pending"] == 0 and not list(tmp_path.glob("*/*.seg"))  # delivered segments deleted
 
 

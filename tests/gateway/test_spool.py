@@ -41,6 +41,20 @@ def test_records_come_back_in_order_across_segment_rotation(tmp_path: Path) -> N
     spool.close()
 
 
+def test_a_read_up_to_a_position_stops_there_even_with_later_segments_written(tmp_path: Path) -> None:
+    spool = Spool(tmp_path, segment_bytes=1000)
+    _, ends = spool.append(records(5))
+    seen: list[int] = []
+    spool.append(records(20, start=5))  # fills the first segment (over 1000 bytes)
+    spool.append(records(30, start=25), lambda start, e: seen.append(start))  # a later segment
+    assert len(list(tmp_path.glob("*.seg"))) == 2 and seen and seen[0] > ends[-1]
+    upto = ends[-1]  # within the first segment, which holds more after it
+    assert [r for r, _ in spool.read(100, upto=upto)] == records(5)
+    assert spool.cursor == upto and spool.read(100, upto=upto) == []
+    assert read_all(spool) == records(50, start=5)  # nothing skipped after the bound
+    spool.close()
+
+
 def test_committed_records_are_not_replayed_after_reopening(tmp_path: Path) -> None:
     spool = Spool(tmp_path, segment_bytes=2000)
     spool.append(records(300))
