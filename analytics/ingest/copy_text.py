@@ -328,6 +328,11 @@ def python_rows(
         )
 
 
+#: Events per part of a batch's COPY text (see ``insert_interactions``): ~0.6 MB of text, which
+#: the socket's buffers hold while the next part is rendered.
+RENDER_PART: Final = 1024
+
+
 def render_c(
     new: list[InteractionEvent],
     counted_ids: set[int],
@@ -361,6 +366,7 @@ def insert_interactions(
     declared: rollups.Declared,
     c_renderer: bool = True,
     conversations: CountedConversations | None = None,
+    part: int = RENDER_PART,
 ) -> Inserted:
     """COPY the batch's interactions, and its counted ones into ``lg_fold`` (caller's transaction).
 
@@ -369,6 +375,8 @@ def insert_interactions(
 
     ``c_renderer``: render the COPY text with ``analytics.ingest._copyfmt`` when it is built
     (False: the Python loop, which writes the same bytes; tests and benchmarks compare both).
+    ``part``: events rendered and sent at a time; a part the C renderer leaves to the Python
+    loop goes through it alone.
 
     Duplicates within the batch are dropped here; one already stored makes the COPY fail
     with ``psycopg.errors.UniqueViolation`` (a redelivery, or a concurrent transaction
@@ -391,19 +399,24 @@ def insert_interactions(
     counted = [e for e in new if _counted(e)]
     counted_ids = {id(e) for e in counted}
     firsts = _first_turns(pg, counted, conversations)
-    rendered = render_c(new, counted_ids, firsts, declared) if c_renderer else None
     fold_rows: list[tuple[Any, ...]] = []
-    fold_text = b""
+    fold_texts: list[bytes] = []
     with pg.cursor() as cur:
         with cur.copy(_COPY_INTERACTIONS) as copy:
-            if rendered is not None:
-                copy.write(rendered[0])
-                fold_text = rendered[1]
-            else:
-                for row, fold_row in python_rows(new, counted_ids, firsts, declared):
+            # Rendered and sent a part at a time: the server parses and stores one part while
+            # the next is rendered, where a whole batch rendered first kept it idle meanwhile.
+            for start in range(0, len(new), part):
+                events_part = new[start : start + part]
+                rendered = render_c(events_part, counted_ids, firsts, declared) if c_renderer else None
+                if rendered is not None:
+                    copy.write(rendered[0])
+                    fold_texts.append(rendered[1])
+                    continue
+                for row, fold_row in python_rows(events_part, counted_ids, firsts, declared):
                     copy.write_row(row)
                     if fold_row is not None:
                         fold_rows.append(fold_row)
+        fold_text = b"".join(fold_texts)
         if fold_text or fold_rows:  # lg_fold: created per session by ingest._prepare
             with cur.copy(_COPY_FOLD) as copy:
                 copy.write(fold_text)

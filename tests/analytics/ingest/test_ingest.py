@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import random
 from datetime import UTC, datetime
@@ -15,7 +16,7 @@ from analytics.ingest import copy_text
 from analytics.ingest import write as ingest_module
 from analytics.ingest.write import IngestResult, Raw, attribute_pending, ingest, ingest_raw
 from analytics.report.aggregate import bucket_of, histograms, segments
-from contracts.events import encode
+from contracts.events import InteractionEvent, encode
 from tests.analytics.ingest_helpers import (
     assert_rollups_equal,
     connect,
@@ -493,3 +494,37 @@ def test_a_timestamp_out_of_range_is_dead_lettered_and_the_rest_ingested(databas
         got = stored_rollups(conn, exp)
     assert (res.interactions, res.dead_lettered) == (1, 1)
     assert_rollups_equal(got, expected_rollups([good]))
+
+
+def test_a_batch_rendered_in_parts_stores_what_the_python_loop_stores(database_url: str) -> None:
+    """The COPY text goes out a part at a time; a part the C renderer leaves to the Python
+    loop (here a tag whose value is a number) goes through it, the parts around it do not."""
+    exp = declared_experiment(database_url)
+    events = [e for e in random_events(exp, 60, random.Random(11)) if isinstance(e, InteractionEvent)]
+    odd = 17
+    events[odd] = dataclasses.replace(events[odd], tags={"task": 3})
+    declared = {exp: frozenset({"task"})}
+    assert copy_text.render_c(events[14:21], {id(e) for e in events}, set(), declared) is None
+    assert copy_text.render_c(events[:14], {id(e) for e in events}, set(), declared) is not None
+
+    def stored(c_renderer: bool, part: int) -> tuple[list[Any], list[Any]]:
+        with connect(database_url) as conn:
+            ingest_module._prepare(conn, nested=False)
+            ins = copy_text.insert_interactions(
+                conn, events, declared=declared, c_renderer=c_renderer, part=part
+            )
+            assert ins.rows == len(events)
+            columns = copy_text.INTERACTION_COLUMNS  # all but ingested_at, the time of the write
+            rows = conn.execute(
+                f"SELECT {columns} FROM interactions WHERE experiment_id = %s ORDER BY event_id".encode(),
+                (exp,),
+            ).fetchall()
+            fold = conn.execute(b"SELECT * FROM lg_fold ORDER BY ts, unit_id").fetchall()
+            conn.rollback()
+        return rows, fold
+
+    by_python = stored(False, 10**6)
+    in_parts = stored(True, 7)
+    assert len(by_python[0]) == len(events) and len(by_python[1]) > 0
+    assert in_parts == by_python
+    assert "task=3" in str(in_parts[1])
