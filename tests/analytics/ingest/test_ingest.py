@@ -434,6 +434,25 @@ def test_a_batch_overlapping_stored_events_is_counted_once(database_url: str) ->
     assert_rollups_equal(got, expected_rollups(events))
 
 
+def test_a_stored_event_early_in_a_copy_sent_in_parts_fails_it_as_a_unique_violation(
+    database_url: str,
+) -> None:
+    """The server refuses the COPY at the stored id while later parts are still being sent:
+    the caller must still see the UniqueViolation it answers with the ON CONFLICT path."""
+    exp = declared_experiment(database_url)
+    events = [e for e in random_events(exp, 4000, random.Random(13)) if isinstance(e, InteractionEvent)]
+    with connect(database_url) as conn:
+        ingest(conn, [events[100]])
+        ingest_module._prepare(conn, nested=False)
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            copy_text.insert_interactions(conn, events, declared={exp: frozenset({"task"})}, part=100)
+        conn.rollback()
+        res = ingest(conn, events)  # what the consumer does: the same batch, the ON CONFLICT path
+        got = stored_rollups(conn, exp)
+    assert (res.interactions, res.duplicates) == (len(events) - 1, 1)
+    assert_rollups_equal(got, expected_rollups(events))
+
+
 def test_a_concurrent_duplicate_waits_and_is_counted_once(database_url: str) -> None:
     """Two consumers racing on the same events (a rebalance): the second one's COPY waits on
     the first's uncommitted rows, fails on the primary key, and is redone with ON CONFLICT."""
