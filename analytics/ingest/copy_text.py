@@ -416,10 +416,10 @@ def insert_interactions(
                     copy.write_row(row)
                     if fold_row is not None:
                         fold_rows.append(fold_row)
-        fold_text = b"".join(fold_texts)
-        if fold_text or fold_rows:  # lg_fold: created per session by ingest._prepare
+        if any(fold_texts) or fold_rows:  # lg_fold: created per session by ingest._prepare
             with cur.copy(_COPY_FOLD) as copy:
-                copy.write(fold_text)
+                for text in fold_texts:
+                    copy.write(text)
                 for row in fold_rows:
                     copy.write_row(row)
     return Inserted(len(new), [e.request_id for e in counted])

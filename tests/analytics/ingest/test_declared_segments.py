@@ -107,9 +107,9 @@ def test_a_key_declared_later_is_backfilled_as_if_declared_from_the_start(databa
     for i, e in enumerate(events):  # a stage tag (always rolled up) on some requests
         if isinstance(e, InteractionEvent) and i % 4 == 0:
             events[i] = dataclasses.replace(e, tags={**e.tags, ROLLOUT_STAGE_TAG: str(i % 3)})
-    # The twins get ids of their own: an original id ending as a rename of the twin's would
-    # (it was the id with "beef" for its last four digits) made the twin a duplicate of its
-    # original, dropped by ingest, and the histograms differ (a flaky failure, ~1 run in 70).
+    # The twins get ids of their own. They were once the original's id with its last four
+    # digits replaced by "beef": an original that already ended in "beef" (planted here) made
+    # its twin a duplicate, which ingest dropped, and the histograms differed (~1 run in 70).
     k = next(i for i, e in enumerate(events) if isinstance(e, InteractionEvent) and i % 4 == 0 and i > 300)
     events[k] = dataclasses.replace(events[k], event_id=events[k].event_id[:-4] + "beef")
     # The same traffic in an experiment that declared "task" from the start.
