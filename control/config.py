@@ -291,10 +291,53 @@ def _refuse_stage_edits(e: Experiment, body: ExperimentPatch, changes: dict[str,
         )
 
 
+#: What a started experiment's data is recorded under: each variant's upstream, model and
+#: role (the names are the set itself), and the mode and unit key that assigned its units.
+_FIXED_ONCE_STARTED: Final = ("mode", "unit_key")
+_FIXED_VARIANT_FIELDS: Final = ("upstream", "model", "is_control")
+
+
+def _refuse_identity_edits(
+    e: Experiment, before: dict[str, Any], body: ExperimentPatch, changes: dict[str, Any]
+) -> None:
+    """Once an experiment has started (running, paused or stopped), its events and rollups
+    are keyed by variant name and its units were assigned by its mode and unit key: a
+    renamed, added or dropped arm, an arm pointed at another upstream or model, a new
+    control, mode or unit key would mix two treatments under one name or leave recorded
+    arms out of the report. Weights (a ramp), coverage and the other settings stay editable."""
+    if e.started_at is None:
+        return
+    touched = [
+        f"{key} {before[key]!r} -> {changes[key]!r}"
+        for key in _FIXED_ONCE_STARTED
+        if key in changes and changes[key] != before[key]
+    ]
+    if body.variants is not None:
+        now = {v["name"]: v for v in before["variants"]}
+        new = {v.name: v for v in body.variants}
+        touched += [f"arm {name!r} added" for name in new if name not in now]
+        touched += [f"arm {name!r} dropped" for name in now if name not in new]
+        touched += [
+            f"arm {name!r} {field} {now[name][field]!r} -> {getattr(v, field)!r}"
+            for name, v in new.items()
+            if name in now
+            for field in _FIXED_VARIANT_FIELDS
+            if getattr(v, field) != now[name][field]
+        ]
+    if touched:
+        raise ControlError(
+            409,
+            f"experiment {e.name!r} has started ({e.status}) and its data is recorded under its arms, mode and "
+            f"unit key: {'; '.join(touched)} cannot change. Weights, coverage, targeting and the other settings "
+            "can; for another treatment stop it and create a new experiment",
+        )
+
+
 def update_experiment(db: Session, id_or_name: str, body: ExperimentPatch, actor: str) -> dict[str, Any]:
     e = _locked(db, id_or_name)
     before = experiment_out(e)
     changes = body.model_dump(exclude_unset=True, exclude={"variants"})
+    _refuse_identity_edits(e, before, body, changes)
     _refuse_stage_edits(e, body, changes)
     merged = {**before, **changes}
     ids = _upstream_ids(db)

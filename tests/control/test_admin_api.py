@@ -175,3 +175,53 @@ def test_segment_tags_are_declared_validated_audited_and_backfilled_through_the_
         ("backfill_segments", "admin:dora"),
         ("backfill_segments", "admin:dora"),
     ]
+
+
+def test_a_started_experiments_variants_mode_and_unit_key_cannot_change_but_its_weights_can(
+    admin_service: AdminService, engine: Engine, unique_name: str
+) -> None:
+    """Its data is recorded under its variants' names, each name stands for one upstream and
+    model, and its units were assigned by one unit key and mode: a rename, a repointed or
+    swapped arm, an added or dropped arm, a new control, mode or unit key after the start
+    would mix two treatments under one name or drop the recorded arms from the report. So
+    they are refused (409, naming each change) once the experiment has started — running,
+    paused or stopped — and the experiment is unchanged; weights (a ramp), coverage and the
+    other settings stay editable, and a draft takes any edit."""
+    body = _ab_experiment(admin_service, unique_name)
+    variants = body["variants"]
+    assert admin_service.call("POST", "/admin/experiments", body)[0] == 201
+    renamed = [{**variants[0], "name": "a2"}, variants[1]]
+    status, draft = admin_service.call("PATCH", f"/admin/experiments/{unique_name}", {"variants": renamed})
+    assert status == 200 and sorted(v["name"] for v in draft["variants"]) == ["a2", "b"], draft
+    assert admin_service.call("PATCH", f"/admin/experiments/{unique_name}", {"variants": variants})[0] == 200
+    assert admin_service.call("POST", f"/admin/experiments/{unique_name}/start")[0] == 200
+    _, before = admin_service.call("GET", f"/admin/experiments/{unique_name}")
+    third = {"name": "c", "upstream": unique_name, "model": "m3", "weight": 10}
+    refused = {
+        "renamed arm": ({"variants": renamed}, "'a2'"),
+        "repointed model": ({"variants": [variants[0], {**variants[1], "model": "m2-v2"}]}, "'m2-v2'"),
+        "new control": (
+            {"variants": [{**variants[0], "is_control": False}, {**variants[1], "is_control": True}]},
+            "is_control",
+        ),
+        "added arm": ({"variants": [*variants, third]}, "'c'"),
+        "dropped arm": ({"variants": [variants[0]]}, "'b'"),
+        "mode": ({"mode": "shadow"}, "mode"),
+        "unit key": ({"unit_key": "user"}, "unit_key"),
+    }
+    for what, (patch, named) in refused.items():
+        status, out = admin_service.call("PATCH", f"/admin/experiments/{unique_name}", patch)
+        assert status == 409, (what, status, out)
+        assert named in out["detail"] and "has started" in out["detail"], (what, out)
+        assert admin_service.call("GET", f"/admin/experiments/{unique_name}")[1] == before, what
+    ramp = [{**variants[0], "weight": 10}, {**variants[1], "weight": 90}]
+    status, out = admin_service.call(
+        "PATCH", f"/admin/experiments/{unique_name}", {"variants": ramp, "coverage": 0.5, "mode": "ab"}
+    )
+    assert status == 200, out
+    assert {v["name"]: v["weight"] for v in out["variants"]} == {"a": 10, "b": 90} and out["coverage"] == 0.5
+    assert admin_service.call("POST", f"/admin/experiments/{unique_name}/stop")[0] == 200
+    status, out = admin_service.call("PATCH", f"/admin/experiments/{unique_name}", {"variants": renamed})
+    assert status == 409 and "stopped" in out["detail"], out
+    actions = [a for a, _, _, _ in _audit(engine, "experiment", str(before["id"]))]
+    assert actions == ["create", "update", "update", "start", "update", "stop"]
