@@ -291,22 +291,28 @@ def _refuse_stage_edits(e: Experiment, body: ExperimentPatch, changes: dict[str,
         )
 
 
-#: What a started experiment's data is recorded under: each variant's upstream, model and
-#: role (the names are the set itself), and the mode and unit key that assigned its units.
+#: What a started experiment's data is recorded under: each arm's upstream, model and role
+#: (the names are the set itself), the mode and unit key that assigned its units, and an A/B
+#: experiment's weights.
 _FIXED_ONCE_STARTED: Final = ("mode", "unit_key")
-_FIXED_VARIANT_FIELDS: Final = ("upstream", "model", "is_control")
+_FIXED_ARM_FIELDS: Final = ("upstream", "model", "is_control")
+_FIXED_AB_ARM_FIELDS: Final = (*_FIXED_ARM_FIELDS, "weight")
 
 
 def _refuse_identity_edits(
     e: Experiment, before: dict[str, Any], body: ExperimentPatch, changes: dict[str, Any]
 ) -> None:
     """Once an experiment has started (running, paused or stopped), its events and rollups
-    are keyed by variant name and its units were assigned by its mode and unit key: a
-    renamed, added or dropped arm, an arm pointed at another upstream or model, a new
-    control, mode or unit key would mix two treatments under one name or leave recorded
-    arms out of the report. Weights (a ramp), coverage and the other settings stay editable."""
+    are keyed by arm name and its units were assigned by its mode and unit key: a renamed,
+    added or dropped arm, an arm pointed at another upstream or model, a new control, mode
+    or unit key would mix two treatments under one name or leave recorded arms out of the
+    report. An A/B experiment's weights are fixed too: its report tests every unit against
+    them (SRM), and a mid-run ramp moves units between arms and weighs the arms' periods
+    differently (Simpson's paradox); a rollout ramps through stages, each tested with its
+    own weights. Coverage and the other settings stay editable."""
     if e.started_at is None:
         return
+    ab = before["mode"] == "ab"
     touched = [
         f"{key} {before[key]!r} -> {changes[key]!r}"
         for key in _FIXED_ONCE_STARTED
@@ -321,15 +327,17 @@ def _refuse_identity_edits(
             f"arm {name!r} {field} {now[name][field]!r} -> {getattr(v, field)!r}"
             for name, v in new.items()
             if name in now
-            for field in _FIXED_VARIANT_FIELDS
+            for field in (_FIXED_AB_ARM_FIELDS if ab else _FIXED_ARM_FIELDS)
             if getattr(v, field) != now[name][field]
         ]
     if touched:
+        fixed = "arms, mode, unit key and, in an A/B test, weights" if ab else "arms, mode and unit key"
         raise ControlError(
             409,
-            f"experiment {e.name!r} has started ({e.status}) and its data is recorded under its arms, mode and "
-            f"unit key: {'; '.join(touched)} cannot change. Weights, coverage, targeting and the other settings "
-            "can; for another treatment stop it and create a new experiment",
+            f"experiment {e.name!r} has started ({e.status}) and its data is recorded under its {fixed}: "
+            f"{'; '.join(touched)} cannot change. Coverage, targeting and the other settings can; to ramp a "
+            "candidate, run a rollout (mode: rollout); for another treatment or split, stop this experiment "
+            "and create a new one",
         )
 
 

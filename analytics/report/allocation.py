@@ -1,6 +1,7 @@
 """The report's allocation table and sample-ratio check (SRM).
 
-An A/B experiment's weights are fixed, so every unit is tested against them. A rollout's
+An A/B experiment's weights are fixed once it starts (the control plane refuses a change:
+``control.config``), so every unit is tested against them. A rollout's
 weights change at every stage, and the report spans all of them: comparing cumulative units
 with the current weights raises a false mismatch at every ramp (a unit moved from the
 control to the candidate even gets a second rollup row, first seen in the new stage). So a

@@ -177,16 +177,17 @@ def test_segment_tags_are_declared_validated_audited_and_backfilled_through_the_
     ]
 
 
-def test_a_started_experiments_variants_mode_and_unit_key_cannot_change_but_its_weights_can(
+def test_a_started_ab_experiments_arms_weights_mode_and_unit_key_cannot_change(
     admin_service: AdminService, engine: Engine, unique_name: str
 ) -> None:
-    """Its data is recorded under its variants' names, each name stands for one upstream and
-    model, and its units were assigned by one unit key and mode: a rename, a repointed or
-    swapped arm, an added or dropped arm, a new control, mode or unit key after the start
-    would mix two treatments under one name or drop the recorded arms from the report. So
-    they are refused (409, naming each change) once the experiment has started — running,
-    paused or stopped — and the experiment is unchanged; weights (a ramp), coverage and the
-    other settings stay editable, and a draft takes any edit."""
+    """Its data is recorded under its arms' names, each name stands for one upstream and
+    model, its units were assigned by one unit key, mode and split, and its report tests
+    every unit against that split (SRM): a rename, a repointed or swapped arm, an added or
+    dropped arm, a new control, mode, unit key or split after the start would mix two
+    treatments under one name, drop recorded arms from the report or move units between
+    arms. So each is refused (409, naming each change) once the experiment has started —
+    running, paused or stopped — and the experiment is unchanged; coverage and the other
+    settings stay editable, and a draft takes any edit."""
     body = _ab_experiment(admin_service, unique_name)
     variants = body["variants"]
     assert admin_service.call("POST", "/admin/experiments", body)[0] == 201
@@ -206,6 +207,10 @@ def test_a_started_experiments_variants_mode_and_unit_key_cannot_change_but_its_
         ),
         "added arm": ({"variants": [*variants, third]}, "'c'"),
         "dropped arm": ({"variants": [variants[0]]}, "'b'"),
+        "ramp": (
+            {"variants": [{**variants[0], "weight": 10}, {**variants[1], "weight": 90}]},
+            "weight 50.0 -> 90",
+        ),
         "mode": ({"mode": "shadow"}, "mode"),
         "unit key": ({"unit_key": "user"}, "unit_key"),
     }
@@ -214,12 +219,9 @@ def test_a_started_experiments_variants_mode_and_unit_key_cannot_change_but_its_
         assert status == 409, (what, status, out)
         assert named in out["detail"] and "has started" in out["detail"], (what, out)
         assert admin_service.call("GET", f"/admin/experiments/{unique_name}")[1] == before, what
-    ramp = [{**variants[0], "weight": 10}, {**variants[1], "weight": 90}]
-    status, out = admin_service.call(
-        "PATCH", f"/admin/experiments/{unique_name}", {"variants": ramp, "coverage": 0.5, "mode": "ab"}
-    )
-    assert status == 200, out
-    assert {v["name"]: v["weight"] for v in out["variants"]} == {"a": 10, "b": 90} and out["coverage"] == 0.5
+    same = {"variants": variants, "coverage": 0.5, "mode": "ab", "unit_key": before["unit_key"]}
+    status, out = admin_service.call("PATCH", f"/admin/experiments/{unique_name}", same)
+    assert status == 200 and out["coverage"] == 0.5, out
     assert admin_service.call("POST", f"/admin/experiments/{unique_name}/stop")[0] == 200
     status, out = admin_service.call("PATCH", f"/admin/experiments/{unique_name}", {"variants": renamed})
     assert status == 409 and "stopped" in out["detail"], out

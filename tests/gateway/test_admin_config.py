@@ -109,9 +109,7 @@ def test_experiment_lifecycle_applies_within_one_second(
     route = exp["route"]
     assert exp["salt"] and exp["status"] == "draft"
     assert post(url + "/v1/chat/completions", {"model": route, "messages": MSG}).status_code == 404
-    assert admin(url, "POST", f"/experiments/{unique_name}/start").status_code == 200
-    _variant_within(url, route, "control", 1.0)
-    # ramp the candidate to 100 %: the next requests must see it within 1 s
+    # A draft takes any edit: every covered unit to the candidate, no unit covered yet.
     variants = [
         {
             "name": "control",
@@ -122,7 +120,13 @@ def test_experiment_lifecycle_applies_within_one_second(
         },
         {"name": "cand", "upstream": f"up-{unique_name}", "model": "cand", "weight": 100},
     ]
-    assert admin(url, "PATCH", f"/experiments/{unique_name}", {"variants": variants}).status_code == 200
+    r = admin(url, "PATCH", f"/experiments/{unique_name}", {"variants": variants, "coverage": 0.0})
+    assert r.status_code == 200, r.text
+    assert admin(url, "POST", f"/experiments/{unique_name}/start").status_code == 200
+    _variant_within(url, route, "control", 1.0)
+    # cover every unit (a running A/B's split is fixed; its coverage is not): the next
+    # requests must see the candidate within 1 s
+    assert admin(url, "PATCH", f"/experiments/{unique_name}", {"coverage": 1.0}).status_code == 200
     assert _variant_within(url, route, "cand", 1.0) <= 1.0
     assert admin(url, "POST", f"/experiments/{unique_name}/pause").status_code == 200
     assert _variant_within(url, route, "control", 1.0) <= 1.0
@@ -140,9 +144,10 @@ def test_experiment_lifecycle_applies_within_one_second(
             )
         ).all()
         ups = conn.execute(select(AuditLog.after).where(AuditLog.entity_id == f"up-{unique_name}")).all()
-    assert [a for a, _, _ in rows] == ["create", "start", "update", "pause", "stop"]
-    update = rows[2]
-    assert update[1]["variants"][1]["weight"] == 0 and update[2]["variants"][1]["weight"] == 100
+    assert [a for a, _, _ in rows] == ["create", "update", "start", "update", "pause", "stop"]
+    draft_edit, cover = rows[1], rows[3]
+    assert draft_edit[1]["variants"][1]["weight"] == 0 and draft_edit[2]["variants"][1]["weight"] == 100
+    assert cover[1]["coverage"] == 0.0 and cover[2]["coverage"] == 1.0
     assert "sk-upstream-secret-123" not in str(ups)
     listed = admin(url, "GET", f"/upstreams/up-{unique_name}").json()
     assert listed["api_key"] == "***-123"
