@@ -82,6 +82,9 @@ def _status(r: VariantResult) -> str:
         style = {"pass": "green", "fail": "red", "inconclusive": "yellow"}[g.outcome]
         kind = " (fixed-horizon)" if g.test == "fixed_horizon" else ""
         parts.append(f"[{style}]guardrail {g.outcome}{kind}[/]")
+    if not parts and r.p_value is not None and r.p_value_sequential is None:
+        # No always-valid test (quantiles): the verdict policy cannot call it either way.
+        return "[dim]fixed-horizon only[/]"
     return " ".join(parts) or "[dim]n.s.[/]"
 
 

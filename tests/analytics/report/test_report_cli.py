@@ -83,3 +83,37 @@ def test_table_says_which_evidence_a_rollout_verdict_rests_on_and_where_the_tabl
     assert "on promoted at 50% on stage-window evidence (by controller)" in out
     assert f"≠ {note}" in out
     assert "guardrail fixed-horizon, not yet valid" in out
+
+
+def test_a_metric_without_a_sequential_test_reads_fixed_horizon_only_not_not_significant(db: Session) -> None:
+    """A quantile metric has a fixed-horizon p and no always-valid one, so the verdict policy
+    (Holm-corrected sequential p) never calls it: a row reading "p <0.001 … n.s." told the
+    user the difference was not significant. It says it has no verdict-grade test instead;
+    a metric with a sequential test that is not significant still reads "n.s."."""
+    rng = np.random.default_rng(47)
+    conn = db.connection()
+    eid, _ = create_experiment(
+        conn, [("control", 1), ("candidate", 1)], metrics=["latency_p50", "error_rate"]
+    )
+    events: list[Event] = []
+    for variant, scale in (("control", 300.0), ("candidate", 450.0)):
+        for i in range(400):
+            events.append(InteractionEvent(
+                request_id=f"{eid}-{variant}-{i}", route="r", unit_id=f"{variant}-{i % 200}", unit_source="header",
+                role="primary", mode="ab", endpoint="chat", model="m", upstream="up", status="ok", http_status=200,
+                latency_ms=float(rng.gamma(8, scale / 8)), experiment_id=eid, variant=variant,
+                ts=T0.timestamp() + i))  # fmt: skip
+    ingest(db, events)
+    report = build_report(conn, eid, now=T0.replace(hour=1), options=ReportOptions(timeseries=False))
+    p50 = next(r for r in report.results if r.metric == "latency_p50" and not r.is_control)
+    assert p50.p_value is not None and p50.p_value < 1e-6 and p50.p_value_sequential is None
+    assert not p50.significant
+    rows = {line.split("│")[1].strip(): line for line in _text(report).splitlines() if line.count("│") > 5}
+    p50_row = next(
+        line for metric, line in rows.items() if metric.startswith("latency_p50") and "candidate" in line
+    )
+    assert "fixed-horizon only" in p50_row and "n.s." not in p50_row, p50_row
+    errors = next(
+        line for metric, line in rows.items() if metric.startswith("error_rate") and "candidate" in line
+    )
+    assert "fixed-horizon only" not in errors
