@@ -126,6 +126,8 @@ def update_upstream(db: Session, name: str, body: UpstreamPatch, actor: str) -> 
     u.updated_at = func.now()
     db.flush()
     db.refresh(u)
+    if upstream_out(u)["base_url"] != before["base_url"]:
+        _require_gates_of_users(db, u)
     _audit(db, actor, "update", "upstream", u.name, before, upstream_out(u))
     _commit(db)
     return upstream_out(u)
@@ -407,6 +409,32 @@ def backfill_segments(
     _audit(db, actor, "backfill_segments", "experiment", eid, None, result)
     _commit(db)
     return result
+
+
+def _require_gates_of_users(db: Session, u: Upstream) -> None:
+    """An upstream's URL is part of its variants' gate fingerprints: every running
+    experiment with a variant on ``u`` must still pass its offline gate (``_require_gate``)
+    with the new URL, as it must when a variant is repointed. A paused one serves the
+    control only and is checked when it starts again."""
+    running = db.scalars(
+        select(Experiment.id)
+        .join(Variant, Variant.experiment_id == Experiment.id)
+        .where(Variant.upstream_id == u.id, Experiment.status == "running")
+        .distinct()
+        .order_by(Experiment.id)
+    ).all()
+    for eid in running:
+        lock(db.connection(), eid)
+        e = _load(db, eid)
+        try:
+            _require_gate(db, e)
+        except ControlError as exc:
+            raise ControlError(
+                409,
+                f"upstream {u.name!r} serves running experiment {e.name!r}, whose offline gate does not vouch "
+                f"for the new URL ({exc.reason}): pause the experiment, change the upstream, run its gate "
+                "again, then start it",
+            ) from None
 
 
 def _require_gate(db: Session, e: Experiment) -> None:

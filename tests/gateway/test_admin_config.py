@@ -314,6 +314,68 @@ def test_an_ab_experiment_with_a_declared_offline_gate_starts_only_once_the_gate
     assert admin(url, "POST", "/experiments/gated-ab/stop").status_code == 200
 
 
+def test_moving_a_gated_running_candidates_upstream_to_another_url_is_refused_until_paused(
+    gw: tuple[str, MemorySink], simulator: str, engine: Engine
+) -> None:
+    """A gate decision vouches for the candidate's fingerprint, which includes its upstream's
+    URL: pointing that upstream at another server while the A/B test runs would show users a
+    model the gate never saw, as repointing the variant would (refused above). So an upstream
+    edit that changes a running gated candidate's (or its baseline's) fingerprint answers 409
+    and changes nothing; paused, the experiment serves the control only, the edit goes
+    through, and starting again asks the gate about the new fingerprint."""
+    import orjson
+    from sqlalchemy import text
+
+    from contracts.offline_gate import candidate_fingerprint
+
+    url, _ = gw
+    name = "gated-move"
+    exp = _setup(url, name, simulator)
+    both = [
+        {"name": "control", "upstream": f"up-{name}", "model": "base", "weight": 50, "is_control": True},
+        {"name": "cand", "upstream": f"up-{name}", "model": "cand", "weight": 50},
+    ]
+    assert admin(url, "PATCH", f"/experiments/{name}", {"variants": both}).status_code == 200
+    declaration, params = {"suites": ["demo"]}, {"temperature": 0}
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO offline_gates (experiment_id, declaration, updated_by) VALUES (:e, CAST(:d AS jsonb), 't')"
+            ),
+            {"e": exp["id"], "d": orjson.dumps(declaration).decode()},
+        )
+        conn.execute(
+            text(
+                "INSERT INTO gate_decisions (experiment_id, variant, baseline_variant, candidate_fingerprint,"
+                " baseline_fingerprint, upstream, model, params, passed, verdict, declaration, actor)"
+                " VALUES (:e, 'cand', 'control', :fc, :fb, :u, 'cand', CAST(:p AS jsonb), true, 'pass',"
+                " CAST(:d AS jsonb), 't')"
+            ),
+            {
+                "e": exp["id"], "u": f"up-{name}",
+                "fc": candidate_fingerprint(f"up-{name}", simulator, "cand", params),
+                "fb": candidate_fingerprint(f"up-{name}", simulator, "base", params),
+                "p": orjson.dumps(params).decode(), "d": orjson.dumps(declaration).decode(),
+            },
+        )  # fmt: skip
+    assert admin(url, "POST", f"/experiments/{name}/start").status_code == 200
+    elsewhere = simulator.rstrip("/") + "/elsewhere"
+    r = admin(url, "PATCH", f"/upstreams/up-{name}", {"base_url": elsewhere})
+    assert r.status_code == 409, r.text
+    assert f"'{name}'" in r.json()["detail"] and "offline gate" in r.json()["detail"], r.text
+    assert admin(url, "GET", f"/upstreams/up-{name}").json()["base_url"] == simulator
+    # A change that keeps the fingerprints (the timeout) is not held.
+    assert admin(url, "PATCH", f"/upstreams/up-{name}", {"timeout_s": 30}).status_code == 200
+    assert admin(url, "POST", f"/experiments/{name}/pause").status_code == 200
+    r = admin(url, "PATCH", f"/upstreams/up-{name}", {"base_url": elsewhere})
+    assert r.status_code == 200, r.text
+    r = admin(url, "POST", f"/experiments/{name}/start")
+    assert r.status_code == 409 and "offline gate" in r.json()["detail"], r.text
+    assert admin(url, "PATCH", f"/upstreams/up-{name}", {"base_url": simulator}).status_code == 200
+    assert admin(url, "POST", f"/experiments/{name}/start").status_code == 200
+    assert admin(url, "POST", f"/experiments/{name}/stop").status_code == 200
+
+
 def test_huge_numbers_in_an_experiments_json_fields_are_stored_and_audited_not_a_500(
     gw: tuple[str, MemorySink], simulator: str, unique_name: str, engine: Engine
 ) -> None:
