@@ -125,12 +125,17 @@ def test_an_operator_starts_pauses_and_stops_an_experiment_and_is_the_audited_ac
     page, name, errors = signed_in("operator")
     page.goto(f"{analytics_url}/dashboard/experiments/{created['name']}")
     page.wait_for_selector("#experiment-actions button[data-action=start]", timeout=WAIT_MS)
+    assert page.locator("#weights-form").count() == 1  # a draft's split is editable
     for action, status_after in (("start", "running"), ("pause", "paused"), ("stop", "stopped")):
         page.click(f"#experiment-actions button[data-action={action}]")
         page.wait_for_function(
             f"document.querySelector('#action-status')?.textContent === '{status_after}'", timeout=WAIT_MS
         )
         assert f"{action}: done" in page.inner_text("#action-result")
+        # A started A/B test's split is fixed (the API refuses a change): shown, not offered.
+        assert page.locator("#weights-form").count() == 0
+        assert "fixed once an A/B test has started" in page.inner_text("#weights-fixed")
+        assert "candidate 50" in page.inner_text("#weights-fixed")
     assert actors(engine, "experiment", str(created["id"]))[1:] == [
         ("start", f"user:{name}"),
         ("pause", f"user:{name}"),

@@ -45,17 +45,24 @@ export class ActionsCard {
             (a) => `<button type="button" data-rollout="${a}">${a === "rollback" ? "roll back" : a}</button>`,
           ).join("")}</div>`
         : "";
-    const weights = e.variants
-      .map(
-        (v, i) => `<label>${esc(v.name)}${v.is_control ? " (control)" : ""}
+    // A started A/B test keeps its split (the API refuses a change): shown, not offered.
+    const split = e.mode === "ab" && e.started_at;
+    const weights = split
+      ? e.variants.map((v) => `${esc(v.name)}${v.is_control ? " (control)" : ""} ${esc(v.weight)}`).join(", ")
+      : e.variants
+          .map(
+            (v, i) => `<label>${esc(v.name)}${v.is_control ? " (control)" : ""}
           <input type="number" min="0" step="any" name="w${i}" value="${esc(v.weight)}" data-variant="${esc(v.name)}"></label>`,
-      )
-      .join(" ");
+          )
+          .join(" ");
+    const weightsRow = split
+      ? `<p class="actions" id="weights-fixed">weights ${weights} <span class="muted">— fixed once an A/B test has started; to ramp a candidate, run a rollout</span></p>`
+      : `<form id="weights-form" class="actions">weights ${weights} <button type="submit">save weights</button></form>`;
     this.el.hidden = false;
     this.el.innerHTML = `<h2>Actions <span class="hint">as ${esc(this.who?.name || "")}</span></h2>
       <div class="actions" id="experiment-actions">status <b id="action-status">${esc(e.status)}</b> ${buttons}</div>
       ${rollout}
-      <form id="weights-form" class="actions">weights ${weights} <button type="submit">save weights</button></form>
+      ${weightsRow}
       <p id="action-result" class="${bad ? "bad-text" : "muted"}" role="status">${esc(message)}</p>
       <dialog id="confirm-dialog"><form method="dialog">
         <h3 id="confirm-title"></h3><div id="confirm-evidence"></div>
