@@ -49,6 +49,7 @@ from analytics.risks import Guardrail
 from analytics.stats.correction import benjamini_hochberg, holm
 from analytics.stats.sequential import DEFAULT_PLANNED_UNITS
 from analytics.stats.sufficient import SampleStats
+from contracts import offline_gate
 from contracts.events import ROLLOUT_STAGE_TAG
 from contracts.ngrams import NgramKey, phrase_lookup
 from contracts.rollout_plan import RolloutPlanSchema
@@ -345,7 +346,13 @@ def apply_corrections(rows: list[VariantResult], alpha: float) -> list[VariantRe
 
 
 def verdicts(exp: _Experiment, rows: Sequence[VariantResult], metrics: Sequence[Metric], srm: SrmCheck,
-             counts: Mapping[str, int], min_units: int = MIN_TEST_UNITS) -> list[Verdict]:  # fmt: skip
+             counts: Mapping[str, int], min_units: int = MIN_TEST_UNITS,
+             gates: Mapping[str, offline_gate.GateCheck] | None = None) -> list[Verdict]:  # fmt: skip
+    """Each candidate's verdict from the table. ``gates``: each candidate's offline gate check
+    (``contracts.offline_gate.check``) when the experiment declares a gate: a candidate the
+    gate failed is ``harm`` whatever users say (the gate found a regression the online
+    metrics may not measure), and one without a passing decision as configured now is never
+    ``ship``."""
     guard = {m.name for m in metrics if m.guardrail}
     out: list[Verdict] = []
     for name, _, is_control in exp.variants:
@@ -361,6 +368,11 @@ def verdicts(exp: _Experiment, rows: Sequence[VariantResult], metrics: Sequence[
             if r.metric in guard and (r.guardrail is None or r.guardrail.outcome != "pass")
         )
         kw: dict[str, Any] = {"variant": name, "better": better, "worse": worse, "failed_guardrails": failed}
+        gate = (gates or {}).get(name)
+        held: str | None = None  # why the offline gate holds this candidate back
+        gate_failed = False  # a decision failed it (else: no passing decision as configured now)
+        if gate is not None and gate.required and not gate.passed:
+            held, gate_failed = gate.reason, gate.decision_id is not None
         if exp.mode == "shadow":
             out.append(Verdict(**kw, verdict="no_difference_yet",
                                reason="shadow: compare candidate and baseline in the paired comparison"))  # fmt: skip
@@ -380,14 +392,18 @@ def verdicts(exp: _Experiment, rows: Sequence[VariantResult], metrics: Sequence[
                     reason=f"sample ratio mismatch (p={srm.p_value:.2g} < {srm.threshold})",
                 )
             )
-        elif failed or worse:
+        elif failed or worse or gate_failed:
             what = ", ".join(
                 [
                     *(f"guardrail {m} failed" for m in failed),
                     *(f"{m} worse" for m in worse if m not in failed),
+                    *([held] if gate_failed and held else []),
                 ]
             )
             out.append(Verdict(**kw, verdict="harm", reason=what))
+        elif better and not pending and held:
+            why = f"better on {', '.join(better)}; guardrails pass; but {held}"
+            out.append(Verdict(**kw, verdict="no_difference_yet", reason=why))
         elif better and not pending:
             out.append(
                 Verdict(**kw, verdict="ship", reason=f"better on {', '.join(better)}; guardrails pass")
@@ -542,7 +558,14 @@ def build_report(
             conn, rows, stats, srm, metrics, generated, opts.srm_grace_s
         )
     else:
-        verdict_list = verdicts(exp, rows, metrics, srm, counts, compare.min_units)
+        gates = None
+        if exp.mode == "ab" and exp.control is not None:
+            gates = {
+                n: offline_gate.check(conn, exp.id, n, exp.control, required=False)
+                for n, _, c in exp.variants
+                if not c
+            }
+        verdict_list = verdicts(exp, rows, metrics, srm, counts, compare.min_units, gates)
     report = Report(
         **head, units=units, allocation=allocation, srm=srm, results=rows, verdicts=verdict_list, errors=errors,
     )  # fmt: skip

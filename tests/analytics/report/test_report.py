@@ -150,6 +150,61 @@ def test_clear_improvement_ships_and_a_harmful_candidate_is_flagged(db: Session)
     assert not report.srm.flagged
 
 
+def test_an_ab_candidate_its_offline_gate_failed_or_has_not_passed_is_never_ship(db: Session) -> None:
+    """Users may like a candidate that forgot a skill: an A/B test whose offline gate was
+    declared after the start (as the `liftgate up` demo does) keeps serving, but its report
+    must not say "ship" for a candidate the gate failed ("harm", naming the gate's reason)
+    or has no passing decision for as configured now ("no_difference_yet", saying why); a
+    passing decision leaves the online verdict as it is."""
+    import orjson
+
+    from contracts.offline_gate import candidate_fingerprint
+
+    rng = np.random.default_rng(11)
+    conn = db.connection()
+    eid, _ = create_experiment(conn, [("control", 1), ("good", 1)], metrics=["thumbs_up_rate", "error_rate"])
+    insert_units(conn, eid, "control", simulate_units(rng, 3000, thumbs_p=0.20, tokens=100, error_p=0.10))
+    insert_units(conn, eid, "good", simulate_units(rng, 3000, thumbs_p=0.30, tokens=100, error_p=0.10))
+    assert build_report(conn, eid, options=OPTS).verdicts[0].verdict == "ship"
+    declaration = {"suites": ["demo"]}
+    conn.execute(
+        text(
+            "INSERT INTO offline_gates (experiment_id, declaration, updated_by) VALUES (:e, CAST(:d AS jsonb), 't')"
+        ),
+        {"e": eid, "d": orjson.dumps(declaration).decode()},
+    )
+    (verdict,) = build_report(conn, eid, options=OPTS).verdicts
+    assert verdict.verdict == "no_difference_yet", verdict
+    assert "offline gate" in verdict.reason and "better on thumbs_up_rate" in verdict.reason, verdict.reason
+    up, base_url = conn.execute(
+        text(
+            "SELECT u.name, u.base_url FROM variants v JOIN upstreams u ON u.id = v.upstream_id WHERE v.experiment_id = :e LIMIT 1"
+        ),
+        {"e": eid},
+    ).one()
+
+    def decide(passed: bool, reasons: list[str]) -> None:
+        conn.execute(
+            text(
+                "INSERT INTO gate_decisions (experiment_id, variant, baseline_variant, candidate_fingerprint,"
+                " baseline_fingerprint, upstream, model, params, passed, verdict, reasons, declaration, actor)"
+                " VALUES (:e, 'good', 'control', :f, :f, :u, 'm', '{}'::jsonb, :ok, :v, CAST(:r AS jsonb),"
+                " CAST(:d AS jsonb), 't')"
+            ),
+            {"e": eid, "f": candidate_fingerprint(up, base_url, "m", {}), "u": up, "ok": passed,
+             "v": "pass" if passed else "fail", "r": orjson.dumps(reasons).decode(),
+             "d": orjson.dumps(declaration).decode()},
+        )  # fmt: skip
+
+    decide(False, ["forgetting: code -28.3 pts"])
+    (verdict,) = build_report(conn, eid, options=OPTS).verdicts
+    assert verdict.verdict == "harm" and "forgetting: code -28.3 pts" in verdict.reason, verdict
+    assert verdict.better == ["thumbs_up_rate"]
+    decide(True, [])
+    (verdict,) = build_report(conn, eid, options=OPTS).verdicts
+    assert verdict.verdict == "ship", verdict
+
+
 def test_skewed_split_is_flagged_as_srm(db: Session) -> None:
     rng = np.random.default_rng(3)
     conn = db.connection()
