@@ -258,56 +258,72 @@ def test_client_api_keys_are_returned_once_and_stored_hashed(
     assert admin(url, "DELETE", f"/api-keys/{unique_name}").json()["revoked"] is True
 
 
-def test_an_ab_experiment_with_a_declared_offline_gate_starts_only_once_the_gate_passed(
-    gw: tuple[str, MemorySink], simulator: str, engine: Engine
-) -> None:
-    """Users see an A/B candidate: with a declared gate and no passing decision for the
-    candidate as configured now, start (and an edit of a running experiment) answers 409."""
+GATE_DECLARATION = {"suites": ["demo"]}
+GATE_PARAMS = {"temperature": 0}
+
+
+def _declare_gate(engine: Engine, experiment_id: int) -> None:
+    import orjson
+    from sqlalchemy import text
+
+    with engine.begin() as conn:
+        conn.execute(
+            text("INSERT INTO offline_gates (experiment_id, declaration, updated_by) VALUES (:e, CAST(:d AS jsonb), 't')"),
+            {"e": experiment_id, "d": orjson.dumps(GATE_DECLARATION).decode()},
+        )  # fmt: skip
+
+
+def _gate_passed(engine: Engine, experiment_id: int, upstream: str, base_url: str) -> None:
+    """A passing decision for variant ``cand`` (model ``cand``) against ``control`` (``base``),
+    both on ``upstream`` at ``base_url``: what the gate vouches for."""
     import orjson
     from sqlalchemy import text
 
     from contracts.offline_gate import candidate_fingerprint
 
-    url, _ = gw
-    exp = _setup(url, "gated-ab", simulator)
-    r = admin(url, "PATCH", "/experiments/gated-ab", {"variants": [
-        {"name": "control", "upstream": "up-gated-ab", "model": "base", "weight": 50, "is_control": True},
-        {"name": "cand", "upstream": "up-gated-ab", "model": "cand", "weight": 50}]})  # fmt: skip
-    assert r.status_code == 200, r.text
-    declaration = {"suites": ["demo"]}
-    with engine.begin() as conn:
-        conn.execute(
-            text(
-                "INSERT INTO offline_gates (experiment_id, declaration, updated_by) VALUES (:e, CAST(:d AS jsonb), 't')"
-            ),
-            {"e": exp["id"], "d": orjson.dumps(declaration).decode()},
-        )
-    r = admin(url, "POST", "/experiments/gated-ab/start")
-    assert r.status_code == 409 and "offline gate" in r.json()["detail"], r.text
-    assert admin(url, "GET", "/experiments/gated-ab").json()["status"] == "draft"
-    params = {"temperature": 0}
     with engine.begin() as conn:
         conn.execute(
             text(
                 "INSERT INTO gate_decisions (experiment_id, variant, baseline_variant, candidate_fingerprint,"
                 " baseline_fingerprint, upstream, model, params, passed, verdict, declaration, actor)"
-                " VALUES (:e, 'cand', 'control', :fc, :fb, 'up-gated-ab', 'cand', CAST(:p AS jsonb), true, 'pass',"
+                " VALUES (:e, 'cand', 'control', :fc, :fb, :u, 'cand', CAST(:p AS jsonb), true, 'pass',"
                 " CAST(:d AS jsonb), 't')"
             ),
             {
-                "e": exp["id"],
-                "fc": candidate_fingerprint("up-gated-ab", simulator, "cand", params),
-                "fb": candidate_fingerprint("up-gated-ab", simulator, "base", params),
-                "p": orjson.dumps(params).decode(),
-                "d": orjson.dumps(declaration).decode(),
+                "e": experiment_id, "u": upstream,
+                "fc": candidate_fingerprint(upstream, base_url, "cand", GATE_PARAMS),
+                "fb": candidate_fingerprint(upstream, base_url, "base", GATE_PARAMS),
+                "p": orjson.dumps(GATE_PARAMS).decode(), "d": orjson.dumps(GATE_DECLARATION).decode(),
             },
-        )
+        )  # fmt: skip
+
+
+def _both_arms(name: str) -> list[dict[str, Any]]:
+    return [
+        {"name": "control", "upstream": f"up-{name}", "model": "base", "weight": 50, "is_control": True},
+        {"name": "cand", "upstream": f"up-{name}", "model": "cand", "weight": 50},
+    ]
+
+
+def test_an_ab_experiment_with_a_declared_offline_gate_starts_only_once_the_gate_passed(
+    gw: tuple[str, MemorySink], simulator: str, engine: Engine
+) -> None:
+    """Users see an A/B candidate: with a declared gate and no passing decision for the
+    candidate as configured now, start (and an edit of a running experiment) answers 409."""
+    url, _ = gw
+    exp = _setup(url, "gated-ab", simulator)
+    r = admin(url, "PATCH", "/experiments/gated-ab", {"variants": _both_arms("gated-ab")})
+    assert r.status_code == 200, r.text
+    _declare_gate(engine, exp["id"])
+    r = admin(url, "POST", "/experiments/gated-ab/start")
+    assert r.status_code == 409 and "offline gate" in r.json()["detail"], r.text
+    assert admin(url, "GET", "/experiments/gated-ab").json()["status"] == "draft"
+    _gate_passed(engine, exp["id"], "up-gated-ab", simulator)
     r = admin(url, "POST", "/experiments/gated-ab/start")
     assert r.status_code == 200, r.text
     # Repointing the running candidate at a model the gate never saw is refused, unchanged.
-    r = admin(url, "PATCH", "/experiments/gated-ab", {"variants": [
-        {"name": "control", "upstream": "up-gated-ab", "model": "base", "weight": 50, "is_control": True},
-        {"name": "cand", "upstream": "up-gated-ab", "model": "cand-v2", "weight": 50}]})  # fmt: skip
+    arms = _both_arms("gated-ab")
+    r = admin(url, "PATCH", "/experiments/gated-ab", {"variants": [arms[0], {**arms[1], "model": "cand-v2"}]})
     assert r.status_code == 409 and "'cand-v2'" in r.json()["detail"], r.text
     after = admin(url, "GET", "/experiments/gated-ab").json()
     assert [v["model"] for v in after["variants"]] == ["base", "cand"]
@@ -323,41 +339,12 @@ def test_moving_a_gated_running_candidates_upstream_to_another_url_is_refused_un
     edit that changes a running gated candidate's (or its baseline's) fingerprint answers 409
     and changes nothing; paused, the experiment serves the control only, the edit goes
     through, and starting again asks the gate about the new fingerprint."""
-    import orjson
-    from sqlalchemy import text
-
-    from contracts.offline_gate import candidate_fingerprint
-
     url, _ = gw
     name = "gated-move"
     exp = _setup(url, name, simulator)
-    both = [
-        {"name": "control", "upstream": f"up-{name}", "model": "base", "weight": 50, "is_control": True},
-        {"name": "cand", "upstream": f"up-{name}", "model": "cand", "weight": 50},
-    ]
-    assert admin(url, "PATCH", f"/experiments/{name}", {"variants": both}).status_code == 200
-    declaration, params = {"suites": ["demo"]}, {"temperature": 0}
-    with engine.begin() as conn:
-        conn.execute(
-            text(
-                "INSERT INTO offline_gates (experiment_id, declaration, updated_by) VALUES (:e, CAST(:d AS jsonb), 't')"
-            ),
-            {"e": exp["id"], "d": orjson.dumps(declaration).decode()},
-        )
-        conn.execute(
-            text(
-                "INSERT INTO gate_decisions (experiment_id, variant, baseline_variant, candidate_fingerprint,"
-                " baseline_fingerprint, upstream, model, params, passed, verdict, declaration, actor)"
-                " VALUES (:e, 'cand', 'control', :fc, :fb, :u, 'cand', CAST(:p AS jsonb), true, 'pass',"
-                " CAST(:d AS jsonb), 't')"
-            ),
-            {
-                "e": exp["id"], "u": f"up-{name}",
-                "fc": candidate_fingerprint(f"up-{name}", simulator, "cand", params),
-                "fb": candidate_fingerprint(f"up-{name}", simulator, "base", params),
-                "p": orjson.dumps(params).decode(), "d": orjson.dumps(declaration).decode(),
-            },
-        )  # fmt: skip
+    assert admin(url, "PATCH", f"/experiments/{name}", {"variants": _both_arms(name)}).status_code == 200
+    _declare_gate(engine, exp["id"])
+    _gate_passed(engine, exp["id"], f"up-{name}", simulator)
     assert admin(url, "POST", f"/experiments/{name}/start").status_code == 200
     elsewhere = simulator.rstrip("/") + "/elsewhere"
     r = admin(url, "PATCH", f"/upstreams/up-{name}", {"base_url": elsewhere})
