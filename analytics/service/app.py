@@ -312,7 +312,9 @@ def create_app(
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}
-        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+        # The field's path inside the body; an error about the body itself (empty, not an
+        # object) names the body.
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "body"
         return JSONResponse({"detail": f"{where}: {first.get('msg', 'invalid request')}"}, status_code=422)
 
     @app.exception_handler(Exception)

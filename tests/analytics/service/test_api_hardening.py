@@ -256,6 +256,18 @@ def test_non_finite_numbers_in_a_definition_body_are_refused(url: str) -> None:
         assert status == 422 and "invalid JSON" in json.loads(body)["detail"]
 
 
+def test_a_body_that_is_not_an_object_is_refused_naming_the_body(url: str) -> None:
+    """Pydantic locates these errors at the body itself: the reason began with ": " (no
+    field to name) — it names the body instead."""
+    for raw, reason in ((b"", "body: Field required"), (b"[1, 2]", "body: Input should be a valid dictionary"),
+                        (b"null", "body: Input should be a valid dictionary")):  # fmt: skip
+        status, _, body = call(url, "POST", "/admin/upstreams", token=ADMIN, body=raw)
+        assert status == 422 and json.loads(body)["detail"].startswith(reason), (raw, body)
+    spec = {"name": "up-" + secrets.token_hex(3), "base_url": "http://127.0.0.1:9/v1", "bogus": 1}
+    status, _, body = call(url, "POST", "/admin/upstreams", token=ADMIN, body=spec)
+    assert status == 422 and json.loads(body)["detail"].startswith("bogus: "), body
+
+
 def test_reports_answer_200_after_1_7e308_feedback_and_with_overflowing_rollups(
     url: str, module_database_url: str
 ) -> None:
