@@ -61,7 +61,7 @@ def _row(conn: Connection, id_or_name: str, *, for_update: bool) -> rollout.Roll
     if row is None:
         raise RolloutActionError(404, f"experiment {id_or_name!r} not found")
     if row.mode != "rollout":
-        raise RolloutActionError(409, f"experiment {row.name!r} is a {row.mode} experiment, not a rollout")
+        raise RolloutActionError(409, f"experiment {row.name!r} is not a rollout (mode {row.mode!r})")
     return row
 
 

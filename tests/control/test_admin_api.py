@@ -227,3 +227,16 @@ def test_a_started_ab_experiments_arms_weights_mode_and_unit_key_cannot_change(
     assert status == 409 and "stopped" in out["detail"], out
     actions = [a for a, _, _, _ in _audit(engine, "experiment", str(before["id"]))]
     assert actions == ["create", "update", "update", "start", "update", "stop"]
+
+
+def test_a_rollout_action_on_an_ab_experiment_is_409_saying_it_is_not_a_rollout(
+    admin_service: AdminService, unique_name: str
+) -> None:
+    assert (
+        admin_service.call("POST", "/admin/experiments", _ab_experiment(admin_service, unique_name))[0] == 201
+    )
+    for action in ("advance", "pause", "resume", "rollback"):
+        status, body = admin_service.call("POST", f"/admin/experiments/{unique_name}/rollout/{action}")
+        assert (
+            status == 409 and body["detail"] == f"experiment {unique_name!r} is not a rollout (mode 'ab')"
+        ), body
