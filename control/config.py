@@ -126,11 +126,12 @@ def update_upstream(db: Session, name: str, body: UpstreamPatch, actor: str) -> 
     u.updated_at = func.now()
     db.flush()
     db.refresh(u)
-    if upstream_out(u)["base_url"] != before["base_url"]:
+    after = upstream_out(u)
+    if after["base_url"] != before["base_url"]:
         _require_gates_of_users(db, u)
-    _audit(db, actor, "update", "upstream", u.name, before, upstream_out(u))
+    _audit(db, actor, "update", "upstream", u.name, before, after)
     _commit(db)
-    return upstream_out(u)
+    return after
 
 
 def delete_upstream(db: Session, name: str, actor: str) -> None:

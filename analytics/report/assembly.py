@@ -369,10 +369,13 @@ def verdicts(exp: _Experiment, rows: Sequence[VariantResult], metrics: Sequence[
         )
         kw: dict[str, Any] = {"variant": name, "better": better, "worse": worse, "failed_guardrails": failed}
         gate = (gates or {}).get(name)
-        held: str | None = None  # why the offline gate holds this candidate back
-        gate_failed = False  # a decision failed it (else: no passing decision as configured now)
+        gate_failed: str | None = None  # why a gate decision failed the candidate
+        gate_pending: str | None = None  # why it has no passing decision as configured now
         if gate is not None and gate.required and not gate.passed:
-            held, gate_failed = gate.reason, gate.decision_id is not None
+            if gate.decision_id is not None:
+                gate_failed = gate.reason
+            else:
+                gate_pending = gate.reason
         if exp.mode == "shadow":
             out.append(Verdict(**kw, verdict="no_difference_yet",
                                reason="shadow: compare candidate and baseline in the paired comparison"))  # fmt: skip
@@ -397,12 +400,12 @@ def verdicts(exp: _Experiment, rows: Sequence[VariantResult], metrics: Sequence[
                 [
                     *(f"guardrail {m} failed" for m in failed),
                     *(f"{m} worse" for m in worse if m not in failed),
-                    *([held] if gate_failed and held else []),
+                    *([gate_failed] if gate_failed else []),
                 ]
             )
             out.append(Verdict(**kw, verdict="harm", reason=what))
-        elif better and not pending and held:
-            why = f"better on {', '.join(better)}; guardrails pass; but {held}"
+        elif better and not pending and gate_pending:
+            why = f"better on {', '.join(better)}; guardrails pass; but {gate_pending}"
             out.append(Verdict(**kw, verdict="no_difference_yet", reason=why))
         elif better and not pending:
             out.append(
