@@ -68,16 +68,25 @@ def test_metrics_count_requests_of_all_workers(
         assert http("POST", url + "/admin/experiments", exp, headers=AUTH).status_code == 201
         assert http("POST", url + f"/admin/experiments/{unique_name}/start", headers=AUTH).status_code == 200
         body = {"model": unique_name, "messages": [{"role": "user", "content": "hi"}]}
-        deadline = time.monotonic() + 5
-        while post(url + "/v1/chat/completions", body).status_code != 200:  # both workers refreshed
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        time.sleep(0.5)
-        before = _total(get(url + "/metrics").text, unique_name)
+        # Each worker refreshes its config every 0.2 s on its own: keep asking for 1 s after the
+        # first answer, so both have the route; count the answers (a 404 is not the route's).
+        before, deadline, settled = 0, time.monotonic() + 5, None
+        while settled is None or time.monotonic() < settled:
+            if post(url + "/v1/chat/completions", body).status_code == 200:
+                before += 1
+                settled = settled or time.monotonic() + 1
+            assert time.monotonic() < deadline, "the route did not become servable in 5 s"
         n = 40
         for i in range(n):  # one connection per request: the kernel spreads them over both workers
             assert post(url + "/v1/chat/completions", {**body, "user": f"u{i}"}).status_code == 200
-        totals = {_total(get(url + "/metrics").text, unique_name) for _ in range(6)}
+        # A worker counts a request just after writing its answer (the answer is not held up
+        # for the counters), so a scrape answered by the other worker may, for an instant,
+        # miss the last one: wait until every request shows, then it must stay exact.
+        deadline = time.monotonic() + 5
+        while (seen := _total(get(url + "/metrics").text, unique_name)) < before + n:
+            assert time.monotonic() < deadline, f"{seen - before:g} of {n} requests counted after 5 s"
+            time.sleep(0.05)
+        totals = {seen, *(_total(get(url + "/metrics").text, unique_name) for _ in range(6))}
         assert totals == {before + n}
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
