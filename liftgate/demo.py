@@ -13,10 +13,12 @@ import json
 import logging
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from liftgate.admin_client import AdminClient, AdminError
+from liftgate.interrupt import no_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -122,10 +124,17 @@ def served_model(base_url: str, default: str, timeout_s: float = 5.0) -> str:
     return str(models[0]) if models and models[0] else default
 
 
-def wait_for_routes(gateway: AdminClient, routes: list[str], timeout_s: float = 15.0) -> bool:
-    """Poll the gateway's ``/v1/models`` until it serves every route (config refresh < 1 s)."""
+def wait_for_routes(
+    gateway: AdminClient,
+    routes: list[str],
+    timeout_s: float = 15.0,
+    checkpoint: Callable[[], None] = no_checkpoint,
+) -> bool:
+    """Poll the gateway's ``/v1/models`` until it serves every route (config refresh < 1 s);
+    ``checkpoint`` is called on every round (``liftgate up``: raises on a stop signal)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
+        checkpoint()
         try:
             data = gateway.request("GET", "/v1/models")
         except AdminError:

@@ -18,9 +18,12 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
+
+from liftgate.interrupt import no_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -77,12 +80,14 @@ class Child:
         except OSError:
             return ""
 
-    def wait_ready(self, deadline: float) -> None:
-        """Poll ``health_url`` until it answers 2xx, the child exits, or the deadline passes."""
+    def wait_ready(self, deadline: float, checkpoint: Callable[[], None] = no_checkpoint) -> None:
+        """Poll ``health_url`` until it answers 2xx, the child exits, or the deadline passes;
+        ``checkpoint`` is called on every round (``liftgate up``: raises on a stop signal)."""
         if self.health_url is None:
             return
         last = "no answer yet"
         while time.monotonic() < deadline:
+            checkpoint()
             if not self.alive():
                 code = self.proc.returncode if self.proc else None
                 raise StartupError(f"{self.name} exited with code {code}:\n{self.log_tail()}")
@@ -134,11 +139,14 @@ class Supervisor:
     """The children of one ``liftgate up``, stopped in reverse start order."""
 
     children: list[Child] = field(default_factory=list)
+    #: Called while waiting for a child to be ready (``liftgate up``: raises on a stop signal).
+    checkpoint: Callable[[], None] = no_checkpoint
 
     def start(self, child: Child, *, ready_timeout: float = 60.0) -> Child:
+        self.checkpoint()
         self.children.append(child)
         child.start()
-        child.wait_ready(time.monotonic() + ready_timeout)
+        child.wait_ready(time.monotonic() + ready_timeout, self.checkpoint)
         return child
 
     def first_dead(self) -> Child | None:

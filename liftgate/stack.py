@@ -17,6 +17,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from eventbus import ClientChoice
 from liftgate import db
 from liftgate.admin_client import RUN_FILE
 from liftgate.embedded_pg import EmbeddedPostgres
+from liftgate.interrupt import no_checkpoint
 from liftgate.procs import Child, Supervisor
 from liftgate.scenarios import JUDGE_SAMPLE_RATE, scenario
 from liftgate.simulator_model import SimulatorModel
@@ -76,6 +78,9 @@ class StackOptions:
     #: An RL-risk scenario (liftgate.scenarios): its baseline, candidate and judge in one
     #: simulator process on baseline_port, and the gateway's judge sampler pointed at it.
     scenario: str | None = None
+    #: Called between start-up steps and while waiting for services (``liftgate up``: raises
+    #: KeyboardInterrupt once a stop signal arrived; liftgate.interrupt).
+    checkpoint: Callable[[], None] = field(default=no_checkpoint, repr=False, compare=False)
 
 
 @dataclass
@@ -285,10 +290,17 @@ def start_stack(opts: StackOptions) -> RunningStack:
     if opts.reset:
         reset_state(state, opts.pg_port)
     token = admin_token(state)
-    stack = RunningStack(options=opts, admin_token=token, database_url="", read_token=read_token(state))
+    stack = RunningStack(
+        options=opts,
+        admin_token=token,
+        database_url="",
+        read_token=read_token(state),
+        supervisor=Supervisor(checkpoint=opts.checkpoint),
+    )
     redaction.remember(stack.admin_token, stack.read_token)
     try:
         _start_database(stack)
+        opts.checkpoint()
         _start_services(stack)
     except BaseException:
         stack.stop()

@@ -13,12 +13,13 @@ import logging
 import signal
 import time
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 import yaml
 from rich.console import Console
+
+from liftgate.interrupt import StopSignals
 
 if TYPE_CHECKING:
     from liftgate.stack import RunningStack
@@ -27,10 +28,6 @@ console = Console(stderr=True)
 # The banner (URLs, token) goes to stdout and is never wrapped, so it can be copied or parsed.
 banner_console = Console(soft_wrap=True)
 log = logging.getLogger("liftgate.up")
-
-
-def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
 
 
 def up(
@@ -147,24 +144,28 @@ def up(
                 "[red]error:[/red] --scenario runs the simulator: not with --no-simulator, --upstream or --config"
             )
             raise typer.Exit(2)
+    stop = StopSignals()
     opts = StackOptions(
         state_dir=state_dir.resolve(), host=host, gateway_port=gateway_port, analytics_port=analytics_port,
         baseline_port=baseline_port, candidate_port=candidate_port, pg_port=pg_port, database_url=database_url,
         kafka_bootstrap=kafka or None, simulator=not no_simulator and not specs and not config,
         upstreams=specs, reset=reset, ready_timeout_s=ready_timeout, log_level=log_level, scenario=scenario,
+        checkpoint=stop.checkpoint,
     )  # fmt: skip
     # SIGTERM (service managers) and SIGHUP (closed terminal) stop the stack like Ctrl-C.
     # SIGINT too, explicitly: a process started in the background by a non-interactive shell
     # inherits SIGINT *ignored*, and Python then installs no KeyboardInterrupt handler, so
     # `kill -INT` did nothing (seen: a test run launched from a background script waited
     # 60 s for a stack that never began to stop). Servers such as uvicorn do the same.
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _raise_interrupt)
+    # The signal becomes a KeyboardInterrupt in liftgate's own code only, never inside a
+    # library (liftgate.interrupt); `stop.checkpoint()` raises it between steps.
+    stop.install((signal.SIGINT, signal.SIGTERM, signal.SIGHUP))
     stack: RunningStack | None = None
     code = 0
     try:
         console.print(f"starting liftgate (state in {opts.state_dir}) ...")
         stack = start_stack(opts)
+        stop.checkpoint()
         client = AdminClient(stack.analytics_url, stack.admin_token)  # the control plane
         if config:
             demo.ensure_upstreams(client, cfg_upstreams)
@@ -174,20 +175,28 @@ def up(
             routes = demo.seed(
                 client, [demo.Upstream(n, url, demo.served_model(url, n)) for n, url in urls.items()]
             )
-        if not demo.wait_for_routes(AdminClient(stack.gateway_url, stack.admin_token), routes):
+        gateway = AdminClient(stack.gateway_url, stack.admin_token)
+        if not demo.wait_for_routes(gateway, routes, checkpoint=stop.checkpoint):
             console.print(f"[yellow]warning:[/yellow] the gateway does not serve all of {routes} yet")
         if opts.simulator and not opts.scenario:  # the offline gate knows the demo models only
             start_offline_gate(stack)
         if traffic:
             start_traffic(stack, users=users, rate=rate, routes=routes, duration_s=traffic_duration)
         stack.write_run_file()
-        _banner(stack, routes, traffic, sign_in_url(stack))
-        code = _watch(stack)
+        sign_in = sign_in_url(stack)
+        stop.checkpoint()
+        _banner(stack, routes, traffic, sign_in)
+        code = _watch(stack, stop)
     except KeyboardInterrupt:
         console.print("\nstopping ...")
-    except (StartupError, AdminError, RuntimeError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        code = 1
+    except Exception as exc:
+        if stop.received:  # a forced stop that surfaced inside a library, wrapped in its error
+            console.print("\nstopping ...")
+        elif isinstance(exc, (StartupError, AdminError, RuntimeError)):
+            console.print(f"[red]error:[/red] {exc}")
+            code = 1
+        else:
+            raise
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_IGN)  # a second Ctrl-C must not cut the shutdown short
@@ -204,9 +213,10 @@ ONE_SHOT = {
 }
 
 
-def _watch(stack: RunningStack) -> int:
+def _watch(stack: RunningStack, stop: StopSignals) -> int:
     """Run until interrupted; a service that dies stops the stack (the traffic child may finish)."""
     while True:
+        stop.checkpoint()
         time.sleep(0.5)
         dead = stack.supervisor.first_dead()
         if dead is None:
