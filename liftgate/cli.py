@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import sys
+
 import typer
 
-app = typer.Typer(help="liftgate: evaluate LLM deployments on live traffic.", no_args_is_help=True)
+# A traceback never shows local values (a database URL's password, a token).
+app = typer.Typer(
+    help="liftgate: evaluate LLM deployments on live traffic.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+)
 
 
 @app.command()
@@ -47,5 +54,34 @@ from liftgate import cli_webhooks  # noqa: E402
 app.add_typer(cli_webhooks.app, name="webhooks")
 
 
+def database_problem(exc: BaseException) -> str | None:
+    """The message for a command that reads the database directly (eval, datasets, migrate)
+    and could not reach it, or found no liftgate tables there; None for any other error. The
+    driver's reason names host, port and table, never the URL's password."""
+    orig = getattr(exc, "orig", exc)  # SQLAlchemy wraps the driver's error
+    if type(orig).__module__.split(".")[0] != "psycopg":
+        return None
+    reason = str(orig).strip()
+    if type(orig).__name__ == "OperationalError" and reason.startswith("connection failed"):
+        return (
+            f"error: cannot reach the database: {reason}\n"
+            "Is `liftgate up` running? Otherwise point LIFTGATE_DATABASE_URL (or --database-url) at "
+            "the PostgreSQL that liftgate uses."
+        )
+    if getattr(orig, "sqlstate", None) == "42P01":  # undefined_table
+        return (
+            f"error: the database has no liftgate tables ({reason.splitlines()[0]})\n"
+            "Run `liftgate migrate --database-url URL` on it first (`liftgate up` migrates its own)."
+        )
+    return None
+
+
 def main() -> None:
-    app()
+    try:
+        app()
+    except Exception as exc:
+        message = database_problem(exc)
+        if message is None:
+            raise
+        print(message, file=sys.stderr)
+        raise SystemExit(1) from None
