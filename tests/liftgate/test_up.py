@@ -267,3 +267,26 @@ def test_liftgate_up_demo_end_to_end(state_root: Path) -> None:
     finally:
         again.kill()
     assert _left_behind(tree) == {}, "processes left behind"
+
+
+def test_a_stop_signal_during_start_up_stops_everything_started_and_exits_0(state_root: Path) -> None:
+    """SIGTERM once PostgreSQL is up and the migrations and services are on their way: the
+    signal may land inside a library (alembic, an import), so `up` records it and stops at its
+    next step (liftgate.interrupt), then stops what it started, PostgreSQL included."""
+    state = state_root / "state"
+    ports = {k: free_port() for k in ("pg", "gateway", "analytics", "baseline", "candidate")}
+    up = Up(state, ports)
+    try:
+        deadline = time.monotonic() + 120
+        while not (state / "pg" / "postmaster.pid").exists():
+            assert up.proc.poll() is None and time.monotonic() < deadline, up.output()
+            time.sleep(0.02)
+        tree = up.tree()
+        assert up.interrupt(signal.SIGTERM) == 0, up.output()
+    finally:
+        up.kill()
+    out = up.output()
+    assert "stopping ..." in out and "liftgate stopped" in out, out
+    assert not (state / "up.json").exists()
+    assert _left_behind(tree) == {}, "processes left behind"
+    assert not (state / "pg" / "postmaster.pid").exists(), "PostgreSQL still running"
