@@ -100,6 +100,10 @@ def list_users(
         typer.echo(json.dumps(rows, indent=2))
         return
     assert isinstance(rows, list)
+    if not rows:
+        typer.echo(
+            "no users yet: add one with `liftgate users add NAME --role viewer|operator|admin`", err=True
+        )
     for row in rows:
         state = "disabled" if row["disabled"] else "active"
         typer.echo(f"{row['name']:<24} {row['role']:<9} {state}")

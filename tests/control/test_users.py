@@ -20,7 +20,8 @@ from typing import Any
 from sqlalchemy import Engine, text
 
 from analytics.service.access import login_ticket
-from tests.control.conftest import TOKEN, AdminService
+from tests.conftest import fresh_database
+from tests.control.conftest import TOKEN, AdminService, start_admin_service
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -306,3 +307,18 @@ def test_the_cli_adds_a_user_with_the_password_from_stdin_and_makes_a_token_that
     assert _cli(admin_service, "add", f"x-{name}", stdin="").returncode == 2  # no password, no user
     assert _cli(admin_service, "disable", name).returncode == 0
     assert admin_service.call("GET", "/admin/me", token=token)[0] == 403
+
+
+def test_the_cli_lists_no_users_with_a_hint_to_add_one(pg_admin_url: str) -> None:
+    """A new deployment has no users: the list says so (on stderr, so --json and scripts reading
+    stdout see nothing), and says how to add one, instead of printing nothing."""
+    with fresh_database(pg_admin_url) as url, start_admin_service(url) as svc:
+        empty = _cli(svc, "list")
+        assert empty.returncode == 0, empty.stderr
+        assert empty.stdout == "" and "no users yet" in empty.stderr and "liftgate users add" in empty.stderr
+        name = f"cli-{secrets.token_hex(4)}"
+        assert (
+            _cli(svc, "add", name, "--role", "viewer", stdin=secrets.token_urlsafe(16) + "\n").returncode == 0
+        )
+        listed = _cli(svc, "list")
+        assert listed.stdout.split() == [name, "viewer", "active"] and "no users yet" not in listed.stderr
