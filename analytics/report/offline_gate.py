@@ -6,8 +6,10 @@ One document per experiment (``GET /api/experiments/{id_or_name}/offline-gate``)
 * ``candidates`` — per candidate variant its newest gate decision (passed, verdict, reasons,
   per-category evidence as the gate recorded it: n, both pass rates, Δ with its paired CI,
   Holm p, margin, verdict; ``current`` says whether it still matches the candidate's and
-  baseline's configuration and the declaration) and ``check``, the rollout hook's answer now
-  (:func:`contracts.offline_gate.check`, the one the controller and the admin API run);
+  baseline's configuration and the declaration), ``check``, the rollout hook's answer now
+  (:func:`contracts.offline_gate.check`, the one the controller and the admin API run), and
+  ``serving``: whether it answers users now regardless of that answer (a running A/B test
+  checked the gate at its start only; see :func:`_serving`);
 * ``matrix`` — the newest run of each (variant, dataset), per category: items, outputs,
   passes, failed calls, pass rate with its Wilson 95% interval, and for candidates the
   verdict of the newest decision when that decision was taken on this very run;
@@ -53,12 +55,19 @@ def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat()
 
 
-def _variants(conn: Connection, experiment_id: int) -> list[tuple[str, bool]]:
+def _variants(conn: Connection, experiment_id: int) -> list[tuple[str, bool, float]]:
     rows = conn.execute(
-        text("SELECT name, is_control FROM variants WHERE experiment_id = :e ORDER BY id"),
+        text("SELECT name, is_control, weight FROM variants WHERE experiment_id = :e ORDER BY id"),
         {"e": experiment_id},
     )
-    return [(str(r[0]), bool(r[1])) for r in rows]
+    return [(str(r[0]), bool(r[1]), float(r[2])) for r in rows]
+
+
+def _serving(exp: Any, weight: float) -> bool:
+    """Whether a candidate answers users now whatever its gate says: a running A/B test checked
+    the gate when it started, and a gate declared (or failed) later does not take its traffic
+    away (a rollout's controller does: it holds or rolls back). Shadow candidates answer no user."""
+    return str(exp.status) == "running" and str(exp.mode) == "ab" and weight > 0 and float(exp.coverage) > 0
 
 
 def _required(mode: str, plan: Any) -> bool:
@@ -244,7 +253,8 @@ def view(
     if not 0 <= limit <= MAX_ITEMS or offset < 0:
         raise ValueError(f"items must be within [0, {MAX_ITEMS}] and offset >= 0")
     exp = conn.execute(
-        text("SELECT id, name, mode, rollout_plan FROM experiments WHERE id = :e"), {"e": experiment_id}
+        text("SELECT id, name, mode, status, coverage, rollout_plan FROM experiments WHERE id = :e"),
+        {"e": experiment_id},
     ).one()
     gate_row = conn.execute(
         text("SELECT declaration, updated_by, updated_at FROM offline_gates WHERE experiment_id = :e"),
@@ -252,13 +262,13 @@ def view(
     ).first()
     declared = gate_row[0] if gate_row is not None else None
     variants = _variants(conn, experiment_id)
-    controls = [name for name, is_control in variants if is_control]
+    controls = [name for name, is_control, _ in variants if is_control]
     control = controls[0] if len(controls) == 1 else None
     required = _required(str(exp.mode), exp.rollout_plan)
 
     candidates = []
     decisions: dict[str, dict[str, Any]] = {}
-    for name, is_control in variants:
+    for name, is_control, weight in variants:
         if is_control:
             continue
         decision = _decision(conn, experiment_id, name)
@@ -272,7 +282,9 @@ def view(
                      "reason": f"the experiment has {len(controls)} control variants (needs exactly 1)"}  # fmt: skip
         else:
             check = offline_gate.check(conn, experiment_id, name, control, required=required).public()
-        candidates.append({"variant": name, "decision": decision, "check": check})
+        candidates.append(
+            {"variant": name, "decision": decision, "check": check, "serving": _serving(exp, weight)}
+        )
 
     runs = _runs(conn, experiment_id)
     base_runs = {r["dataset"]: r for r in runs if r["variant"] == control}
@@ -282,7 +294,7 @@ def view(
         if r["variant"] != control and r["dataset"] in base_runs
     ]
     return {
-        "experiment": {"id": int(exp.id), "name": exp.name, "mode": exp.mode},
+        "experiment": {"id": int(exp.id), "name": exp.name, "mode": exp.mode, "status": exp.status},
         "control": control,
         "declaration": declared,
         "declared_by": gate_row[1] if gate_row is not None else None,
@@ -290,6 +302,6 @@ def view(
         "required": declared is not None or required,
         "candidates": candidates,
         "runs": runs,
-        "matrix": _matrix(conn, runs, [name for name, _ in variants], decisions),
+        "matrix": _matrix(conn, runs, [name for name, _, _ in variants], decisions),
         "failing_items": _failing(conn, pairs, limit, offset),
     }

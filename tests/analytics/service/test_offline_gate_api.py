@@ -164,6 +164,35 @@ def test_a_changed_candidate_makes_the_decision_stale_and_the_hook_closed(
                               " (SELECT id FROM experiments WHERE name = :n)"), {"n": MARKED})  # fmt: skip
 
 
+def test_a_running_ab_test_whose_gate_fails_is_shown_as_still_serving_its_candidate(
+    service: str, gate_engine: Engine
+) -> None:
+    """The gate holds a candidate when an A/B test starts; one declared or failed later leaves
+    its users with it. The document says so (``serving``) instead of implying it is held."""
+    (cand,) = gate_of(service, DEMO)["candidates"]
+    assert not cand["check"]["passed"] and cand["serving"] is False  # a draft serves no one
+    states = [("running", 1.0, 1.0, True), ("running", 0.0, 1.0, False), ("running", 1.0, 0.0, False),
+              ("paused", 1.0, 1.0, False)]  # fmt: skip
+    try:
+        for status, weight, coverage, serving in states:
+            with gate_engine.begin() as conn:
+                conn.execute(text("UPDATE experiments SET status = :s, coverage = :c WHERE name = :n"),
+                             {"s": status, "c": coverage, "n": DEMO})  # fmt: skip
+                conn.execute(text("UPDATE variants SET weight = :w WHERE name = 'candidate' AND experiment_id ="
+                                  " (SELECT id FROM experiments WHERE name = :n)"), {"w": weight, "n": DEMO})  # fmt: skip
+            doc = gate_of(service, DEMO)
+            (cand,) = doc["candidates"]
+            assert doc["experiment"]["status"] == status
+            assert (cand["serving"], cand["check"]["passed"]) == (serving, False), (status, weight, coverage)
+    finally:
+        with gate_engine.begin() as conn:
+            conn.execute(
+                text("UPDATE experiments SET status = 'draft', coverage = 1 WHERE name = :n"), {"n": DEMO}
+            )
+            conn.execute(text("UPDATE variants SET weight = 50 WHERE name = 'candidate' AND experiment_id ="
+                              " (SELECT id FROM experiments WHERE name = :n)"), {"n": DEMO})  # fmt: skip
+
+
 def test_an_experiment_without_runs_answers_an_explicit_empty_shape(service: str) -> None:
     doc = gate_of(service, BARE)
     assert doc["declaration"] is None and doc["required"] is False and doc["runs"] == []
@@ -179,6 +208,7 @@ def test_an_experiment_without_runs_answers_an_explicit_empty_shape(service: str
                 "reason": "no offline gate declared",
                 "decision_id": None,
             },
+            "serving": False,
         }
     ]
 

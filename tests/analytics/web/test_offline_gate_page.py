@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
 from liftgate.simulator_process import SimulatorProcess
 from tests.analytics.offline_gate_data import MARKUP, MARKUP_ITEMS, demo_gated, markup_gated, stub_upstream
@@ -163,3 +163,27 @@ def test_the_experiment_page_links_to_its_offline_gate_page(
     watched.page.wait_for_function("window.liftgate && window.liftgate.refreshes >= 1")
     assert watched.page.inner_text("#head h1") == gated.demo
     assert watched.errors == []
+
+
+def test_a_running_ab_tests_failed_gate_says_the_candidate_still_gets_traffic(
+    watched: WatchedPage, analytics_url: str, gated: Gated, engine: Engine
+) -> None:
+    """The gate holds a candidate when an A/B test starts; declared or failed later, it leaves
+    the users with it. The page said "gets no traffic" there (the demo's case); now it says
+    what is true and how to stop it."""
+    set_status = text("UPDATE experiments SET status = :s WHERE name = :n")
+    with engine.begin() as conn:
+        conn.execute(set_status, {"s": "running", "n": gated.demo})
+    try:
+        open_page(watched, page_url(analytics_url, gated.demo))
+        (cand,) = api_doc(analytics_url, gated.demo)["candidates"]
+        assert cand["serving"] is True and cand["check"]["passed"] is False
+        hook = watched.page.locator('[data-hook="candidate"]')
+        assert hook.get_attribute("data-serving") == "true" and hook.get_attribute("data-passed") == "false"
+        shown = hook.inner_text()
+        assert "candidate is still getting traffic" in shown and "Pause the experiment" in shown
+        assert "gets no traffic" not in shown
+        assert watched.errors == []
+    finally:
+        with engine.begin() as conn:
+            conn.execute(set_status, {"s": "draft", "n": gated.demo})
