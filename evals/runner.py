@@ -76,8 +76,12 @@ def fingerprint(target: Target, params: GateParams) -> str:
     return candidate_fingerprint(target.upstream, target.base_url, target.model, params.as_dict())
 
 
-def run_key(fp: str, dataset: Dataset, samples: int) -> str:
-    return store.sha256(f"{fp}:{dataset.fingerprint()}:{SCORER_VERSION}:{samples}")
+def run_key(fp: str, dataset: Dataset, samples: int, experiment_id: int | None, variant: str | None) -> str:
+    """A run belongs to one experiment's variant: the gate looks for runs by experiment and
+    variant, so a run of another experiment (or of another variant with the same upstream and
+    model, as in an A/A test) must not be reused in their place. Outputs and scores are cached
+    across runs (:func:`cache_key`), so a second run of the same target calls nothing."""
+    return store.sha256(f"{fp}:{dataset.fingerprint()}:{SCORER_VERSION}:{samples}:{experiment_id}:{variant}")
 
 
 def cache_key(target: Target, params: GateParams, item: EvalItem, sample: int) -> str:
@@ -216,7 +220,7 @@ async def run_target(
 ) -> RunSummary:  # fmt: skip
     started = time.monotonic()
     fp = fingerprint(target, settings.params)
-    key = run_key(fp, dataset, settings.samples)
+    key = run_key(fp, dataset, settings.samples, experiment_id, target.variant)
     with store.run_lock(engine, key) as locked:
         if not locked:
             raise store.StoreError(

@@ -207,3 +207,48 @@ def test_nul_bytes_huge_and_malformed_replies_are_stored_or_refused_never_crash(
     assert rows["nul"] == "The answer is 5.\ufffd"
     assert "larger than 16 MiB" in errors["huge"]
     assert "not a chat completion" in errors["garbage"]
+
+
+def _runs_of(engine: Engine, name: str) -> list[tuple[str, str]]:
+    with engine.connect() as conn:
+        rows = conn.execute(text("SELECT r.variant, r.status FROM eval_runs r JOIN experiments x"
+                                 " ON x.id = r.experiment_id WHERE x.name = :n ORDER BY r.variant"), {"n": name})  # fmt: skip
+        return [(str(r[0]), str(r[1])) for r in rows]
+
+
+def test_a_second_experiment_on_the_same_upstreams_gets_runs_of_its_own_from_the_cache(
+    engine: Engine, simulator_url: str
+) -> None:
+    """Two experiments whose variants share upstream and model (the demo's `demo-gate` and
+    `demo`): the second one's run was "reused" from the first one's, owned by the first, so its
+    gate found no run of its own and failed ("no completed run ... (none)"). Each experiment
+    now gets its own runs; the outputs and scores come from the cache (no call)."""
+    arms = [Arm("baseline", "base", simulator_url, True), Arm("candidate", "cand", simulator_url)]
+    first = make_experiment(engine, arms)
+    run(engine, first, JSON_SUITE)
+    second = f"{first}-2"
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO experiments (name, route, mode, salt) VALUES (:n, :n, 'ab', 's')"),
+                     {"n": second})  # fmt: skip
+        conn.execute(text("INSERT INTO variants (experiment_id, name, upstream_id, model, weight, is_control)"
+                          " SELECT (SELECT id FROM experiments WHERE name = :n), v.name, v.upstream_id, v.model,"
+                          " v.weight, v.is_control FROM variants v JOIN experiments x ON x.id = v.experiment_id"
+                          " WHERE x.name = :f"), {"n": second, "f": first})  # fmt: skip
+    summaries = run(engine, second, JSON_SUITE)
+    assert all(s.called == 0 and s.cached == len(JSON_SUITE.items) for s in summaries)
+    assert _runs_of(engine, second) == [("baseline", "completed"), ("candidate", "completed")]
+    assert _runs_of(engine, first) == [("baseline", "completed"), ("candidate", "completed")]
+
+
+def test_two_variants_with_the_same_upstream_and_model_get_a_run_each(
+    engine: Engine, simulator_url: str
+) -> None:
+    """An A/A test (`demo-aa`: the baseline and its copy): the copy reused the baseline's run,
+    stored under the baseline's name, so the copy had none."""
+    name = make_experiment(engine, [Arm("baseline", "base", simulator_url, True)])
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO variants (experiment_id, name, upstream_id, model, weight, is_control)"
+                          " SELECT experiment_id, 'baseline-copy', upstream_id, model, weight, false FROM variants"
+                          " WHERE experiment_id = (SELECT id FROM experiments WHERE name = :n)"), {"n": name})  # fmt: skip
+    run(engine, name, JSON_SUITE)
+    assert _runs_of(engine, name) == [("baseline", "completed"), ("baseline-copy", "completed")]
