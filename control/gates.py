@@ -4,6 +4,12 @@ reads them to decide whether a candidate may get traffic).
 Both change what the rollout controller and the admin API allow for an experiment, so both
 take the experiment's lock (:mod:`control.locking`) and write an audit row in the same
 transaction: a controller look never sees half of a gate decision.
+
+A failing decision for a candidate that a running A/B test shows to users pauses that test in
+the same transaction (fail closed; audited, ``status_reason`` says why): the gate holds a
+candidate when an A/B test starts, and one that fails later — declared after the start, or
+run again — must not leave users on it. Starting again checks the gate. A rollout is not
+paused here: its controller rolls it back on its next look.
 """
 
 from __future__ import annotations
@@ -58,8 +64,9 @@ def save_decision(conn: Connection, values: dict[str, Any]) -> int:
     summary = {
         k: values.get(k) for k in ("variant", "baseline_variant", "upstream", "model", "passed", "verdict")
     }
+    actor = str(values.get("actor") or "offline-gate")
     audit.write(
-        conn, actor=str(values.get("actor") or "offline-gate"), action="offline_gate.decision",
+        conn, actor=actor, action="offline_gate.decision",
         entity="experiment", entity_id=experiment_id, before=None, after={**summary, "decision_id": did},
     )  # fmt: skip
     if not values.get("passed"):
@@ -69,10 +76,41 @@ def save_decision(conn: Connection, values: dict[str, Any]) -> int:
         experiment = None if exp is None else {"id": int(exp[0]), "name": exp[1], "route": exp[2]}
         reasons = values.get("reasons") or []
         reason = "; ".join(str(r.get("message", r) if isinstance(r, dict) else r) for r in reasons[:5])
+        why = reason or f"verdict {values.get('verdict')}"
+        paused = _pause_serving_ab(conn, experiment_id, str(values["variant"]), did, why, actor)
         notifications.emit(
             conn,
             "offline_gate.failed",
-            {**summary, "decision_id": did, "reason": reason or f"verdict {values.get('verdict')}"},
+            {**summary, "decision_id": did, "reason": why, "paused": paused},
             experiment=experiment,
         )
     return did
+
+
+def _pause_serving_ab(
+    conn: Connection, experiment_id: int, variant: str, decision_id: int, why: str, actor: str
+) -> bool:
+    """Pause a running A/B test that shows ``variant`` to users (weight and coverage above 0);
+    whether it did. The caller holds the experiment's lock."""
+    row = conn.execute(
+        text(
+            "SELECT x.status, x.status_reason FROM experiments x JOIN variants v ON v.experiment_id = x.id"
+            " WHERE x.id = :e AND v.name = :v AND x.status = 'running' AND x.mode = 'ab'"
+            " AND x.coverage > 0 AND v.weight > 0 AND NOT v.is_control"
+        ),
+        {"e": experiment_id, "v": variant},
+    ).first()
+    if row is None:
+        return False
+    reason = f"paused by the offline gate: variant {variant!r} failed (decision {decision_id}): {why}"
+    conn.execute(
+        text(
+            "UPDATE experiments SET status = 'paused', status_reason = :r, updated_at = now() WHERE id = :e"
+        ),
+        {"r": reason[:2000], "e": experiment_id},
+    )
+    audit.write(
+        conn, actor=actor, action="pause", entity="experiment", entity_id=experiment_id,
+        before={"status": "running", "status_reason": row[1]}, after={"status": "paused", "status_reason": reason},
+    )  # fmt: skip
+    return True

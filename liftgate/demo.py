@@ -24,6 +24,12 @@ log = logging.getLogger(__name__)
 
 DEMO_ROUTE = "assistant"
 AA_ROUTE = "assistant-aa"
+#: The offline gate's experiment: the demo's two models, never started. Its gate fails (the
+#: candidate forgot code), and a failing gate pauses a running A/B test that shows the
+#: candidate (control.gates), so the gate gets an experiment of its own and ``demo`` keeps
+#: its users for the online side of the story.
+GATE_EXPERIMENT = "demo-gate"
+GATE_ROUTE = "assistant-gate"
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +72,20 @@ def demo_experiments(control: Upstream, candidate: Upstream) -> list[dict[str, A
     ]  # fmt: skip
 
 
+def gate_experiment(control: Upstream, candidate: Upstream) -> dict[str, Any]:
+    return {
+        "name": GATE_EXPERIMENT,
+        "route": GATE_ROUTE,
+        "mode": "ab",
+        "description": "liftgate up demo: the offline gate of the demo's candidate (a draft: a candidate "
+        "that fails its gate gets no users)",
+        "variants": [
+            {"name": "baseline", "upstream": control.name, "model": control.model, "weight": 50, "is_control": True},
+            {"name": "candidate", "upstream": candidate.name, "model": candidate.model, "weight": 50},
+        ],
+    }  # fmt: skip
+
+
 def ensure_upstreams(client: AdminClient, upstreams: list[dict[str, Any]]) -> None:
     known = {u.get("name") for u in client.upstreams()}
     for spec in upstreams:
@@ -73,6 +93,15 @@ def ensure_upstreams(client: AdminClient, upstreams: list[dict[str, Any]]) -> No
             continue
         client.create_upstream(spec)
         log.info("created upstream %s", spec["name"])
+
+
+def ensure_drafts(client: AdminClient, experiments: list[dict[str, Any]]) -> None:
+    """Create the missing experiments and leave them as they are (never started)."""
+    existing = {e.get("name") for e in client.experiments()}
+    for spec in experiments:
+        if spec["name"] not in existing:
+            client.create_experiment(spec)
+            log.info("created experiment %s (a draft, not started)", spec["name"])
 
 
 def ensure_experiments(client: AdminClient, experiments: list[dict[str, Any]]) -> list[str]:
@@ -105,6 +134,8 @@ def seed(client: AdminClient, upstreams: list[Upstream]) -> list[str]:
     experiments = demo_experiments(control, upstreams[1] if len(upstreams) > 1 else control)
     if len(upstreams) < 2:
         experiments = experiments[1:]
+    else:
+        ensure_drafts(client, [gate_experiment(control, upstreams[1])])
     return ensure_experiments(client, experiments)
 
 

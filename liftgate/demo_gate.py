@@ -1,9 +1,11 @@
 """The demo's offline gate, run by ``liftgate up`` once the stack is ready (as a child process).
 
-Declares the ``demo`` experiment's ``offline_gate`` (when it has none), runs the built-in
+Declares the ``demo-gate`` experiment's ``offline_gate`` (when it has none), runs the built-in
 ``demo`` suite against both variants, and decides: the simulated candidate, better at math
-and worse at code, is blocked with "forgetting: code −X pts". ``liftgate eval show demo``
-shows the evidence. Exits 0 whatever the verdict (the decision is recorded); 1 on errors.
+and worse at code, is blocked with "forgetting: code −X pts". ``liftgate eval show demo-gate``
+shows the evidence. ``demo-gate`` has the demo's two models and is never started (a failing
+decision would pause a running A/B test that shows the candidate: ``demo`` keeps its users).
+Exits 0 whatever the verdict (the decision is recorded); 1 on errors.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ from evals.datasets import load_dataset
 from evals.gate import OfflineGate
 from evals.runner import RunnerSettings, run_experiment
 from liftgate import db
+from liftgate.demo import GATE_EXPERIMENT
 
 log = logging.getLogger("liftgate.demo_gate")
-EXPERIMENT = "demo"
+EXPERIMENT = GATE_EXPERIMENT
 DEMO_GATE = OfflineGate(suites=("demo",), margins={"code": 0.05, "math": 0.05}, default_margin=0.05)
 
 

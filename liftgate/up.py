@@ -209,7 +209,7 @@ def up(
 #: Children that may finish on their own (exit 0) without stopping the stack.
 ONE_SHOT = {
     "traffic": "simulated traffic finished",
-    "offline-gate": "offline gate decided for the demo candidate (liftgate eval show demo)",
+    "offline-gate": "offline gate decided for the demo candidate (liftgate eval show demo-gate)",
 }
 
 
@@ -255,7 +255,7 @@ def _banner(stack: RunningStack, routes: list[str], traffic: bool, sign_in: str)
         (
             f"  scenario:  {o.scenario} — {SCENARIOS[o.scenario].summary} (a simulated judge scores 25% of responses)"
             if o.scenario
-            else "        liftgate eval show demo      (offline gate: built-in suites, baseline vs candidate)"
+            else "        liftgate eval show demo-gate (offline gate: built-in suites, baseline vs candidate)"
         ),
         f"        curl {gw}/v1/chat/completions -H 'X-Liftgate-Unit: me' -H 'Content-Type: application/json' \\",
         f"             -d '{{\"model\": \"{routes[0] if routes else 'assistant'}\", \"messages\": [{{\"role\": \"user\", \"content\": \"hi\"}}]}}'",

@@ -9,6 +9,7 @@ import sys
 
 from sqlalchemy import Engine, text
 
+from liftgate.demo import GATE_EXPERIMENT
 from liftgate.simulator_model import SimulatorModel
 from liftgate.simulator_process import SimulatorProcess
 from liftgate.stack import demo_models
@@ -23,7 +24,9 @@ def test_the_demo_gate_blocks_the_demo_candidate_for_forgetting_code(
     with SimulatorProcess(fast) as sim:
         url = sim.url + "/v1"
         make_experiment(
-            engine, [Arm("baseline", "baseline", url, True), Arm("candidate", "candidate", url)], "demo"
+            engine,
+            [Arm("baseline", "baseline", url, True), Arm("candidate", "candidate", url)],
+            GATE_EXPERIMENT,
         )
         env = {**os.environ, "LIFTGATE_DATABASE_URL": module_database_url}
         res = subprocess.run([sys.executable, "-m", "liftgate.demo_gate"], env=env, capture_output=True, text=True,
@@ -32,5 +35,5 @@ def test_the_demo_gate_blocks_the_demo_candidate_for_forgetting_code(
     assert "offline gate for candidate: fail — forgetting: code −" in res.stderr
     with engine.connect() as conn:
         reasons = conn.execute(text("SELECT reasons FROM gate_decisions d JOIN experiments x"
-                                    " ON x.id = d.experiment_id WHERE x.name = 'demo'")).scalar_one()  # fmt: skip
+                                    " ON x.id = d.experiment_id WHERE x.name = :n"), {"n": GATE_EXPERIMENT}).scalar_one()  # fmt: skip
     assert len(reasons) == 1 and reasons[0].startswith("forgetting: code −")

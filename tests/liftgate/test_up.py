@@ -261,7 +261,9 @@ def test_liftgate_up_demo_end_to_end(state_root: Path) -> None:
         report = _get(f"{again.analytics}/api/experiments/demo/report?fresh=true", token)
         assert report["units"] >= demo_units
         experiments = _get(f"{again.gateway}/admin/experiments", token)
-        assert sorted(e["name"] for e in experiments) == ["demo", "demo-aa"], "no duplicate demo experiments"
+        assert sorted(e["name"] for e in experiments) == ["demo", "demo-aa", "demo-gate"], (
+            "no duplicate demo experiments"
+        )
         tree = again.tree()
         assert again.interrupt(signal.SIGTERM) == 0, again.output()  # a service manager's stop
     finally:

@@ -109,14 +109,15 @@ function hook(d) {
     .map((c) => {
       const k = c.check;
       const tone = k.passed ? "good" : "bad";
-      // A running A/B test checked the gate when it started: a gate declared or failed since
-      // does not take the candidate's users away, and the page must not say it does.
+      // A running A/B test checked the gate when it started: a gate declared since takes the
+      // candidate's users away only once a decision fails (control.gates pauses the test),
+      // and the page must not say it already has.
       const line = !k.required
         ? `<b>${esc(c.variant)}</b>: not held by an offline gate (none declared).`
         : k.passed
           ? `<b>${esc(c.variant)}</b> may get traffic: the offline gate passed for it as configured now.`
           : c.serving
-            ? `<b>${esc(c.variant)}</b> is still getting traffic although the offline gate has not passed for it as configured now: this A/B test checked the gate when it started. Pause the experiment to stop it (starting again checks the gate).`
+            ? `<b>${esc(c.variant)}</b> is still getting traffic although the offline gate has not passed for it as configured now: this A/B test checked the gate when it started, and a failing decision will pause it. Pause the experiment to stop it now (starting again checks the gate).`
             : `<b>${esc(c.variant)}</b> gets no traffic until the offline gate passes for it as configured now.`;
       return `<div class="banner ${k.required ? tone : "neutral"}" data-hook="${esc(c.variant)}" data-passed="${k.passed}" data-required="${k.required}" data-serving="${c.serving}">
         ${line} <span class="hook-reason"></span></div>`;
