@@ -9,7 +9,7 @@ One document per experiment (``GET /api/experiments/{id_or_name}/offline-gate``)
   baseline's configuration and the declaration), ``check``, the rollout hook's answer now
   (:func:`contracts.offline_gate.check`, the one the controller and the admin API run), and
   ``serving``: whether it answers users now regardless of that answer (a running A/B test
-  checked the gate at its start only; see :func:`_serving`);
+  checked the gate at its start, and a failing decision pauses it; see :func:`_serving`);
 * ``matrix`` — the newest run of each (variant, dataset), per category: items, outputs,
   passes, failed calls, pass rate with its Wilson 95% interval, and for candidates the
   verdict of the newest decision when that decision was taken on this very run;
@@ -65,8 +65,9 @@ def _variants(conn: Connection, experiment_id: int) -> list[tuple[str, bool, flo
 
 def _serving(exp: Any, weight: float) -> bool:
     """Whether a candidate answers users now whatever its gate says: a running A/B test checked
-    the gate when it started, and a gate declared (or failed) later does not take its traffic
-    away (a rollout's controller does: it holds or rolls back). Shadow candidates answer no user."""
+    the gate when it started, and a gate declared later takes its users away only once a
+    decision fails (``control.gates`` then pauses the test); a rollout's controller holds or
+    rolls back instead. Shadow candidates answer no user."""
     return str(exp.status) == "running" and str(exp.mode) == "ab" and weight > 0 and float(exp.coverage) > 0
 
 
