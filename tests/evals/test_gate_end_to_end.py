@@ -116,3 +116,33 @@ def test_gate_and_run_refuse_bad_input_with_exit_2(
     undeclared = liftgate(module_database_url, "gate", name)
     assert undeclared.returncode == 2 and "declares no offline_gate" in undeclared.stderr
     assert liftgate(module_database_url, "run", "no-such-suite", "--experiment", name).returncode == 2
+
+
+def test_a_failing_gate_on_a_running_ab_test_pauses_it_and_the_cli_says_so(
+    engine: Engine, simulator_url: str, module_database_url: str, tmp_path: Path
+) -> None:
+    name = make_experiment(
+        engine, [Arm("baseline", "base", simulator_url, True), Arm("candidate", "cand", simulator_url)]
+    )
+    ran = liftgate(module_database_url, "run", "demo", "--experiment", name, "--no-progress", "--json")
+    assert ran.returncode == 0, ran.stderr
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE experiments SET status = 'running' WHERE name = :n"), {"n": name})
+    declaration = tmp_path / "gate.yaml"
+    declaration.write_text(GATE_YAML)
+    decided = liftgate(module_database_url, "gate", name, "--declare", str(declaration), "--json")
+    assert decided.returncode == 1
+    (decision,) = jsonl(decided.stdout)  # stdout stays the decisions' JSON lines
+    assert decision["reasons"][0].startswith("forgetting: code −")
+    assert (
+        f"experiment '{name}' paused" in decided.stderr
+        and "starting it again checks the gate" in decided.stderr
+    )
+    with engine.connect() as conn:
+        status, reason = conn.execute(text("SELECT status, status_reason FROM experiments WHERE name = :n"),
+                                      {"n": name}).one()  # fmt: skip
+    assert status == "paused" and reason.startswith(
+        f"paused by the offline gate: variant 'candidate' failed (decision {decision['decision_id']}): forgetting"
+    )
+    again = liftgate(module_database_url, "gate", name, "--json")  # already paused: nothing more to say
+    assert again.returncode == 1 and "paused" not in again.stderr
