@@ -11,6 +11,10 @@
   fingerprints has passed. No declaration where one is required, no decision, a decision for
   another model or URL or under another declaration, a failing decision: no traffic, and the
   reason says what to run. Read only; the gate writes decisions.
+* :func:`serving` — which candidates answer users now whatever their gate says: those of a
+  running A/B test (weight and coverage above 0). The test checked the gate when it started;
+  a gate declared or decided later takes their users away only by pausing the test, which a
+  failing decision does (``control.gates``). The report shows it; the writer pauses by it.
 """
 
 from __future__ import annotations
@@ -101,6 +105,21 @@ def check(conn: Connection, experiment_id: int, candidate: str, control: str, *,
         f"offline gate: no decision for {candidate!r} as configured now (upstream {cand[0]!r}, model "
         f"{cand[2]!r}) against {control!r} under the current declaration: run the declared suites "
         "(`liftgate eval run SUITE --experiment EXPERIMENT`) then `liftgate eval gate EXPERIMENT`"))  # fmt: skip
+
+
+def serving(conn: Connection, experiment_id: int) -> set[str]:
+    """The candidates of ``experiment_id`` that answer users now whatever their gate says (see
+    the module docstring). A rollout's candidates are left to its controller, which holds or
+    rolls back on the gate; shadow candidates answer no user."""
+    rows = conn.execute(
+        text(
+            "SELECT v.name FROM experiments x JOIN variants v ON v.experiment_id = x.id"
+            " WHERE x.id = :e AND x.status = 'running' AND x.mode = 'ab'"
+            " AND x.coverage > 0 AND v.weight > 0 AND NOT v.is_control"
+        ),
+        {"e": experiment_id},
+    )
+    return {str(r[0]) for r in rows}
 
 
 def required_by(plan: Any) -> bool:

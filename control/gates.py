@@ -19,6 +19,7 @@ from typing import Any
 from sqlalchemy import Connection, func, select, text
 from sqlalchemy.dialects.postgresql import insert
 
+from contracts import offline_gate
 from contracts.tables import GateDecision, OfflineGateDeclaration
 from control import audit, notifications
 from control.locking import lock
@@ -90,18 +91,13 @@ def save_decision(conn: Connection, values: dict[str, Any]) -> int:
 def _pause_serving_ab(
     conn: Connection, experiment_id: int, variant: str, decision_id: int, why: str, actor: str
 ) -> bool:
-    """Pause a running A/B test that shows ``variant`` to users (weight and coverage above 0);
+    """Pause a running A/B test that shows ``variant`` to users (``offline_gate.serving``);
     whether it did. The caller holds the experiment's lock."""
-    row = conn.execute(
-        text(
-            "SELECT x.status, x.status_reason FROM experiments x JOIN variants v ON v.experiment_id = x.id"
-            " WHERE x.id = :e AND v.name = :v AND x.status = 'running' AND x.mode = 'ab'"
-            " AND x.coverage > 0 AND v.weight > 0 AND NOT v.is_control"
-        ),
-        {"e": experiment_id, "v": variant},
-    ).first()
-    if row is None:
+    if variant not in offline_gate.serving(conn, experiment_id):
         return False
+    before = conn.execute(
+        text("SELECT status_reason FROM experiments WHERE id = :e"), {"e": experiment_id}
+    ).scalar()
     reason = f"paused by the offline gate: variant {variant!r} failed (decision {decision_id}): {why}"
     conn.execute(
         text(
@@ -111,6 +107,6 @@ def _pause_serving_ab(
     )
     audit.write(
         conn, actor=actor, action="pause", entity="experiment", entity_id=experiment_id,
-        before={"status": "running", "status_reason": row[1]}, after={"status": "paused", "status_reason": reason},
+        before={"status": "running", "status_reason": before}, after={"status": "paused", "status_reason": reason},
     )  # fmt: skip
     return True

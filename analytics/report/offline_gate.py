@@ -9,7 +9,7 @@ One document per experiment (``GET /api/experiments/{id_or_name}/offline-gate``)
   baseline's configuration and the declaration), ``check``, the rollout hook's answer now
   (:func:`contracts.offline_gate.check`, the one the controller and the admin API run), and
   ``serving``: whether it answers users now regardless of that answer (a running A/B test
-  checked the gate at its start, and a failing decision pauses it; see :func:`_serving`);
+  checked the gate at its start, and a failing decision pauses it; see ``contracts.offline_gate.serving``);
 * ``matrix`` — the newest run of each (variant, dataset), per category: items, outputs,
   passes, failed calls, pass rate with its Wilson 95% interval, and for candidates the
   verdict of the newest decision when that decision was taken on this very run;
@@ -61,14 +61,6 @@ def _variants(conn: Connection, experiment_id: int) -> list[tuple[str, bool, flo
         {"e": experiment_id},
     )
     return [(str(r[0]), bool(r[1]), float(r[2])) for r in rows]
-
-
-def _serving(exp: Any, weight: float) -> bool:
-    """Whether a candidate answers users now whatever its gate says: a running A/B test checked
-    the gate when it started, and a gate declared later takes its users away only once a
-    decision fails (``control.gates`` then pauses the test); a rollout's controller holds or
-    rolls back instead. Shadow candidates answer no user."""
-    return str(exp.status) == "running" and str(exp.mode) == "ab" and weight > 0 and float(exp.coverage) > 0
 
 
 def _required(mode: str, plan: Any) -> bool:
@@ -269,7 +261,8 @@ def view(
 
     candidates = []
     decisions: dict[str, dict[str, Any]] = {}
-    for name, is_control, weight in variants:
+    serving = offline_gate.serving(conn, experiment_id)
+    for name, is_control, _ in variants:
         if is_control:
             continue
         decision = _decision(conn, experiment_id, name)
@@ -283,9 +276,7 @@ def view(
                      "reason": f"the experiment has {len(controls)} control variants (needs exactly 1)"}  # fmt: skip
         else:
             check = offline_gate.check(conn, experiment_id, name, control, required=required).public()
-        candidates.append(
-            {"variant": name, "decision": decision, "check": check, "serving": _serving(exp, weight)}
-        )
+        candidates.append({"variant": name, "decision": decision, "check": check, "serving": name in serving})
 
     runs = _runs(conn, experiment_id)
     base_runs = {r["dataset"]: r for r in runs if r["variant"] == control}
