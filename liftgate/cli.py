@@ -59,16 +59,17 @@ def database_problem(exc: BaseException) -> str | None:
     and could not reach it, or found no liftgate tables there; None for any other error. The
     driver's reason names host, port and table, never the URL's password."""
     orig = getattr(exc, "orig", exc)  # SQLAlchemy wraps the driver's error
-    if type(orig).__module__.split(".")[0] != "psycopg":
+    psycopg = sys.modules.get("psycopg")  # not imported: the error cannot be the driver's
+    if psycopg is None or not isinstance(orig, psycopg.Error):
         return None
     reason = str(orig).strip()
-    if type(orig).__name__ == "OperationalError" and reason.startswith("connection failed"):
+    if isinstance(orig, psycopg.OperationalError) and reason.startswith("connection failed"):
         return (
             f"error: cannot reach the database: {reason}\n"
             "Is `liftgate up` running? Otherwise point LIFTGATE_DATABASE_URL (or --database-url) at "
             "the PostgreSQL that liftgate uses."
         )
-    if getattr(orig, "sqlstate", None) == "42P01":  # undefined_table
+    if isinstance(orig, psycopg.errors.UndefinedTable):
         return (
             f"error: the database has no liftgate tables ({reason.splitlines()[0]})\n"
             "Run `liftgate migrate --database-url URL` on it first (`liftgate up` migrates its own)."
