@@ -4,7 +4,9 @@ Producers are idempotent (``enable.idempotence``: acks=all, no duplicates or reo
 the client's own retries) and partition with ``murmur2_random``, Kafka's default, so a unit's
 events land in the same partition whichever backend or language produced them. Consumers
 commit only what they are told to (``enable.auto.commit`` and ``enable.auto.offset.store``
-off). librdkafka's log lines go to the ``eventbus.librdkafka`` logger.
+off). librdkafka's log lines go to the ``eventbus.librdkafka`` logger; a client's line repeated
+over and over (a refused connection during an outage) once per 30 s with a count
+(``eventbus.repeats``).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from eventbus.interface import (
     RevokeCallback,
     TopicPartition,
 )
+from eventbus.repeats import RepeatsAdapter
 
 log = logging.getLogger("eventbus.librdkafka")
 
@@ -74,7 +77,7 @@ class ConfluentProducer:
                 "message.timeout.ms": o.delivery_timeout_ms,
                 "request.timeout.ms": min(o.request_timeout_ms, o.delivery_timeout_ms),
                 "reconnect.backoff.max.ms": o.reconnect_backoff_max_ms,
-                "logger": log,
+                "logger": RepeatsAdapter(log),
                 "on_delivery": self._reported,
                 **o.extra,
             }
@@ -179,7 +182,7 @@ class ConfluentConsumer:
             "topic.metadata.refresh.interval.ms": o.metadata_max_age_ms,
             "reconnect.backoff.max.ms": o.reconnect_backoff_max_ms,
             "socket.timeout.ms": o.request_timeout_ms,
-            "logger": log,
+            "logger": RepeatsAdapter(log),
             **o.extra,
         }
         if o.group_instance_id is not None:
@@ -328,7 +331,7 @@ class ConfluentBus:
         return ConfluentConsumer(options)
 
     def ensure_topics(self, bootstrap: str, names: Sequence[str], partitions: int, timeout_s: float) -> None:
-        conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": log}
+        conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": RepeatsAdapter(log)}
         admin = AdminClient(conf)
         try:
             existing = set(admin.list_topics(timeout=timeout_s).topics)
