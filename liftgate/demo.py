@@ -95,24 +95,18 @@ def ensure_upstreams(client: AdminClient, upstreams: list[dict[str, Any]]) -> No
         log.info("created upstream %s", spec["name"])
 
 
-def ensure_drafts(client: AdminClient, experiments: list[dict[str, Any]]) -> None:
-    """Create the missing experiments and leave them as they are (never started)."""
-    existing = {e.get("name") for e in client.experiments()}
-    for spec in experiments:
-        if spec["name"] not in existing:
-            client.create_experiment(spec)
-            log.info("created experiment %s (a draft, not started)", spec["name"])
-
-
-def ensure_experiments(client: AdminClient, experiments: list[dict[str, Any]]) -> list[str]:
-    """Create missing experiments and start the ones in draft; returns their routes."""
+def ensure_experiments(
+    client: AdminClient, experiments: list[dict[str, Any]], *, start: bool = True
+) -> list[str]:
+    """Create missing experiments and (``start``) start the ones in draft or paused; returns
+    their routes. With ``start=False`` they are left as they are (a new one stays a draft)."""
     existing = {e.get("name"): e for e in client.experiments()}
     for spec in experiments:
         current = existing.get(spec["name"])
         if current is None:
             current = client.create_experiment(spec)
             log.info("created experiment %s on route %s", spec["name"], spec["route"])
-        if current.get("status") in ("draft", "paused"):
+        if start and current.get("status") in ("draft", "paused"):
             try:
                 client.action(spec["name"], "start")
             except AdminError as exc:
@@ -135,7 +129,7 @@ def seed(client: AdminClient, upstreams: list[Upstream]) -> list[str]:
     if len(upstreams) < 2:
         experiments = experiments[1:]
     else:
-        ensure_drafts(client, [gate_experiment(control, upstreams[1])])
+        ensure_experiments(client, [gate_experiment(control, upstreams[1])], start=False)
     return ensure_experiments(client, experiments)
 
 

@@ -20,10 +20,9 @@ from evals.datasets import load_dataset
 from evals.gate import OfflineGate
 from evals.runner import RunnerSettings, run_experiment
 from liftgate import db
-from liftgate.demo import GATE_EXPERIMENT
+from liftgate.demo import GATE_EXPERIMENT as EXPERIMENT
 
 log = logging.getLogger("liftgate.demo_gate")
-EXPERIMENT = GATE_EXPERIMENT
 DEMO_GATE = OfflineGate(suites=("demo",), margins={"code": 0.05, "math": 0.05}, default_margin=0.05)
 
 

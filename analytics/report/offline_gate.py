@@ -55,12 +55,12 @@ def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat()
 
 
-def _variants(conn: Connection, experiment_id: int) -> list[tuple[str, bool, float]]:
+def _variants(conn: Connection, experiment_id: int) -> list[tuple[str, bool]]:
     rows = conn.execute(
-        text("SELECT name, is_control, weight FROM variants WHERE experiment_id = :e ORDER BY id"),
+        text("SELECT name, is_control FROM variants WHERE experiment_id = :e ORDER BY id"),
         {"e": experiment_id},
     )
-    return [(str(r[0]), bool(r[1]), float(r[2])) for r in rows]
+    return [(str(r[0]), bool(r[1])) for r in rows]
 
 
 def _required(mode: str, plan: Any) -> bool:
@@ -255,14 +255,14 @@ def view(
     ).first()
     declared = gate_row[0] if gate_row is not None else None
     variants = _variants(conn, experiment_id)
-    controls = [name for name, is_control, _ in variants if is_control]
+    controls = [name for name, is_control in variants if is_control]
     control = controls[0] if len(controls) == 1 else None
     required = _required(str(exp.mode), exp.rollout_plan)
 
     candidates = []
     decisions: dict[str, dict[str, Any]] = {}
     serving = offline_gate.serving(conn, experiment_id)
-    for name, is_control, _ in variants:
+    for name, is_control in variants:
         if is_control:
             continue
         decision = _decision(conn, experiment_id, name)
@@ -294,6 +294,6 @@ def view(
         "required": declared is not None or required,
         "candidates": candidates,
         "runs": runs,
-        "matrix": _matrix(conn, runs, [name for name, _, _ in variants], decisions),
+        "matrix": _matrix(conn, runs, [name for name, _ in variants], decisions),
         "failing_items": _failing(conn, pairs, limit, offset),
     }
