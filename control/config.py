@@ -14,6 +14,8 @@ refresh (≤ 1 s).
 from __future__ import annotations
 
 import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -25,7 +27,7 @@ from contracts import offline_gate, redaction
 from contracts.config_rules import key_hash
 from contracts.events import ROLLOUT_STAGE_TAG
 from contracts.tables import ApiKey, Experiment, Upstream, Variant
-from control import audit
+from control import audit, rollout
 from control.bodies import (
     ApiKeyIn,
     ExperimentIn,
@@ -58,14 +60,22 @@ def _audit(
     )
 
 
-def _commit(db: Session) -> None:
+@contextmanager
+def _conflicts(db: Session) -> Iterator[None]:
+    """A constraint the block's writes break (two experiments running on one route, a
+    duplicate name) is a 422/409 with the reason, the transaction rolled back."""
     try:
-        db.commit()
+        yield
     except IntegrityError as exc:
         db.rollback()
         if "uq_experiments_running_route" in str(exc.orig):
             raise ControlError(422, "another experiment is already running on this route") from None
         raise ControlError(409, "conflicts with an existing row (duplicate name?)") from None
+
+
+def _commit(db: Session) -> None:
+    with _conflicts(db):
+        db.commit()
 
 
 def path_name(value: str, what: str) -> str:
@@ -471,15 +481,9 @@ def transition(db: Session, id_or_name: str, action: str, actor: str) -> dict[st
     if target == "running":
         _require_gate(db, e)
     before = experiment_out(e)
-    e.status = target
-    now = datetime.now(UTC)
-    if action == "start" and e.started_at is None:
-        e.started_at = now
-    if action == "stop":
-        e.stopped_at = now
-    e.status_reason = f"{action} by {actor}"
-    e.updated_at = now
-    db.flush()
+    with _conflicts(db):  # a start racing another one's on the same route
+        rollout.set_status(db.connection(), e.id, target, f"{action} by {actor}", datetime.now(UTC))
+    e = _load(db, e.id)
     _audit(db, actor, action, "experiment", e.id, before, experiment_out(e))
     _commit(db)
     return experiment_out(e)

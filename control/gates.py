@@ -14,6 +14,7 @@ paused here: its controller rolls it back on its next look.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Connection, func, select, text
@@ -21,7 +22,7 @@ from sqlalchemy.dialects.postgresql import insert
 
 from contracts import offline_gate
 from contracts.tables import GateDecision, OfflineGateDeclaration
-from control import audit, notifications
+from control import audit, notifications, rollout
 from control.locking import lock
 
 
@@ -92,21 +93,16 @@ def _pause_serving_ab(
     conn: Connection, experiment_id: int, variant: str, decision_id: int, why: str, actor: str
 ) -> bool:
     """Pause a running A/B test that shows ``variant`` to users (``offline_gate.serving``);
-    whether it did. The caller holds the experiment's lock."""
-    if variant not in offline_gate.serving(conn, experiment_id):
+    whether it did. The caller holds the experiment's lock; the rows are read ``FOR UPDATE``
+    and the status written by ``control.rollout.set_status``, as every status change is."""
+    row = rollout.load(conn, experiment_id, for_update=True)
+    if row is None or variant not in offline_gate.serving(conn, experiment_id):
         return False
-    before = conn.execute(
-        text("SELECT status_reason FROM experiments WHERE id = :e"), {"e": experiment_id}
-    ).scalar()
     reason = f"paused by the offline gate: variant {variant!r} failed (decision {decision_id}): {why}"
-    conn.execute(
-        text(
-            "UPDATE experiments SET status = 'paused', status_reason = :r, updated_at = now() WHERE id = :e"
-        ),
-        {"r": reason[:2000], "e": experiment_id},
-    )
+    rollout.set_status(conn, experiment_id, "paused", reason, datetime.now(UTC))
     audit.write(
         conn, actor=actor, action="pause", entity="experiment", entity_id=experiment_id,
-        before={"status": "running", "status_reason": before}, after={"status": "paused", "status_reason": reason},
+        before={"status": row.status, "status_reason": row.status_reason},
+        after={"status": "paused", "status_reason": reason[:2000]},
     )  # fmt: skip
     return True

@@ -1,5 +1,9 @@
 """Rollout state in PostgreSQL: reading it, changing weights/status, recording decisions.
 
+:func:`set_status` is the one write of an experiment's status, for every caller (operators'
+start/pause/stop in ``control.config``, the offline gate's pause in ``control.gates``, the
+rollout controller and manual rollout actions).
+
 Every function runs inside the caller's transaction (a SQLAlchemy ``Connection`` from
 ``engine.begin()``). Two controller processes (or a controller and an operator) never act
 on one experiment at once: the caller takes the experiment's lock first
@@ -15,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import orjson
 from sqlalchemy import Connection, text
@@ -130,15 +134,27 @@ def set_stage(conn: Connection, row: RolloutRow, stage: int, percent: float, now
     )
 
 
-def set_status(conn: Connection, row: RolloutRow, status: str, reason: str, now: datetime) -> None:
-    stopped = status in ("rolled_back", "completed")
+#: Statuses that end an experiment: each sets ``stopped_at``.
+ENDED: Final = frozenset({"stopped", "rolled_back", "completed"})
+
+
+def set_status(conn: Connection, experiment_id: int, status: str, reason: str, now: datetime) -> None:
+    """The one write of an experiment's status, whoever changes it: an operator's start, pause
+    or stop (``control.config.transition``), a manual rollout action, the controller's rollback
+    or promotion, the offline gate's pause (``control.gates``). The caller holds the
+    experiment's lock and its row ``FOR UPDATE`` (``load(..., for_update=True)``, or
+    ``control.config``'s ``_locked``), and audits the change in the same transaction.
+
+    ``started_at``: set by the first start (kept by a resume); ``stopped_at``: set by every
+    end (``ENDED``)."""
+    sets = ["status = :st", "status_reason = :r", "updated_at = :t"]
+    if status == "running":
+        sets.append("started_at = coalesce(started_at, :t)")
+    if status in ENDED:
+        sets.append("stopped_at = :t")
     conn.execute(
-        text(
-            "UPDATE experiments SET status = :st, status_reason = :r, updated_at = :t"
-            + (", stopped_at = :t" if stopped else "")
-            + " WHERE id = :e"
-        ),
-        {"st": status, "r": reason[:2000], "t": now, "e": row.id},
+        text(f"UPDATE experiments SET {', '.join(sets)} WHERE id = :e"),
+        {"st": status, "r": reason[:2000], "t": now, "e": experiment_id},
     )
 
 
@@ -152,7 +168,7 @@ def restart_stage_clock(conn: Connection, row: RolloutRow, now: datetime) -> Non
 def rollback(conn: Connection, row: RolloutRow, reason: str, now: datetime) -> None:
     """Candidate 0%, control 100%, status ``rolled_back`` (the gateway then serves the control)."""
     _weights(conn, row, 0.0)
-    set_status(conn, row, "rolled_back", reason, now)
+    set_status(conn, row.id, "rolled_back", reason, now)
 
 
 def promote(conn: Connection, row: RolloutRow, reason: str, now: datetime) -> None:
@@ -163,7 +179,7 @@ def promote(conn: Connection, row: RolloutRow, reason: str, now: datetime) -> No
     variant to everyone, which is now the candidate.
     """
     _weights(conn, row, 100.0)
-    set_status(conn, row, "completed", reason, now)
+    set_status(conn, row.id, "completed", reason, now)
 
 
 @dataclass(frozen=True, slots=True)

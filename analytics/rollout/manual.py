@@ -195,9 +195,9 @@ def act(
                 _require_gate(conn, row)
             now = clock()
             if decision.decision == "pause":
-                rollout.set_status(conn, row, "paused", decision.reason, now)
+                rollout.set_status(conn, row.id, "paused", decision.reason, now)
             elif decision.decision == "resume":
-                rollout.set_status(conn, row, "running", decision.reason, now)
+                rollout.set_status(conn, row.id, "running", decision.reason, now)
                 rollout.restart_stage_clock(conn, row, now)
             else:
                 apply_decision(conn, row, decision, now)

@@ -240,3 +240,56 @@ def test_a_rollout_action_on_an_ab_experiment_is_409_saying_it_is_not_a_rollout(
         assert (
             status == 409 and body["detail"] == f"experiment {unique_name!r} is not a rollout (mode 'ab')"
         ), body
+
+
+def test_start_pause_and_stop_set_status_reason_and_times_once_each_and_a_second_running_test_is_422(
+    admin_service: AdminService, engine: Engine, unique_name: str
+) -> None:
+    """Every status change goes through ``control.rollout.set_status``: the first start sets
+    ``started_at`` and a restart after a pause keeps it; a stop sets ``stopped_at``; the
+    reason names the action and the actor; a start on a route another running experiment
+    holds is a 422 that changes nothing."""
+    assert (
+        admin_service.call("POST", "/admin/experiments", _ab_experiment(admin_service, unique_name))[0] == 201
+    )
+    other = _ab_experiment(admin_service, unique_name + "-2")
+    other["route"] = f"r-{unique_name}"  # the same route
+    assert admin_service.call("POST", "/admin/experiments", other)[0] == 201
+
+    def row(name: str) -> tuple[Any, ...]:
+        with engine.connect() as conn:
+            return tuple(
+                conn.execute(
+                    text(
+                        "SELECT status, status_reason, started_at, stopped_at FROM experiments WHERE name = :n"
+                    ),
+                    {"n": name},
+                ).one()
+            )
+
+    assert row(unique_name)[2:] == (None, None)
+    assert admin_service.call("POST", f"/admin/experiments/{unique_name}/start", actor="alice")[0] == 200
+    status, reason, started, stopped = row(unique_name)
+    assert (status, reason, stopped) == ("running", "start by admin:alice", None) and started is not None
+    status_code, out = admin_service.call("POST", f"/admin/experiments/{unique_name}-2/start")
+    assert status_code == 422 and "already running" in out["detail"], out
+    assert row(unique_name + "-2")[:3] == ("draft", None, None)
+    assert admin_service.call("POST", f"/admin/experiments/{unique_name}/pause", actor="bob")[0] == 200
+    assert row(unique_name) == ("paused", "pause by admin:bob", started, None)
+    assert admin_service.call("POST", f"/admin/experiments/{unique_name}/start", actor="bob")[0] == 200
+    assert row(unique_name) == ("running", "start by admin:bob", started, None)  # the first start's time kept
+    assert admin_service.call("POST", f"/admin/experiments/{unique_name}/stop", actor="carol")[0] == 200
+    status, reason, again, stopped = row(unique_name)
+    assert (status, reason, again) == ("stopped", "stop by admin:carol", started) and stopped >= started
+    actions = [(a, actor) for a, actor, _, _ in _audit(engine, "experiment", str(_id(engine, unique_name)))]
+    assert actions[1:] == [
+        ("start", "admin:alice"),
+        ("pause", "admin:bob"),
+        ("start", "admin:bob"),
+        ("stop", "admin:carol"),
+    ]
+
+
+def _id(engine: Engine, name: str) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(text("SELECT id FROM experiments WHERE name = :n"), {"n": name}).scalar_one())

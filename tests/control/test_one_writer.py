@@ -239,3 +239,53 @@ def test_no_module_outside_control_re_exports_the_control_plane() -> None:
         str(path.relative_to(ROOT)): names for path in _modules() if (names := re_exports(path.read_text()))
     }
     assert offenders == {}
+
+
+_STATUS_SQL: Final = re.compile(r"(?is)\bupdate\s+experiments\b[^;]*?\bset\b[^;]*?\bstatus\s*=")
+
+
+def status_writes(source: str) -> list[tuple[int, str]]:
+    """(line, what) for each write of an experiment's status in ``source``: SQL text setting
+    ``status`` on ``experiments``, or an ORM assignment ``x.status = …`` (not ``self.status``)."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Constant | ast.JoinedStr) and any(
+            _STATUS_SQL.search(t) for t in _strings(node)
+        ):
+            found.append((node.lineno, "SQL"))
+        if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                if isinstance(t, ast.Attribute) and t.attr == "status" and _name(t.value) != "self":
+                    found.append((node.lineno, f"{_name(t.value)}.status ="))
+    return sorted(set(found))
+
+
+def test_the_status_scanner_finds_sql_and_orm_writes_and_passes_the_rest() -> None:
+    assert status_writes('text(f"UPDATE experiments SET {sets} WHERE id = :e")') == []  # no status in sight
+    assert status_writes('text("UPDATE experiments SET status = :st WHERE id = :e")') == [(1, "SQL")]
+    assert status_writes('x = """update experiments\n set updated_at = now(), status = \'paused\'"""') == [
+        (1, "SQL")
+    ]
+    assert status_writes("e.status = target") == [(1, "e.status =")]
+    assert status_writes("self.status = status") == []
+    assert status_writes('text("UPDATE webhook_deliveries SET status = :st")') == []
+
+
+def test_an_experiments_status_is_written_by_one_function_of_the_control_plane() -> None:
+    # Start, pause, stop (operators), rollback and promotion (the controller), manual rollout
+    # actions and the offline gate's pause all go through control.rollout.set_status: one
+    # statement, one rule for started_at/stopped_at, under the caller's lock and FOR UPDATE.
+    offenders = [
+        f"{path.relative_to(ROOT)}:{line}: {what}"
+        for path in sorted((ROOT / "control").rglob("*.py"))
+        for line, what in status_writes(path.read_text())
+    ]
+    src = (ROOT / "control" / "rollout.py").read_text()
+    setter = next(
+        n for n in ast.walk(ast.parse(src)) if isinstance(n, ast.FunctionDef) and n.name == "set_status"
+    )
+    assert '"status = :st"' in ast.get_source_segment(src, setter)  # type: ignore[operator]
+    assert offenders == [], (
+        "an experiment's status is written only by control.rollout.set_status:\n" + "\n".join(offenders)
+    )
