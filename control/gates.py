@@ -14,6 +14,7 @@ paused here: its controller rolls it back on its next look.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -58,8 +59,15 @@ def set_declaration(conn: Connection, experiment_id: int, value: dict[str, Any],
     )  # fmt: skip
 
 
-def save_decision(conn: Connection, values: dict[str, Any]) -> int:
-    """Record the gate's decision for one candidate; returns its id."""
+@dataclass(frozen=True, slots=True)
+class SavedDecision:
+    id: int
+    #: The reason a running A/B test showing the candidate was paused by this decision, if one was.
+    paused: str | None = None
+
+
+def save_decision(conn: Connection, values: dict[str, Any]) -> SavedDecision:
+    """Record the gate's decision for one candidate: its id, and whether it paused a test."""
     experiment_id = int(values["experiment_id"])
     lock(conn, experiment_id)
     did = int(conn.execute(insert(GateDecision).values(**values).returning(GateDecision.id)).scalar_one())
@@ -83,21 +91,22 @@ def save_decision(conn: Connection, values: dict[str, Any]) -> int:
         notifications.emit(
             conn,
             "offline_gate.failed",
-            {**summary, "decision_id": did, "reason": why, "paused": paused},
+            {**summary, "decision_id": did, "reason": why, "paused": paused is not None},
             experiment=experiment,
         )
-    return did
+        return SavedDecision(did, paused)
+    return SavedDecision(did)
 
 
 def _pause_serving_ab(
     conn: Connection, experiment_id: int, variant: str, decision_id: int, why: str, actor: str
-) -> bool:
+) -> str | None:
     """Pause a running A/B test that shows ``variant`` to users (``offline_gate.serving``);
-    whether it did. The caller holds the experiment's lock; the rows are read ``FOR UPDATE``
+    the reason it gave when it did. The caller holds the experiment's lock; the rows are read ``FOR UPDATE``
     and the status written by ``control.rollout.set_status``, as every status change is."""
     row = rollout.load(conn, experiment_id, for_update=True)
     if row is None or variant not in offline_gate.serving(conn, experiment_id):
-        return False
+        return None
     reason = f"paused by the offline gate: variant {variant!r} failed (decision {decision_id}): {why}"
     rollout.set_status(conn, experiment_id, "paused", reason, datetime.now(UTC))
     audit.write(
@@ -105,4 +114,4 @@ def _pause_serving_ab(
         before={"status": row.status, "status_reason": row.status_reason},
         after={"status": "paused", "status_reason": reason[:2000]},
     )  # fmt: skip
-    return True
+    return reason[:2000]

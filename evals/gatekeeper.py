@@ -27,6 +27,9 @@ class GateOutcome:
     baseline: Target
     decision: Decision
     suites: tuple[dict[str, Any], ...]
+    #: Why the decision paused the experiment's running A/B test (it showed this failing
+    #: candidate to users), when it did: ``control.gates``' reason, as ``status_reason`` says.
+    paused: str | None = None
 
 
 def gate_for(conn: Any, exp: ExperimentInfo, given: OfflineGate | None) -> OfflineGate:
@@ -85,7 +88,7 @@ def evaluate(engine: Engine, experiment_ref: str, given: OfflineGate | None = No
         for candidate in exp.candidates:
             results, problems, suites = _pair(conn, exp, gate, baseline, candidate)
             decision = decide(gate, results, problems)
-            decision_id = store.save_decision(conn, {
+            saved = store.save_decision(conn, {
                 "experiment_id": exp.id, "variant": candidate.variant, "baseline_variant": baseline.variant,
                 "candidate_fingerprint": fingerprint(candidate, gate.params),
                 "baseline_fingerprint": fingerprint(baseline, gate.params), "upstream": candidate.upstream,
@@ -94,5 +97,5 @@ def evaluate(engine: Engine, experiment_ref: str, given: OfflineGate | None = No
                 "evidence": [c.to_json() for c in decision.categories],
                 "declaration": gate.model_dump(mode="json"), "actor": actor,
             })  # fmt: skip
-            outcomes.append(GateOutcome(decision_id, candidate, baseline, decision, tuple(suites)))
+            outcomes.append(GateOutcome(saved.id, candidate, baseline, decision, tuple(suites), saved.paused))
     return gate, outcomes

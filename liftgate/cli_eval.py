@@ -354,35 +354,25 @@ def gate(
             exp = store.experiment(conn, experiment)
             if declaration is not None:
                 store.set_declaration(conn, exp.id, declaration.model_dump(mode="json"), who)
-            was = _status(conn, exp.id)
         _, outcomes = gatekeeper.evaluate(engine, experiment, None, who)
-        with engine.connect() as conn:
-            now = _status(conn, exp.id)
     except store.StoreError as exc:
         raise _bad(str(exc)) from None
     finally:
         engine.dispose()
-    if was[0] == "running" and now[0] == "paused":  # control.gates paused it: say so, on stderr
-        err.print(f"[red]experiment {exp.name!r} paused[/red]: {now[1]}. Its users get the control; "
-                  "starting it again checks the gate.", soft_wrap=True)  # fmt: skip
+    for o in outcomes:
+        if o.paused:  # control.gates paused the running test that showed it: say so, on stderr
+            err.print(f"[red]experiment {exp.name!r} paused[/red]: {o.paused}. Its users get the control; "
+                      "starting it again checks the gate.", soft_wrap=True)  # fmt: skip
     for o in outcomes:
         if as_json:
             _emit({"decision_id": o.decision_id, "variant": o.candidate.variant, "baseline": o.baseline.variant,
                    "passed": o.decision.passed, "verdict": o.decision.verdict, "reasons": list(o.decision.reasons),
-                   "evidence": [c.to_json() for c in o.decision.categories], "suites": list(o.suites)})  # fmt: skip
+                   "evidence": [c.to_json() for c in o.decision.categories], "suites": list(o.suites),
+                   "paused": o.paused})  # fmt: skip
         else:
             _render_decision(o.candidate.variant, o.baseline.variant, o.decision)
     if not all(o.decision.passed for o in outcomes):
         raise typer.Exit(1)
-
-
-def _status(conn: Any, experiment_id: int) -> tuple[str, str | None]:
-    from sqlalchemy import text
-
-    row = conn.execute(
-        text("SELECT status, status_reason FROM experiments WHERE id = :e"), {"e": experiment_id}
-    ).one()
-    return str(row[0]), row[1]
 
 
 def _ci(lo: float, hi: float) -> str:

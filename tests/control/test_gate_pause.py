@@ -29,7 +29,7 @@ def _experiment(
     return eid
 
 
-def _save(engine: Engine, eid: int, passed: bool) -> int:
+def _save(engine: Engine, eid: int, passed: bool) -> gates.SavedDecision:
     with engine.begin() as conn:
         return gates.save_decision(conn, {
             "experiment_id": eid, "variant": "candidate", "baseline_variant": "control",
@@ -50,9 +50,10 @@ def _status(engine: Engine, eid: int) -> tuple[str, str | None]:
 
 def test_a_failing_decision_pauses_a_running_ab_test_that_shows_the_candidate(engine: Engine) -> None:
     eid = _experiment(engine, status="running")
-    did = _save(engine, eid, passed=False)
+    saved = _save(engine, eid, passed=False)
+    did = saved.id
     status, reason = _status(engine, eid)
-    assert status == "paused"
+    assert status == "paused" and saved.paused == reason
     assert reason == (
         f"paused by the offline gate: variant 'candidate' failed (decision {did}): forgetting: code −28.3 pts"
     )
@@ -80,7 +81,7 @@ def test_a_decision_leaves_alone_an_experiment_whose_users_do_not_see_a_failed_c
     engine: Engine, status: str, mode: str, weight: float, coverage: float, passed: bool
 ) -> None:
     eid = _experiment(engine, status=status, mode=mode, weight=weight, coverage=coverage)
-    _save(engine, eid, passed=passed)
+    assert _save(engine, eid, passed=passed).paused is None
     assert _status(engine, eid) == (status, "start by t")
     with engine.connect() as conn:
         paused = conn.execute(text("SELECT count(*) FROM audit_log WHERE entity = 'experiment' AND entity_id = :e"

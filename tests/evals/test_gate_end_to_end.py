@@ -144,5 +144,7 @@ def test_a_failing_gate_on_a_running_ab_test_pauses_it_and_the_cli_says_so(
     assert status == "paused" and reason.startswith(
         f"paused by the offline gate: variant 'candidate' failed (decision {decision['decision_id']}): forgetting"
     )
+    assert decision["paused"] == reason  # the JSON line says it too
     again = liftgate(module_database_url, "gate", name, "--json")  # already paused: nothing more to say
     assert again.returncode == 1 and "paused" not in again.stderr
+    assert jsonl(again.stdout)[0]["paused"] is None
