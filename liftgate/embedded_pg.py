@@ -171,6 +171,14 @@ class EmbeddedPostgres:
         res = self._pg("pg_isready", "-h", "127.0.0.1", "-p", str(self.port), "-t", "2", timeout=10)
         return res.returncode == 0
 
+    def setting(self, name: str) -> str | None:
+        """A setting of the running server (``SHOW name``); None when it cannot be read."""
+        res = self._pg(
+            "psql", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "-d", "postgres",
+            "-XtAc", f"SHOW {name}", timeout=10,
+        )  # fmt: skip
+        return res.stdout.strip() if res.returncode == 0 else None
+
     def start(self, timeout: float = 60) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._prepare_root()
@@ -191,6 +199,13 @@ class EmbeddedPostgres:
         if self.running():
             if self.answers():
                 log.info("embedded postgres already running on port %s", self.port)
+                if self.durable and self.setting("fsync") == "off":
+                    log.warning(
+                        "the PostgreSQL already running on port %s has fsync off (started for tests):"
+                        " a crash of this machine can lose committed data. For a durable server, stop it"
+                        " (`scripts/pg down`) and start again",
+                        self.port,
+                    )
                 return
             raise RuntimeError(
                 f"a postgres server runs on {self.data_dir} but does not answer on port {self.port}; "

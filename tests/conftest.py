@@ -2,7 +2,10 @@
 
 Both are started once per test session, or attached to when the environment names them
 (``LIFTGATE_TEST_PG_ADMIN_URL``, ``LIFTGATE_KAFKA_BOOTSTRAP``) — `scripts/test` starts
-them before pytest. Each session gets its own freshly migrated database, so concurrent
+them before pytest. A server the session started itself (the first test that needs it, on
+the default ports and state directory) is stopped when the session ends: left running, a
+PostgreSQL without fsync (``durable=False``) would be what the next ``make demo`` found on
+its port and kept its data in. Each session gets its own freshly migrated database, so concurrent
 runs never see each other's rows; each test gets a transaction that is rolled back.
 """
 
@@ -36,17 +39,92 @@ ROOT = Path(__file__).resolve().parent.parent
 TEST_DB_PREFIX = "lg_test_"
 
 
-def _admin_url() -> str:
-    url = os.environ.get("LIFTGATE_TEST_PG_ADMIN_URL")
-    if url:
-        return url
-    pg = EmbeddedPostgres(
+#: Names this test session in every process of it (pytest-xdist's workers inherit it).
+_SESSION_ENV = "LIFTGATE_TEST_SESSION"
+
+
+def _started_marker(service: str) -> Path:
+    """Exists while a server ``service`` ("pg", "kafka") that a test session started runs; its
+    lines: the sessions using it (``pid-token``), so the last one to end stops it."""
+    return default_state_dir() / f"started-by-tests-{service}"
+
+
+def _sessions(marker: Path) -> set[str]:
+    """The live sessions a marker names (a killed session's pid is gone: not counted)."""
+    with contextlib.suppress(OSError):
+        return {
+            line
+            for line in marker.read_text().split()
+            if line.split("-")[0].isdigit() and psutil.pid_exists(int(line.split("-")[0]))
+        }
+    return set()
+
+
+def _attach(service: str, started: bool) -> None:
+    """This session uses ``service``: it started it, or it joins the sessions of one that did
+    (a server someone else started — ``scripts/pg up``, ``liftgate up`` — is left to them)."""
+    marker = _started_marker(service)
+    if not started and not marker.exists():
+        return
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    sessions = (set() if started else _sessions(marker)) | {os.environ.get(_SESSION_ENV, "")}
+    marker.write_text("\n".join(sorted(sessions - {""})))
+
+
+def _test_pg() -> EmbeddedPostgres:
+    return EmbeddedPostgres(
         data_dir=default_state_dir() / "pg",
         port=int(os.environ.get("LIFTGATE_PG_PORT", "15432")),
         durable=False,
     )
+
+
+def _kafka_script(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "kafka.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+def _admin_url() -> str:
+    url = os.environ.get("LIFTGATE_TEST_PG_ADMIN_URL")
+    if url:
+        return url
+    pg = _test_pg()
+    started = not (pg.initialized() and pg.running())
     pg.start()
+    _attach("pg", started)
     return f"postgresql://postgres@127.0.0.1:{pg.port}/postgres"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # the controller (or a run without xdist)
+        os.environ[_SESSION_ENV] = f"{os.getpid()}-{secrets.token_hex(4)}"
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The last session using a server a test session started stops it (after every worker
+    of this one is gone)."""
+    session = os.environ.get(_SESSION_ENV)
+    if hasattr(config, "workerinput") or not session:
+        return
+    for service in ("pg", "kafka"):
+        marker = _started_marker(service)
+        sessions = _sessions(marker)
+        if session not in sessions:
+            continue
+        if sessions - {session}:  # another run still uses it
+            marker.write_text("\n".join(sorted(sessions - {session})))
+            continue
+        if service == "pg":
+            _test_pg().stop()
+        else:
+            _kafka_script("down")
+        marker.unlink(missing_ok=True)
 
 
 def _drop_stale_databases(conn: psycopg.Connection[tuple[object, ...]]) -> None:
@@ -131,15 +209,11 @@ def kafka_bootstrap() -> str:
     if bootstrap:
         return bootstrap
     port = os.environ.get("LIFTGATE_KAFKA_PORT", "19092")
-    res = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "kafka.py"), "up", "--port", port],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    started = _kafka_script("status").returncode != 0
+    res = _kafka_script("up", "--port", port)
     if res.returncode != 0:
         raise RuntimeError(f"could not start Kafka: {res.stdout}\n{res.stderr}")
+    _attach("kafka", started)
     return f"127.0.0.1:{port}"
 
 

@@ -89,3 +89,37 @@ def test_a_new_cluster_compares_text_by_code_point_with_unicode_case_rules(tmp_p
             assert c.execute("SELECT 'ÉTÉ' ILIKE '%été%', upper('été')").fetchone() == (True, "ÉTÉ")
     finally:
         pg.stop()
+
+
+def test_a_durable_start_that_finds_a_server_without_fsync_running_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``liftgate up`` (durable) on a port where a test session's server (fsync off) still runs
+    keeps it, and warns that a crash can lose data; a durable server found running: no warning."""
+    import logging
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    fast = EmbeddedPostgres(data_dir=tmp_path / "pg", port=port, durable=False)
+    durable = EmbeddedPostgres(data_dir=tmp_path / "pg", port=port, durable=True)
+    fast.start()
+    try:
+        assert fast.setting("fsync") == "off"
+        with caplog.at_level(logging.WARNING, logger="liftgate.embedded_pg"):
+            durable.start()
+        assert [r.getMessage() for r in caplog.records] == [
+            f"the PostgreSQL already running on port {port} has fsync off (started for tests): a crash of"
+            " this machine can lose committed data. For a durable server, stop it (`scripts/pg down`) and"
+            " start again"
+        ]
+        fast.stop()
+        caplog.clear()
+        durable.start()
+        assert durable.setting("fsync") == "on"
+        with caplog.at_level(logging.WARNING, logger="liftgate.embedded_pg"):
+            durable.start()
+        assert caplog.records == []
+    finally:
+        durable.stop()
