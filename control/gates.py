@@ -102,16 +102,17 @@ def _pause_serving_ab(
     conn: Connection, experiment_id: int, variant: str, decision_id: int, why: str, actor: str
 ) -> str | None:
     """Pause a running A/B test that shows ``variant`` to users (``offline_gate.serving``);
-    the reason it gave when it did. The caller holds the experiment's lock; the rows are read ``FOR UPDATE``
-    and the status written by ``control.rollout.set_status``, as every status change is."""
+    the reason it gave when it did. The caller holds the experiment's lock; the rows are read
+    ``FOR UPDATE`` and the status written by ``control.rollout.set_status``, as every status
+    change is."""
     row = rollout.load(conn, experiment_id, for_update=True)
     if row is None or variant not in offline_gate.serving(conn, experiment_id):
         return None
-    reason = f"paused by the offline gate: variant {variant!r} failed (decision {decision_id}): {why}"
+    reason = f"paused by the offline gate: variant {variant!r} failed (decision {decision_id}): {why}"[:2000]
     rollout.set_status(conn, experiment_id, "paused", reason, datetime.now(UTC))
     audit.write(
         conn, actor=actor, action="pause", entity="experiment", entity_id=experiment_id,
         before={"status": row.status, "status_reason": row.status_reason},
-        after={"status": "paused", "status_reason": reason[:2000]},
+        after={"status": "paused", "status_reason": reason},
     )  # fmt: skip
-    return reason[:2000]
+    return reason

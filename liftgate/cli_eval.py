@@ -363,7 +363,6 @@ def gate(
         if o.paused:  # control.gates paused the running test that showed it: say so, on stderr
             err.print(f"[red]experiment {exp.name!r} paused[/red]: {o.paused}. Its users get the control; "
                       "starting it again checks the gate.", soft_wrap=True)  # fmt: skip
-    for o in outcomes:
         if as_json:
             _emit({"decision_id": o.decision_id, "variant": o.candidate.variant, "baseline": o.baseline.variant,
                    "passed": o.decision.passed, "verdict": o.decision.verdict, "reasons": list(o.decision.reasons),

@@ -2,10 +2,10 @@
 
 Both are started once per test session, or attached to when the environment names them
 (``LIFTGATE_TEST_PG_ADMIN_URL``, ``LIFTGATE_KAFKA_BOOTSTRAP``) — `scripts/test` starts
-them before pytest. A server the session started itself (the first test that needs it, on
-the default ports and state directory) is stopped when the session ends: left running, a
-PostgreSQL without fsync (``durable=False``) would be what the next ``make demo`` found on
-its port and kept its data in. Each session gets its own freshly migrated database, so concurrent
+them before pytest. A server a session started itself (the first test that needs it, on
+the default ports and state directory) is stopped when the last session using it ends: left
+running, a PostgreSQL without fsync (``durable=False``) would be what the next ``make demo``
+found on its port and kept its data in. Each session gets its own freshly migrated database, so concurrent
 runs never see each other's rows; each test gets a transaction that is rolled back.
 """
 
@@ -60,6 +60,10 @@ def _sessions(marker: Path) -> set[str]:
     return set()
 
 
+def _write_sessions(marker: Path, sessions: set[str]) -> None:
+    marker.write_text("\n".join(sorted(sessions - {""})))
+
+
 def _attach(service: str, started: bool) -> None:
     """This session uses ``service``: it started it, or it joins the sessions of one that did
     (a server someone else started — ``scripts/pg up``, ``liftgate up`` — is left to them)."""
@@ -68,7 +72,7 @@ def _attach(service: str, started: bool) -> None:
         return
     marker.parent.mkdir(parents=True, exist_ok=True)
     sessions = (set() if started else _sessions(marker)) | {os.environ.get(_SESSION_ENV, "")}
-    marker.write_text("\n".join(sorted(sessions - {""})))
+    _write_sessions(marker, sessions)
 
 
 def _test_pg() -> EmbeddedPostgres:
@@ -118,7 +122,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         if session not in sessions:
             continue
         if sessions - {session}:  # another run still uses it
-            marker.write_text("\n".join(sorted(sessions - {session})))
+            _write_sessions(marker, sessions - {session})
             continue
         if service == "pg":
             _test_pg().stop()
