@@ -1,5 +1,8 @@
 """What a rollup row's update costs in PostgreSQL: ``INSERT … ON CONFLICT DO UPDATE`` against a
-plain ``UPDATE … FROM``, on rows that exist already (the common case of a unit seen before).
+plain ``UPDATE … FROM`` (as the planner picks it, and as a nested loop of index probes) and a
+``MERGE`` (index probes), on rows that exist already (the common case of a unit seen before).
+The index-probe forms are what a rollup table of millions of rows needs; on this small table
+the planner's own choice for the ``UPDATE`` is a hash join over all of it.
 
 A scratch table shaped like ``unit_rollups`` (the key, first/last seen, the rollup measures,
 ``counters``; fillfactor 80) holds ``--units`` rows; each round groups ``--events`` random
@@ -40,7 +43,22 @@ def _statements() -> dict[str, str]:
             f"UPDATE ur AS t SET {ts_g}, {', '.join(f'{c} = t.{c} + g.{c}' for c in m)} FROM g"
             " WHERE t.experiment_id = g.experiment_id AND t.variant = g.variant AND t.unit_id = g.unit_id"
         ),
+        # Index probes only (a nested loop), as a rollup table of millions of rows needs.
+        "update from, nested loop": (
+            f"{_PROBES} UPDATE ur AS t SET {ts_g}, {', '.join(f'{c} = t.{c} + g.{c}' for c in m)} FROM g"
+            " WHERE t.experiment_id = g.experiment_id AND t.variant = g.variant AND t.unit_id = g.unit_id"
+        ),
+        "merge, nested loop": (
+            f"{_PROBES} MERGE INTO ur AS t USING (SELECT * FROM g ORDER BY 1, 2, 3) g"
+            " ON t.experiment_id = g.experiment_id AND t.variant = g.variant AND t.unit_id = g.unit_id"
+            f" WHEN MATCHED THEN UPDATE SET {ts_g}, {', '.join(f'{c} = t.{c} + g.{c}' for c in m)}"
+            f" WHEN NOT MATCHED THEN INSERT ({KEY}, first_ts, last_ts, {', '.join(m)})"
+            f" VALUES (g.experiment_id, g.variant, g.unit_id, g.first_ts, g.last_ts, {', '.join(f'g.{c}' for c in m)})"
+        ),
     }
+
+
+_PROBES = "SET LOCAL enable_seqscan = off; SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off;"
 
 
 def main() -> None:
