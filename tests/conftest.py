@@ -52,12 +52,12 @@ def _started_marker(service: str) -> Path:
 def _sessions(marker: Path) -> set[str]:
     """The live sessions a marker names (a killed session's pid is gone: not counted)."""
     with contextlib.suppress(OSError):
-        return {
-            line
-            for line in marker.read_text().split()
-            if line.split("-")[0].isdigit() and psutil.pid_exists(int(line.split("-")[0]))
-        }
+        return {line for line in marker.read_text().split() if _live(line.split("-")[0])}
     return set()
+
+
+def _live(pid: str) -> bool:
+    return pid.isdigit() and psutil.pid_exists(int(pid))
 
 
 def _write_sessions(marker: Path, sessions: set[str]) -> None:

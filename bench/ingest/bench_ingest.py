@@ -10,9 +10,9 @@
    **sustained** rate: the sum of each process's own rate, from its first commit once the group
    has formed (every process owns its partitions) to its last, each charged its share of the
    final CHECKPOINT. The processes join the group one after the other: the first can own
-   every partition for a batch or two and the second wait out that rebalance (1.8–3.6 s of a
-   ~22 s run here); the whole-run rate counts that start-up, which a running group does not
-   see again, and the sustained rate does not.
+   every partition for a batch or two while the second waits out that rebalance
+   (bench/ingest/README.md, 2026-12-05); the whole-run rate counts that start-up, which a
+   running group does not see again, and the sustained rate does not.
 3. COPY runs: truncate, then COPY the same rows (pre-rendered text) straight into
    ``interactions`` (same indexes), then a CHECKPOINT: the database's raw ingest ceiling.
    Every phase starts after a CHECKPOINT (untimed) and ends with one (timed), so no phase
@@ -569,7 +569,7 @@ def main() -> None:
                 kafka_rates.append(rate)
                 truncate(db_url)
                 copy_rates.append(copy_run(db_url, data, args.events, copy_cpu))
-                naive = ""  # what the run's line adds after the COPY rate
+                extra = ""  # what the run's line adds after the COPY rate
                 if args.naive:
                     truncate(db_url)
                     naive_rates.append(
@@ -578,14 +578,14 @@ def main() -> None:
                             naive_cpu, naive=True, log_dir=args.logs,
                         )
                     )  # fmt: skip
-                    naive = f", naive kafka->COPY {naive_rates[-1]:,.0f} ev/s"
+                    extra = f", naive kafka->COPY {naive_rates[-1]:,.0f} ev/s"
                 if len(sustained) == run + 1:
-                    naive += (
+                    extra += (
                         f"; sustained {sustained[-1]:,.0f} ev/s = {sustained[-1] / copy_rates[-1]:.2f}x COPY"
                     )
                 print(
                     f"run {run + 1}: kafka->postgres {kafka_rates[-1]:,.0f} ev/s, plain COPY {copy_rates[-1]:,.0f} rows/s"
-                    f" = {kafka_rates[-1] / copy_rates[-1]:.2f}x{naive} (load {os.getloadavg()[0]:.1f})"
+                    f" = {kafka_rates[-1] / copy_rates[-1]:.2f}x{extra} (load {os.getloadavg()[0]:.1f})"
                 )
             k_med, c_med = statistics.median(kafka_rates), statistics.median(copy_rates)
             print(

@@ -46,7 +46,7 @@ def _one_by_one(pg: psycopg.Connection[Any], raws: list[write.Raw]) -> None:
         for raw in raws:
             try:
                 with pg.transaction():
-                    write._fast_or_safe(pg, [raw], [], rollups.NONE_DECLARED, nested=True)
+                    write._fast_or_safe(pg, [raw], [], rollups.NONE_DECLARED, nested=True, cuts=None)
             except psycopg.DataError:
                 pass
 

@@ -28,37 +28,35 @@ ADMIN_URL = "postgresql://postgres@127.0.0.1:15432/postgres"
 KEY = "experiment_id, variant, unit_id"
 
 
+#: Index probes only (a nested loop), as a rollup table of millions of rows needs.
+_PROBES = "SET LOCAL enable_seqscan = off; SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off;"
+
+
 def _statements() -> dict[str, str]:
     m = INTERACTION_MEASURES
     ts_excluded = (
         "first_ts = least(t.first_ts, EXCLUDED.first_ts), last_ts = greatest(t.last_ts, EXCLUDED.last_ts)"
     )
-    ts_g = "first_ts = least(t.first_ts, g.first_ts), last_ts = greatest(t.last_ts, g.last_ts)"
+    add_g = (
+        "first_ts = least(t.first_ts, g.first_ts), last_ts = greatest(t.last_ts, g.last_ts), "
+        + ", ".join(f"{c} = t.{c} + g.{c}" for c in m)
+    )
+    on_key = "t.experiment_id = g.experiment_id AND t.variant = g.variant AND t.unit_id = g.unit_id"
+    update = f"UPDATE ur AS t SET {add_g} FROM g WHERE {on_key}"
     return {
         "on conflict do update": (
             f"INSERT INTO ur AS t ({KEY}, first_ts, last_ts, {', '.join(m)}) SELECT * FROM g ORDER BY 1, 2, 3"
             f" ON CONFLICT ({KEY}) DO UPDATE SET {ts_excluded}, {', '.join(f'{c} = t.{c} + EXCLUDED.{c}' for c in m)}"
         ),
-        "update from": (
-            f"UPDATE ur AS t SET {ts_g}, {', '.join(f'{c} = t.{c} + g.{c}' for c in m)} FROM g"
-            " WHERE t.experiment_id = g.experiment_id AND t.variant = g.variant AND t.unit_id = g.unit_id"
-        ),
-        # Index probes only (a nested loop), as a rollup table of millions of rows needs.
-        "update from, nested loop": (
-            f"{_PROBES} UPDATE ur AS t SET {ts_g}, {', '.join(f'{c} = t.{c} + g.{c}' for c in m)} FROM g"
-            " WHERE t.experiment_id = g.experiment_id AND t.variant = g.variant AND t.unit_id = g.unit_id"
-        ),
+        "update from": update,
+        "update from, nested loop": f"{_PROBES} {update}",
         "merge, nested loop": (
-            f"{_PROBES} MERGE INTO ur AS t USING (SELECT * FROM g ORDER BY 1, 2, 3) g"
-            " ON t.experiment_id = g.experiment_id AND t.variant = g.variant AND t.unit_id = g.unit_id"
-            f" WHEN MATCHED THEN UPDATE SET {ts_g}, {', '.join(f'{c} = t.{c} + g.{c}' for c in m)}"
+            f"{_PROBES} MERGE INTO ur AS t USING (SELECT * FROM g ORDER BY 1, 2, 3) g ON {on_key}"
+            f" WHEN MATCHED THEN UPDATE SET {add_g}"
             f" WHEN NOT MATCHED THEN INSERT ({KEY}, first_ts, last_ts, {', '.join(m)})"
             f" VALUES (g.experiment_id, g.variant, g.unit_id, g.first_ts, g.last_ts, {', '.join(f'g.{c}' for c in m)})"
         ),
     }
-
-
-_PROBES = "SET LOCAL enable_seqscan = off; SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off;"
 
 
 def main() -> None:
