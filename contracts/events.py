@@ -442,8 +442,17 @@ def _wire_struct(cls: type, tag: str) -> Any:
             fields.append((f.name, t))
     # kw_only: the dataclass's field order is kept (required after optional), so a
     # decoded struct's astuple() is the dataclass's positional arguments.
+    # gc=False: a wire struct lives only until ``decode`` copies it into the event, and its
+    # values (str, numbers, a dict of str, a list of int) cannot form a reference cycle, so
+    # the collector need not track it (cheaper to create and to free).
     return msgspec.defstruct(
-        f"Wire{cls.__name__}", fields, tag_field="type", tag=tag, forbid_unknown_fields=True, kw_only=True
+        f"Wire{cls.__name__}",
+        fields,
+        tag_field="type",
+        tag=tag,
+        forbid_unknown_fields=True,
+        kw_only=True,
+        gc=False,
     )
 
 
@@ -452,6 +461,12 @@ _WIRE_FEEDBACK: Final = _wire_struct(FeedbackEvent, "feedback")
 _WIRE_JUDGE: Final = _wire_struct(JudgeEvent, "judge")
 _WIRE_NGRAMS: Final = _wire_struct(NgramsEvent, "ngrams")
 _WIRE_DECODER: Final = msgspec.json.Decoder(_WIRE_INTERACTION | _WIRE_FEEDBACK | _WIRE_JUDGE | _WIRE_NGRAMS)
+#: How ``encode`` ends an interaction (the dataclass's last field is its tag). A message
+#: ending so is an object whose top-level ``type`` is "interaction" (the final brace closes
+#: the top level, and a string cannot hold an unescaped quote), so it is decoded as that
+#: struct alone: the union decoder, whose tag is not the first key, reads the message twice.
+_INTERACTION_TAIL: Final = b'"type":"interaction"}'
+_WIRE_INTERACTION_DECODER: Final = msgspec.json.Decoder(_WIRE_INTERACTION)
 _astuple: Final = msgspec.structs.astuple
 
 
@@ -468,7 +483,10 @@ def decode(raw: bytes | str) -> Event:
     elif b"\\" in raw and b"\\u0000" in raw:
         return _decode_checked(raw)
     try:
-        w = _WIRE_DECODER.decode(raw)
+        if isinstance(raw, bytes) and raw.endswith(_INTERACTION_TAIL):
+            w = _WIRE_INTERACTION_DECODER.decode(raw)
+        else:
+            w = _WIRE_DECODER.decode(raw)
     except (msgspec.DecodeError, UnicodeEncodeError):
         return _decode_checked(raw)
     if type(w) is _WIRE_INTERACTION:

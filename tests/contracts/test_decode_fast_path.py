@@ -88,11 +88,19 @@ def _both(raw: bytes) -> tuple[object, object]:
     return run(decode), run(events._decode_checked)
 
 
+@pytest.mark.parametrize("compact", [True, False], ids=["compact", "spaced"])
 @pytest.mark.parametrize(("name", "mutate"), INTERACTION_MUTATIONS, ids=[n for n, _ in INTERACTION_MUTATIONS])
-def test_interactions_fast_and_full_decoders_agree(name: str, mutate: Mutation) -> None:
+def test_interactions_fast_and_full_decoders_agree(name: str, mutate: Mutation, compact: bool) -> None:
+    # compact: written as encode() writes (a message ending '"type":"interaction"}' takes the
+    # single-struct decoder); spaced: as other writers may (the union decoder).
     doc = orjson.loads(encode(make_interaction()))
     mutate(doc)
-    fast, full = _both(json.dumps(doc).encode())  # orjson refuses to write ints beyond 64 bits
+    separators = (",", ":") if compact else (", ", ": ")
+    raw = json.dumps(doc, separators=separators).encode()  # orjson refuses ints beyond 64 bits
+    assert raw.endswith(events._INTERACTION_TAIL) is (
+        compact and list(doc)[-1:] == ["type"] and doc["type"] == "interaction"
+    )
+    fast, full = _both(raw)
     if name == "ts missing (defaults to now)":  # both default ts to the decoding time
         assert isinstance(fast, events.InteractionEvent) and isinstance(full, events.InteractionEvent)
         assert abs(fast.ts - full.ts) < 5
@@ -107,6 +115,30 @@ def test_interactions_fast_and_full_decoders_agree(name: str, mutate: Mutation) 
         "text as long as its column",
     }
     assert isinstance(fast, events.InteractionEvent) is accepted
+
+
+def test_encoded_interactions_take_the_single_struct_decoder() -> None:
+    assert encode(make_interaction()).endswith(events._INTERACTION_TAIL)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        # The tail of a nested object, not of the message: the final brace closes "tags".
+        b'{"type":"feedback","request_id":"r","unit_id":"u","kind":"rating","event_id":"e",'
+        b'"schema_version":1,"tags":{"type":"interaction"}}',
+        # Two "type" keys, the first of another kind.
+        b'{"type":"feedback","request_id":"r","unit_id":"u","kind":"rating","event_id":"e",'
+        b'"schema_version":1,"type":"interaction"}',
+        # Only the tail.
+        b'{"type":"interaction"}',
+        b'"type":"interaction"}',
+        b'{"x":"\\"type":"interaction"}',
+    ],
+)
+def test_messages_ending_like_an_interaction_are_judged_as_the_full_check_judges(raw: bytes) -> None:
+    fast, full = _both(raw)
+    assert fast == full
 
 
 FEEDBACK_MUTATIONS: list[tuple[str, Mutation]] = [
