@@ -1,24 +1,31 @@
 /*
- * analytics.ingest._copyfmt — the COPY text of a batch of interaction events, in C.
+ * analytics.ingest._copyfmt — a batch of interaction events as COPY binary rows, in C.
  *
  * The consumer's GIL is the ingest pipeline's bottleneck (bench/ingest/README.md): in
  * Python each event cost ~5 µs to render (the row tuple, the timestamp text, the tags'
- * JSON, psycopg's per-value dumpers, the rollup input row). ``render`` writes the same
- * bytes in one pass over the batch:
+ * JSON, psycopg's per-value dumpers, the rollup input row). ``render`` writes the rows in
+ * one pass over the batch:
  *
- *   render(events, flags, declared, always) -> (interactions_text, fold_text)
+ *   render(events, flags, declared, always) -> (interactions_rows, fold_rows)
  *
  * ``events``: a list of ``contracts.events.InteractionEvent``; ``flags``: one byte per
  * event, 0 = not folded into the rollups, 1 = folded (conv = false), 2 = folded and opens
  * a conversation (conv = true). ``declared``: experiment id -> the set of tag keys folded
  * into its segments, ``always`` the set for an experiment not in it (``rollout_stage``).
- * ``interactions_text`` is the COPY text of the columns
- * ``analytics.ingest.copy_text.INTERACTION_COLUMNS`` (the bytes psycopg's text formatter writes for
- * ``bulk.interaction_row(e, bulk.ts_text(e.ts))``), ``fold_text`` that of the ``lg_fold``
- * rows of the flagged events. Anything outside the common case — an int beyond 64 bits, a
- * non-finite float, a NUL or an unpaired surrogate in a string, a timestamp outside years
- * 1–9999, a folded tag containing the segment separator U+001F, a value of another type — raises
- * ValueError and the caller renders the batch in Python, which decides as before.
+ *
+ * The rows are in PostgreSQL's COPY binary format (tuples only: the caller writes the
+ * signature and the trailer): ``interactions_rows`` those of the columns
+ * ``analytics.ingest.copy_text.INTERACTION_COLUMNS`` (uuid, timestamptz, int4, float8,
+ * bool, jsonb, text), ``fold_rows`` the ``lg_fold`` rows (``rollups.FOLD_COLUMNS``) of
+ * the flagged events. The binary form spares the server the text input functions (the
+ * timestamp's and the floats' parsing, the uuid's) and the renderer the float repr and the
+ * escaping. The values stored are those of the Python loop's COPY text
+ * (``copy_text.python_rows``), tests/analytics/ingest/test_copyfmt.py checks it on the
+ * database. Anything outside the common case — an int beyond int4, a non-finite float, a
+ * NUL or an unpaired surrogate in a string, a timestamp outside years 1–9999, an event id
+ * not in the 8-4-4-4-12 or 32-digit hex form, a folded tag containing the segment separator
+ * U+001F, a value of another type — raises ValueError: the caller then stores the batch
+ * by the SQL path, which decides as before.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -82,104 +89,101 @@ static const char *utf8_of(PyObject *o, Py_ssize_t *n) {
     return s;
 }
 
-/* COPY text escaping, as psycopg's formatter: \\ \b \t \n \v \f \r. */
-static int put_escaped(Buf *b, const char *s, Py_ssize_t n) {
-    if (buf_grow(b, 2 * n) < 0) return -1;
-    char *o = b->p + b->n;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c > '\\' || (c > '\r' && c != '\\')) {
-            *o++ = (char)c;
-            continue;
-        }
-        switch (c) {
-            case '\\': *o++ = '\\'; *o++ = '\\'; break;
-            case '\b': *o++ = '\\'; *o++ = 'b'; break;
-            case '\t': *o++ = '\\'; *o++ = 't'; break;
-            case '\n': *o++ = '\\'; *o++ = 'n'; break;
-            case '\v': *o++ = '\\'; *o++ = 'v'; break;
-            case '\f': *o++ = '\\'; *o++ = 'f'; break;
-            case '\r': *o++ = '\\'; *o++ = 'r'; break;
-            default: *o++ = (char)c;
-        }
-    }
-    b->n = o - b->p;
+/* Big-endian integers. */
+static inline void be16(char *p, uint16_t v) {
+    p[0] = (char)(v >> 8);
+    p[1] = (char)v;
+}
+static inline void be32(char *p, uint32_t v) {
+    p[0] = (char)(v >> 24);
+    p[1] = (char)(v >> 16);
+    p[2] = (char)(v >> 8);
+    p[3] = (char)v;
+}
+static inline void be64(char *p, uint64_t v) {
+    be32(p, (uint32_t)(v >> 32));
+    be32(p + 4, (uint32_t)v);
+}
+
+/* A field's length word (-1: NULL). */
+static inline int put_len(Buf *b, int32_t n) {
+    if (buf_grow(b, 4) < 0) return -1;
+    be32(b->p + b->n, (uint32_t)n);
+    b->n += 4;
     return 0;
 }
 
+static inline int put_null(Buf *b) { return put_len(b, -1); }
+
+static int put_field(Buf *b, const char *s, Py_ssize_t n) {
+    if (n > INT32_MAX - 1) return unsupported("value too large");
+    if (put_len(b, (int32_t)n) < 0) return -1;
+    return put(b, s, n);
+}
+
 static int put_str(Buf *b, PyObject *o) {
-    if (o == Py_None) return put(b, "\\N", 2);
+    if (o == Py_None) return put_null(b);
     Py_ssize_t n;
     const char *s = utf8_of(o, &n);
     if (!s) return -1;
-    return put_escaped(b, s, n);
+    return put_field(b, s, n);
 }
 
+/* int4 (every int column of both tables). */
 static int put_int(Buf *b, PyObject *o) {
-    if (o == Py_None) return put(b, "\\N", 2);
+    if (o == Py_None) return put_null(b);
     if (!PyLong_CheckExact(o)) return unsupported("not an int");
     int overflow = 0;
     long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
-    if (overflow) return unsupported("int beyond 64 bits");
+    if (overflow || v < INT32_MIN || v > INT32_MAX) return unsupported("int beyond int4");
     if (v == -1 && PyErr_Occurred()) return -1;
-    char tmp[24], *end = tmp + sizeof tmp, *p = end; /* digits written backwards: no snprintf */
-    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
-    do {
-        *--p = (char)('0' + u % 10);
-        u /= 10;
-    } while (u);
-    if (v < 0) *--p = '-';
-    return put(b, p, end - p);
+    if (buf_grow(b, 8) < 0) return -1;
+    be32(b->p + b->n, 4);
+    be32(b->p + b->n + 4, (uint32_t)(int32_t)v);
+    b->n += 8;
+    return 0;
 }
 
+/* float8: the value psycopg's text (an int's digits or a float's repr) parses to. */
 static int put_float(Buf *b, PyObject *o) {
-    if (o == Py_None) return put(b, "\\N", 2);
+    if (o == Py_None) return put_null(b);
     double d;
     if (PyFloat_CheckExact(o))
         d = PyFloat_AS_DOUBLE(o);
-    else if (PyLong_CheckExact(o))
-        return put_int(b, o); /* psycopg writes an int as an int */
-    else
+    else if (PyLong_CheckExact(o)) {
+        d = PyLong_AsDouble(o); /* correctly rounded, as float8in of its digits */
+        if (d == -1.0 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return unsupported("int beyond float8");
+        }
+    } else
         return unsupported("not a float");
     if (!isfinite(d)) return unsupported("non-finite float");
-    char *s = PyOS_double_to_string(d, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
-    if (!s) return -1;
-    int rc = put(b, s, (Py_ssize_t)strlen(s));
-    PyMem_Free(s);
-    return rc;
+    uint64_t bits;
+    memcpy(&bits, &d, 8);
+    if (buf_grow(b, 12) < 0) return -1;
+    be32(b->p + b->n, 8);
+    be64(b->p + b->n + 4, bits);
+    b->n += 12;
+    return 0;
 }
 
 static int put_bool(Buf *b, PyObject *o) {
-    if (o == Py_True) return putc_(b, 't');
-    if (o == Py_False) return putc_(b, 'f');
-    return unsupported("not a bool");
-}
-
-/* Days since 1970-01-01 -> civil date (H. Hinnant's algorithm). */
-static void civil(int64_t z, int64_t *y, int *m, int *d) {
-    z += 719468;
-    int64_t era = (z >= 0 ? z : z - 146096) / 146097;
-    int64_t doe = z - era * 146097;
-    int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-    int64_t yy = yoe + era * 400;
-    int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    int64_t mp = (5 * doy + 2) / 153;
-    *d = (int)(doy - (153 * mp + 2) / 5 + 1);
-    *m = (int)(mp < 10 ? mp + 3 : mp - 9);
-    *y = yy + (*m <= 2);
+    if (o != Py_True && o != Py_False) return unsupported("not a bool");
+    if (buf_grow(b, 5) < 0) return -1;
+    be32(b->p + b->n, 1);
+    b->p[b->n + 4] = o == Py_True ? 1 : 0;
+    b->n += 5;
+    return 0;
 }
 
 #define PG_EPOCH_S 946684800.0 /* 2000-01-01 in Unix time */
+/* Microseconds from 2000-01-01 to 0001-01-01 00:00:00 and to 10000-01-01 00:00:00. */
+#define US_YEAR_1 (-63082281600000000LL)
+#define US_YEAR_10000 (252455616000000000LL)
 
-/* ``v`` (0 <= v < 10^width) as exactly ``width`` decimal digits, zero-padded, at ``p``. */
-static inline void digits(char *p, int width, int64_t v) {
-    for (int i = width - 1; i >= 0; i--) {
-        p[i] = (char)('0' + v % 10);
-        v /= 10;
-    }
-}
-
-/* As analytics.ingest.copy_text.ts_text: the instant of PostgreSQL's to_timestamp(t), as text. */
+/* timestamptz: microseconds since 2000-01-01, the instant of PostgreSQL's to_timestamp(t)
+ * (as analytics.ingest.copy_text.ts_text), years 1-9999 only. */
 static int put_ts(Buf *b, PyObject *o) {
     double t;
     if (PyFloat_CheckExact(o))
@@ -193,38 +197,52 @@ static int put_ts(Buf *b, PyObject *o) {
     } else
         return unsupported("ts not a number");
     double us = rint((t - PG_EPOCH_S) * 1e6); /* round half to even, as Python's round() */
-    if (!(fabs(us) < 4.0e17)) return unsupported("ts out of range");
-    int64_t total = (int64_t)us;
-    int64_t sec = total / 1000000, micro = total % 1000000;
-    if (micro < 0) {
-        micro += 1000000;
-        sec -= 1;
+    if (!(us >= (double)US_YEAR_1 && us < (double)US_YEAR_10000)) return unsupported("ts outside years 1-9999");
+    if (buf_grow(b, 12) < 0) return -1;
+    be32(b->p + b->n, 8);
+    be64(b->p + b->n + 4, (uint64_t)(int64_t)us);
+    b->n += 12;
+    return 0;
+}
+
+static inline int hexval(unsigned char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* uuid: 16 bytes from "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" or 32 hex digits (the forms
+ * the gateway and new_event_id write; uuid_in's other spellings go to the SQL path). */
+static int put_uuid(Buf *b, PyObject *o) {
+    if (o == Py_None) return put_null(b);
+    Py_ssize_t n;
+    const char *s = utf8_of(o, &n);
+    if (!s) return -1;
+    int dashed = n == 36;
+    if (!dashed && n != 32) return unsupported("event id not a uuid");
+    if (buf_grow(b, 20) < 0) return -1;
+    char *out = b->p + b->n;
+    be32(out, 16);
+    const unsigned char *p = (const unsigned char *)s;
+    for (int i = 0; i < 16; i++) {
+        if (dashed && (i == 4 || i == 6 || i == 8 || i == 10)) {
+            if (*p != '-') return unsupported("event id not a uuid");
+            p++;
+        }
+        int hi = hexval(p[0]), lo = hexval(p[1]);
+        if (hi < 0 || lo < 0) return unsupported("event id not a uuid");
+        out[4 + i] = (char)(hi << 4 | lo);
+        p += 2;
     }
-    int64_t days = sec / 86400, rem = sec % 86400;
-    if (rem < 0) {
-        rem += 86400;
-        days -= 1;
-    }
-    int64_t y;
-    int m, d;
-    civil(days + 10957, &y, &m, &d); /* 10957 days from 1970-01-01 to 2000-01-01 */
-    if (y < 1 || y > 9999) return unsupported("ts outside years 1-9999");
-    /* "%04d-%02d-%02d %02d:%02d:%02d.%06d+00", written by hand (snprintf costs more than the rest) */
-    char tmp[29] = "0000-00-00 00:00:00.000000+00";
-    digits(tmp, 4, y);
-    digits(tmp + 5, 2, m);
-    digits(tmp + 8, 2, d);
-    digits(tmp + 11, 2, rem / 3600);
-    digits(tmp + 14, 2, rem / 60 % 60);
-    digits(tmp + 17, 2, rem % 60);
-    digits(tmp + 20, 6, micro);
-    return put(b, tmp, sizeof tmp);
+    b->n += 20;
+    return 0;
 }
 
 /* A JSON string as orjson writes it (short escapes for \b \t \n \f \r " \\, \u00xx for
- * other control characters, the rest verbatim), appended COPY-escaped. */
+ * other control characters, the rest verbatim). */
 static int put_json_string(Buf *b, const char *s, Py_ssize_t n) {
-    if (buf_grow(b, 12 * n + 4) < 0) return -1;
+    if (buf_grow(b, 6 * n + 2) < 0) return -1;
     char *o = b->p + b->n;
     *o++ = '"';
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -233,12 +251,10 @@ static int put_json_string(Buf *b, const char *s, Py_ssize_t n) {
             *o++ = (char)c;
             continue;
         }
-        /* a JSON escape's backslash is doubled for COPY */
-        *o++ = '\\';
         *o++ = '\\';
         switch (c) {
             case '"': *o++ = '"'; break;
-            case '\\': *o++ = '\\'; *o++ = '\\'; break;
+            case '\\': *o++ = '\\'; break;
             case '\b': *o++ = 'b'; break;
             case '\t': *o++ = 't'; break;
             case '\n': *o++ = 'n'; break;
@@ -257,12 +273,14 @@ static int put_json_string(Buf *b, const char *s, Py_ssize_t n) {
     return 0;
 }
 
-/* tags (dict[str, str]) -> its JSON text into ``b``, and the segments text of those whose
- * key is in ``keys`` ("k=v" joined by U+001F, COPY-escaped, or \N when none) into ``seg``;
- * ``keys`` NULL: no segments text (the event is not folded). */
+/* tags (dict[str, str]) -> a jsonb field (version 1, then the JSON text) into ``b``, and
+ * the segments of those whose key is in ``keys`` ("k=v" joined by U+001F) into ``seg``
+ * (left empty when none); ``keys`` NULL: no segments (the event is not folded). */
 static int put_tags(Buf *b, Buf *seg, PyObject *tags, PyObject *keys) {
     if (!PyDict_CheckExact(tags)) return unsupported("tags not a dict");
-    if (putc_(b, '{') < 0) return -1;
+    if (put_len(b, 0) < 0) return -1; /* the length, filled in below */
+    Py_ssize_t at = b->n;
+    if (putc_(b, 1) < 0 || putc_(b, '{') < 0) return -1;
     Py_ssize_t pos = 0, i = 0, folded = 0;
     PyObject *k, *v;
     while (PyDict_Next(tags, &pos, &k, &v)) {
@@ -281,11 +299,13 @@ static int put_tags(Buf *b, Buf *seg, PyObject *tags, PyObject *keys) {
         if (memchr(ks, 0x1f, (size_t)kn) || memchr(vs, 0x1f, (size_t)vn))
             return unsupported("a tag contains the segment separator U+001F");
         if (folded && putc_(seg, 0x1f) < 0) return -1;
-        if (put_escaped(seg, ks, kn) < 0 || putc_(seg, '=') < 0 || put_escaped(seg, vs, vn) < 0) return -1;
+        if (put(seg, ks, kn) < 0 || putc_(seg, '=') < 0 || put(seg, vs, vn) < 0) return -1;
         folded++;
     }
-    if (keys != NULL && !folded && put(seg, "\\N", 2) < 0) return -1;
-    return putc_(b, '}');
+    if (putc_(b, '}') < 0) return -1;
+    if (b->n - at > INT32_MAX - 1) return unsupported("tags too large");
+    be32(b->p + at - 4, (uint32_t)(b->n - at));
+    return 0;
 }
 
 /* The event's attributes, in the order of the interactions table's COPY columns. */
@@ -302,11 +322,27 @@ static const char *attr_names[N_ATTRS] = {
     "fallback_from", "conversation_id", "tags", "prompt", "response", "category"};
 static PyObject *attr_str[N_ATTRS];
 
-typedef enum { K_STR, K_INT, K_FLOAT, K_BOOL, K_TS, K_TAGS } Kind;
+typedef enum { K_STR, K_INT, K_FLOAT, K_BOOL, K_TS, K_TAGS, K_UUID } Kind;
 static const Kind kinds[N_ATTRS] = {
-    K_STR, K_TS, K_STR, K_STR, K_INT, K_STR, K_STR, K_STR, K_STR, K_STR, K_STR, K_STR, K_STR, K_STR, K_STR,
+    K_UUID, K_TS, K_STR, K_STR, K_INT, K_STR, K_STR, K_STR, K_STR, K_STR, K_STR, K_STR, K_STR, K_STR, K_STR,
     K_INT, K_STR, K_FLOAT, K_FLOAT, K_INT, K_INT, K_INT, K_STR, K_BOOL, K_BOOL, K_STR, K_STR, K_TAGS, K_STR,
     K_STR, K_STR};
+
+/* lg_fold's columns (rollups.FOLD_COLUMNS): experiment_id, variant, unit_id, ts, status,
+ * fallback, latency_ms, ttft_ms, prompt_tokens, completion_tokens, response_chars (the
+ * interaction's values), segments, conv, category (the interaction's). */
+static const int shared[] = {A_EXPERIMENT_ID, A_VARIANT,       A_UNIT_ID,           A_TS,
+                             A_STATUS,        A_FALLBACK,      A_LATENCY_MS,        A_TTFT_MS,
+                             A_PROMPT_TOKENS, A_COMPLETION_TOKENS, A_RESPONSE_CHARS};
+#define N_SHARED ((int)(sizeof shared / sizeof shared[0]))
+#define N_FOLD (N_SHARED + 3)
+
+static int put_count(Buf *b, int n) {
+    if (buf_grow(b, 2) < 0) return -1;
+    be16(b->p + b->n, (uint16_t)n);
+    b->n += 2;
+    return 0;
+}
 
 static int render_event(Buf *rows, Buf *fold, Buf *seg, PyObject *e, int flag, PyObject *declared,
                         PyObject *always) {
@@ -328,13 +364,14 @@ static int render_event(Buf *rows, Buf *fold, Buf *seg, PyObject *e, int flag, P
             goto done;
         }
     }
-    /* Where each value's text starts in ``rows`` and ends: the lg_fold row copies the values it
-     * shares with the interactions row instead of rendering them again (a float's shortest
-     * repr is the costliest part of a row). Offsets, not pointers: ``rows`` may be reallocated. */
+    /* Where each field (its length word, then its bytes) starts in ``rows``: the lg_fold row
+     * copies the fields it shares with the interactions row. Offsets, not pointers: ``rows``
+     * may be reallocated. A failed row leaves a partial tuple behind: the caller drops the
+     * whole output on ValueError. */
     Py_ssize_t at[N_ATTRS + 1];
     seg->n = 0;
+    if (put_count(rows, N_ATTRS) < 0) goto done;
     for (int i = 0; i < N_ATTRS; i++) {
-        if (i && putc_(rows, '\t') < 0) goto done;
         at[i] = rows->n;
         int r;
         switch (kinds[i]) {
@@ -343,28 +380,21 @@ static int render_event(Buf *rows, Buf *fold, Buf *seg, PyObject *e, int flag, P
             case K_FLOAT: r = put_float(rows, v[i]); break;
             case K_BOOL: r = put_bool(rows, v[i]); break;
             case K_TS: r = put_ts(rows, v[i]); break;
+            case K_UUID: r = put_uuid(rows, v[i]); break;
             default: r = put_tags(rows, seg, v[i], keys); break;
         }
         if (r < 0) goto done;
     }
-    at[N_ATTRS] = rows->n + 1; /* as if a tab followed the last value */
-    if (putc_(rows, '\n') < 0) goto done;
+    at[N_ATTRS] = rows->n;
     if (flag) {
-        /* lg_fold: experiment_id, variant, unit_id, ts, status, fallback, latency_ms, ttft_ms,
-         * prompt_tokens, completion_tokens, response_chars, segments, conv, category */
-        static const int shared[] = {A_EXPERIMENT_ID, A_VARIANT, A_UNIT_ID, A_TS, A_STATUS, A_FALLBACK,
-                                     A_LATENCY_MS, A_TTFT_MS, A_PROMPT_TOKENS, A_COMPLETION_TOKENS,
-                                     A_RESPONSE_CHARS};
-        for (size_t k = 0; k < sizeof shared / sizeof shared[0]; k++) {
+        if (put_count(fold, N_FOLD) < 0) goto done;
+        for (int k = 0; k < N_SHARED; k++) {
             int i = shared[k];
-            /* value i ends one byte (its tab) before value i + 1 starts */
-            if (put(fold, rows->p + at[i], at[i + 1] - 1 - at[i]) < 0 || putc_(fold, '\t') < 0) goto done;
+            if (put(fold, rows->p + at[i], at[i + 1] - at[i]) < 0) goto done;
         }
-        if (put(fold, seg->p, seg->n) < 0 || putc_(fold, '\t') < 0) goto done;
-        if (put(fold, flag == 2 ? "t\t" : "f\t", 2) < 0) goto done;
-        if (put(fold, rows->p + at[A_CATEGORY], at[A_CATEGORY + 1] - 1 - at[A_CATEGORY]) < 0 ||
-            putc_(fold, '\n') < 0)
-            goto done;
+        if ((seg->n ? put_field(fold, seg->p, seg->n) : put_null(fold)) < 0) goto done;
+        if (put_bool(fold, flag == 2 ? Py_True : Py_False) < 0) goto done;
+        if (put(fold, rows->p + at[A_CATEGORY], at[A_CATEGORY + 1] - at[A_CATEGORY]) < 0) goto done;
     }
     rc = 0;
 done:
@@ -403,12 +433,12 @@ done:
 
 static PyMethodDef methods[] = {
     {"render", render, METH_VARARGS,
-     "render(events, flags, declared, always) -> (interactions COPY text, lg_fold COPY text); ValueError: "
-     "render in Python"},
+     "render(events, flags, declared, always) -> (interactions COPY binary tuples, lg_fold COPY binary "
+     "tuples); ValueError: a value outside the common case (the SQL path stores the batch)"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "analytics.ingest._copyfmt",
-                                    "COPY text of interaction events (see analytics.ingest.copy_text).", -1, methods};
+                                    "COPY binary rows of interaction events (see analytics.ingest.copy_text).", -1, methods};
 
 PyMODINIT_FUNC PyInit__copyfmt(void) {
     for (int i = 0; i < N_ATTRS; i++) {

@@ -36,9 +36,9 @@ from psycopg import pq
 from analytics.ingest import rollups
 from contracts.events import InteractionEvent
 
-try:  # the batch's COPY text rendered in C; built by `pip install` (setup.py)
+try:  # the batch's COPY rows rendered in C (binary format); built by `pip install` (setup.py)
     from analytics.ingest import _copyfmt
-except ImportError:  # no C compiler at install time: the same rows rendered in Python
+except ImportError:  # no C compiler at install time: the same rows as COPY text, in Python
     _copyfmt = None  # type: ignore[assignment]
 
 INTERACTION_COLUMNS: Final = (
@@ -49,6 +49,14 @@ INTERACTION_COLUMNS: Final = (
 )
 _COPY_INTERACTIONS: Final = f"COPY interactions ({INTERACTION_COLUMNS}) FROM STDIN".encode()
 _COPY_FOLD: Final = f"COPY lg_fold ({rollups.FOLD_COLUMNS}) FROM STDIN".encode()
+_COPY_INTERACTIONS_BINARY: Final = (
+    f"COPY interactions ({INTERACTION_COLUMNS}) FROM STDIN (FORMAT binary)".encode()
+)
+_COPY_FOLD_BINARY: Final = f"COPY lg_fold ({rollups.FOLD_COLUMNS}) FROM STDIN (FORMAT binary)".encode()
+#: The frame of COPY's binary format around the C renderer's tuples: the signature, the flags
+#: word and the header extension's length (both 0) before; the -1 field count after.
+BINARY_HEADER: Final = b"PGCOPY\n\xff\r\n\x00" + bytes(8)
+BINARY_TRAILER: Final = b"\xff\xff"
 # An event's segments arrive in lg_fold as one text joined by rollups.SEGMENT_SEP; a tag
 # containing it takes the ON CONFLICT path, which writes such tags as they are.
 _SEP: Final = rollups.SEGMENT_SEP
@@ -338,15 +346,14 @@ def render_c(
     counted_ids: set[int],
     firsts: set[int],
     declared: rollups.Declared = rollups.NONE_DECLARED,
-) -> tuple[bytes, bytes] | None:
-    """The COPY text of ``interactions`` and ``lg_fold`` rows of the batch, rendered in C.
-
-    The same bytes as the Python loop of ``insert_interactions`` writes through psycopg
-    (about a tenth of its CPU, bench/ingest/README.md); None when the extension is not built,
-    or when a value is outside its common case (the Python loop then decides).
+) -> tuple[bytes, bytes]:
+    """The ``interactions`` and ``lg_fold`` rows of the batch as COPY binary tuples (no
+    signature or trailer), rendered in C: the values the Python loop's COPY text stores (a
+    fraction of its CPU, and cheaper for the server to read: bench/ingest/README.md).
+    ``Unsupported`` when a value is outside the renderer's common case (the SQL path decides);
+    only when the extension is built (``_copyfmt``).
     """
-    if _copyfmt is None:
-        return None
+    assert _copyfmt is not None, "the C renderer is not built"
     flags = bytes(
         [
             (2 if e.conversation_id is None or id(e) in firsts else 1) if id(e) in counted_ids else 0
@@ -355,8 +362,8 @@ def render_c(
     )
     try:
         return _copyfmt.render(new, flags, dict(declared), rollups.ALWAYS)
-    except ValueError:
-        return None
+    except ValueError as exc:
+        raise Unsupported(f"C renderer: {exc}") from None
 
 
 def insert_interactions(
@@ -373,15 +380,15 @@ def insert_interactions(
     ``declared``: the tag keys folded into segments per experiment, as
     ``rollups.declared_segments`` read them in the caller's transaction.
 
-    ``c_renderer``: render the COPY text with ``analytics.ingest._copyfmt`` when it is built
-    (False: the Python loop, which writes the same bytes; tests and benchmarks compare both).
-    ``part``: events rendered and sent at a time; a part the C renderer leaves to the Python
-    loop goes through it alone.
+    ``c_renderer``: COPY binary rows rendered by ``analytics.ingest._copyfmt`` when it is
+    built (False, or not built: COPY text rendered by the Python loop, which stores the same
+    values; tests and benchmarks compare both). ``part``: events rendered and sent at a time.
 
     Duplicates within the batch are dropped here; one already stored makes the COPY fail
     with ``psycopg.errors.UniqueViolation`` (a redelivery, or a concurrent transaction
-    stored it meanwhile), and ``Unsupported`` flags values only the SQL path handles. The
-    caller must then roll back and use the ``ON CONFLICT`` path.
+    stored it meanwhile), and ``Unsupported`` flags values only the SQL path handles (for
+    the C renderer: any value outside its common case, rare once ``decode`` has checked the
+    event). The caller must then roll back and use the ``ON CONFLICT`` path.
 
     The counted rows (primary, in an experiment) are also COPYed, narrowed to what the
     rollups read, into the session temp table ``lg_fold`` for the caller's
@@ -399,27 +406,33 @@ def insert_interactions(
     counted = [e for e in new if _counted(e)]
     counted_ids = {id(e) for e in counted}
     firsts = _first_turns(pg, counted, conversations)
-    fold_rows: list[tuple[Any, ...]] = []
-    fold_texts: list[bytes] = []
     with pg.cursor() as cur:
-        with cur.copy(_COPY_INTERACTIONS) as copy:
-            # Rendered and sent a part at a time: the server parses and stores one part while
-            # the next is rendered, where a whole batch rendered first kept it idle meanwhile.
-            for start in range(0, len(new), part):
-                events_part = new[start : start + part]
-                rendered = render_c(events_part, counted_ids, firsts, declared) if c_renderer else None
-                if rendered is not None:
-                    copy.write(rendered[0])
-                    fold_texts.append(rendered[1])
-                    continue
-                for row, fold_row in python_rows(events_part, counted_ids, firsts, declared):
+        if c_renderer and _copyfmt is not None:
+            folds: list[bytes] = []
+            with cur.copy(_COPY_INTERACTIONS_BINARY) as copy:
+                copy.write(BINARY_HEADER)
+                # Rendered and sent a part at a time: the server parses and stores one part
+                # while the next is rendered, where a whole batch rendered first kept it idle.
+                for start in range(0, len(new), part):
+                    rows, fold = render_c(new[start : start + part], counted_ids, firsts, declared)
+                    copy.write(rows)
+                    folds.append(fold)
+                copy.write(BINARY_TRAILER)
+            if any(folds):  # lg_fold: created per session by ingest._prepare
+                with cur.copy(_COPY_FOLD_BINARY) as copy:
+                    copy.write(BINARY_HEADER)
+                    for fold in folds:
+                        copy.write(fold)
+                    copy.write(BINARY_TRAILER)
+        else:
+            fold_rows: list[tuple[Any, ...]] = []
+            with cur.copy(_COPY_INTERACTIONS) as copy:
+                for row, fold_row in python_rows(new, counted_ids, firsts, declared):
                     copy.write_row(row)
                     if fold_row is not None:
                         fold_rows.append(fold_row)
-        if any(fold_texts) or fold_rows:  # lg_fold: created per session by ingest._prepare
-            with cur.copy(_COPY_FOLD) as copy:
-                for text in fold_texts:
-                    copy.write(text)
-                for row in fold_rows:
-                    copy.write_row(row)
+            if fold_rows:
+                with cur.copy(_COPY_FOLD) as copy:
+                    for fold_row in fold_rows:
+                        copy.write_row(fold_row)
     return Inserted(len(new), [e.request_id for e in counted])

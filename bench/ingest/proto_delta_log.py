@@ -31,12 +31,12 @@ from analytics.ingest import copy_text, rollups, write
 FOLD_LOG = b"""CREATE TABLE fold_log (
     experiment_id int, variant text, unit_id text, ts timestamptz, status text, fallback bool,
     latency_ms float8, ttft_ms float8, prompt_tokens int, completion_tokens int, response_chars int,
-    segments text, conv bool)"""
+    segments text, conv bool, category text)"""
 
 
 def run(url: str, events: list[Any], batch: int, every: int | None) -> None:
     """``every`` None: the product's inline fold; else compact the log every that many batches."""
-    copy = copy_text._COPY_FOLD
+    copy = copy_text._COPY_FOLD_BINARY
     n = len(events)
     with psycopg.connect(url) as pg:
         pg.execute(b"TRUNCATE interactions, unit_rollups, segment_rollups, latency_histograms, fold_log")
@@ -45,7 +45,7 @@ def run(url: str, events: list[Any], batch: int, every: int | None) -> None:
         for k, i in enumerate(range(0, n, batch), 1):
             try:
                 if every is not None:
-                    copy_text._COPY_FOLD = copy.replace(b"COPY lg_fold", b"COPY fold_log")  # type: ignore[misc]
+                    copy_text._COPY_FOLD_BINARY = copy.replace(b"COPY lg_fold", b"COPY fold_log")  # type: ignore[misc]
                 t = time.perf_counter()
                 with pg.transaction():
                     write._prepare(pg, True)
@@ -56,13 +56,15 @@ def run(url: str, events: list[Any], batch: int, every: int | None) -> None:
                         rollups.fold_interactions(pg)
                 t_ingest += time.perf_counter() - t
             finally:
-                copy_text._COPY_FOLD = copy  # type: ignore[misc]
+                copy_text._COPY_FOLD_BINARY = copy  # type: ignore[misc]
             if every is not None and (k % every == 0 or i + batch >= n):
                 t = time.perf_counter()
                 with pg.transaction():
                     write._prepare(pg, True)
                     pg.execute(
-                        b"WITH d AS (DELETE FROM fold_log RETURNING *) INSERT INTO lg_fold SELECT * FROM d"
+                        b"WITH d AS (DELETE FROM fold_log RETURNING *) INSERT INTO lg_fold ("
+                        + rollups.FOLD_COLUMNS.encode()
+                        + b") SELECT * FROM d"
                     )
                     pg.execute(rollups.FOLD)
                     pg.execute(rollups.HISTOGRAMS)

@@ -4,6 +4,7 @@ table, the Python row builder and the C renderer all follow ``copy_text.INTERACT
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from analytics.ingest import copy_text, rollups
 from contracts.tables import Interaction
@@ -26,6 +27,13 @@ def test_the_on_conflict_paths_staging_table_has_the_same_columns_in_the_same_or
 def test_the_python_row_and_the_c_rendered_row_have_one_field_per_column() -> None:
     e = interaction(1, "control", "u", tags={"task": "a"}, conversation_id="c")
     assert len(copy_text.interaction_row(e, e.ts)) == len(COLUMNS)
-    rendered = copy_text.render_c([e], set(), set())
-    assert rendered is not None
-    assert rendered[0].rstrip(b"\n").count(b"\t") == len(COLUMNS) - 1
+    rows, fold = copy_text.render_c([e], {id(e)}, set())
+    assert int.from_bytes(rows[:2], "big") == len(COLUMNS)  # a binary tuple starts with its field count
+    assert int.from_bytes(fold[:2], "big") == len(rollups.FOLD_COLUMNS.split(","))
+
+
+def test_the_c_renderer_reads_the_columns_in_the_column_lists_order() -> None:
+    source = (Path(copy_text.__file__).parent / "_copyfmt.c").read_text()
+    names = re.search(r"attr_names\[N_ATTRS\] = \{(.*?)\};", source, re.S)
+    assert names is not None
+    assert re.findall(r'"(\w+)"', names.group(1)) == COLUMNS
