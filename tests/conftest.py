@@ -12,6 +12,7 @@ runs never see each other's rows; each test gets a transaction that is rolled ba
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import secrets
 import subprocess
@@ -47,6 +48,22 @@ def _started_marker(service: str) -> Path:
     """Exists while a server ``service`` ("pg", "kafka") that a test session started runs; its
     lines: the sessions using it (``pid-token``), so the last one to end stops it."""
     return default_state_dir() / f"started-by-tests-{service}"
+
+
+@contextlib.contextmanager
+def markers_locked() -> Iterator[None]:
+    """One test session at a time on this machine checks whether a server runs, starts it,
+    and reads or rewrites its marker (otherwise a session could find the server another
+    just started before that one wrote its marker, not attach, and be left without it when
+    the other stops it)."""
+    path = default_state_dir() / "started-by-tests.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _sessions(marker: Path) -> set[str]:
@@ -98,9 +115,10 @@ def _admin_url() -> str:
     if url:
         return url
     pg = _test_pg()
-    started = not (pg.initialized() and pg.running())
-    pg.start()
-    _attach("pg", started)
+    with markers_locked():
+        started = not (pg.initialized() and pg.running())
+        pg.start()
+        _attach("pg", started)
     return f"postgresql://postgres@127.0.0.1:{pg.port}/postgres"
 
 
@@ -117,18 +135,19 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if hasattr(config, "workerinput") or not session:
         return
     for service in ("pg", "kafka"):
-        marker = _started_marker(service)
-        sessions = _sessions(marker)
-        if session not in sessions:
-            continue
-        if sessions - {session}:  # another run still uses it
-            _write_sessions(marker, sessions - {session})
-            continue
-        if service == "pg":
-            _test_pg().stop()
-        else:
-            _kafka_script("down")
-        marker.unlink(missing_ok=True)
+        with markers_locked():
+            marker = _started_marker(service)
+            sessions = _sessions(marker)
+            if session not in sessions:
+                continue
+            if sessions - {session}:  # another run still uses it
+                _write_sessions(marker, sessions - {session})
+                continue
+            if service == "pg":
+                _test_pg().stop()
+            else:
+                _kafka_script("down")
+            marker.unlink(missing_ok=True)
 
 
 def _drop_stale_databases(conn: psycopg.Connection[tuple[object, ...]]) -> None:
@@ -213,11 +232,12 @@ def kafka_bootstrap() -> str:
     if bootstrap:
         return bootstrap
     port = os.environ.get("LIFTGATE_KAFKA_PORT", "19092")
-    started = _kafka_script("status").returncode != 0
-    res = _kafka_script("up", "--port", port)
-    if res.returncode != 0:
-        raise RuntimeError(f"could not start Kafka: {res.stdout}\n{res.stderr}")
-    _attach("kafka", started)
+    with markers_locked():
+        started = _kafka_script("status").returncode != 0
+        res = _kafka_script("up", "--port", port)
+        if res.returncode != 0:
+            raise RuntimeError(f"could not start Kafka: {res.stdout}\n{res.stderr}")
+        _attach("kafka", started)
     return f"127.0.0.1:{port}"
 
 
