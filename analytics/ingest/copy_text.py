@@ -336,7 +336,7 @@ def python_rows(
         )
 
 
-#: Events per part of a batch's COPY text (see ``insert_interactions``): ~0.6 MB of text, which
+#: Events per part of a batch's COPY rows (see ``insert_interactions``): ~0.6 MB, which
 #: the socket's buffers hold while the next part is rendered.
 RENDER_PART: Final = 1024
 
