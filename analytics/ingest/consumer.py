@@ -92,6 +92,9 @@ class ConsumerSettings(BaseSettings):
     # the peak memory per process (bench/ingest/README.md). A poll returns at most what the
     # fetches hold: see consumer_max_partition_fetch_bytes.
     consumer_max_records: int = Field(default=50_000, ge=1, le=200_000)
+    # After the start and after each rebalance, polls take at most this many records,
+    # doubling per poll up to consumer_max_records (see PollRamp).
+    consumer_ramp_records: int = Field(default=5_000, ge=1, le=200_000)
     consumer_poll_ms: int = Field(default=200, ge=1, le=60_000)
     consumer_max_backoff_s: float = Field(default=10.0, gt=0, le=300)
     # How often feedback left unattributed by a cross-transaction race is re-joined. A
@@ -297,6 +300,32 @@ def since_rebalance(records: list[Message], owned: set[TopicPartition]) -> list[
     return [r for (t, p), rs in runs.items() if TopicPartition(t, p) in owned for r in rs]
 
 
+class PollRamp:
+    """How many records the next poll takes: ``start`` after the start and after each
+    rebalance (``reset``, from ``_on_revoke``: the confluent client's; kafka-python's
+    listeners run on its IO thread and the ramp starts only once), doubling per poll that
+    returned records (``polled``) up to ``top``.
+
+    A rebalance waits for every member's batch in flight (``Consumer._on_revoke``): a member
+    joining a group whose members have just started, each writing a first full batch of
+    partitions it is about to give up, waited that long with nothing to do (a second
+    consumer process started beside the first: ~3-5 s of a 25 s benchmark run,
+    bench/ingest/README.md). Small first batches make that wait short; a member that stays
+    assigned reaches full batches within a few polls.
+    """
+
+    def __init__(self, start: int, top: int) -> None:
+        self.top = max(1, top)
+        self.start = max(1, min(start, self.top))
+        self.limit = self.start
+
+    def polled(self) -> None:
+        self.limit = min(self.limit * 2, self.top)
+
+    def reset(self) -> None:
+        self.limit = self.start
+
+
 class Consumer:
     """One consumer-group member; ``run`` loops until ``stop`` is set."""
 
@@ -327,6 +356,7 @@ class Consumer:
         self._topics = [settings.interactions_topic, settings.feedback_topic, settings.judgements_topic]
         # Rebalances seen (``_on_revoke``): records a poll returned across one are dropped.
         self._revocations = 0
+        self._ramp = PollRamp(settings.consumer_ramp_records, settings.consumer_max_records)
         self.kafka = self._open_client()
         self._kafka_open = True
         self._restarts: deque[float] = deque()  # when clients were replaced, within the window
@@ -455,9 +485,11 @@ class Consumer:
         """One poll's records; of a poll a rebalance interrupted, only those to write
         (``since_rebalance``)."""
         seen = self._revocations
-        records = self.kafka.poll_batch(self.s.consumer_max_records, timeout_s)
+        records = self.kafka.poll_batch(self._ramp.limit, timeout_s)
         if self._revocations != seen:
             records = since_rebalance(records, set(self.kafka.assignment()))
+        elif records:
+            self._ramp.polled()
         return records
 
     def _on_revoke(self, revoked: list[TopicPartition]) -> None:
@@ -474,6 +506,7 @@ class Consumer:
         then redelivered (ingest ignores those it stored).
         """
         self._revocations += 1
+        self._ramp.reset()
         self._held = []  # read again from the committed offsets
         if self._inflight is None:
             return

@@ -448,14 +448,24 @@ def copy_rows(events: list[InteractionEvent]) -> bytes:
     return buf.getvalue().encode()
 
 
-def copy_run(db_url: str, data: bytes, n: int, cpu: list[dict[str, float]]) -> float:
+def binary_copy_rows(events: list[InteractionEvent]) -> bytes:
+    """The same rows in COPY's binary format (signature, the C renderer's tuples, trailer)."""
+    parts = [copy_text.BINARY_HEADER]
+    for i in range(0, len(events), 10_000):
+        parts.append(copy_text.render_c(events[i : i + 10_000], set(), set())[0])
+    parts.append(copy_text.BINARY_TRAILER)
+    return b"".join(parts)
+
+
+def copy_run(db_url: str, data: bytes, n: int, cpu: list[dict[str, float]], binary: bool = False) -> float:
+    """A plain COPY of ``data`` (COPY text, or binary format when ``binary``) into interactions."""
+    statement = f"COPY interactions ({copy_text.INTERACTION_COLUMNS}) FROM STDIN"
+    if binary:
+        statement += " (FORMAT binary)"
     with psycopg.connect(db_url) as conn:
         cpu0 = cpu_seconds(set())
         t = time.perf_counter()
-        with (
-            conn.cursor() as cur,
-            cur.copy(f"COPY interactions ({copy_text.INTERACTION_COLUMNS}) FROM STDIN".encode()) as cp,
-        ):
+        with conn.cursor() as cur, cur.copy(statement.encode()) as cp:
             for i in range(0, len(data), 1 << 20):
                 cp.write(data[i : i + (1 << 20)])
         conn.commit()
@@ -519,6 +529,11 @@ def main() -> None:
     ap.add_argument(
         "--naive", action="store_true", help="also time naive Kafka -> COPY consumers (naive_consumer.py)"
     )
+    ap.add_argument(
+        "--binary-copy",
+        action="store_true",
+        help="also time a plain COPY of the same rows in binary format (the format the consumer writes)",
+    )
     ap.add_argument("--logs", default=None, help="directory for the consumer processes' logs (stderr)")
     ap.add_argument("--switch-interval", type=float, default=None, help="sys.setswitchinterval (GIL handoff)")
     ap.add_argument(
@@ -545,6 +560,8 @@ def main() -> None:
             events = make_events(args.events, args.units)
             print(f"produced {args.events:,} events in {produce(args.bootstrap, topic, events):.1f}s")
             data = copy_rows(events)
+            binary = binary_copy_rows(events) if args.binary_copy else b""
+            binary_rates: list[float] = []
             kafka_rates, copy_rates = [], []
             sustained: list[float] = []
             kafka_cpu: list[dict[str, float]] = []
@@ -570,6 +587,10 @@ def main() -> None:
                 truncate(db_url)
                 copy_rates.append(copy_run(db_url, data, args.events, copy_cpu))
                 extra = ""  # what the run's line adds after the COPY rate
+                if args.binary_copy:
+                    truncate(db_url)
+                    binary_rates.append(copy_run(db_url, binary, args.events, [], binary=True))
+                    extra = f", binary COPY {binary_rates[-1]:,.0f} rows/s ({kafka_rates[-1] / binary_rates[-1]:.2f}x)"
                 if args.naive:
                     truncate(db_url)
                     naive_rates.append(
@@ -583,6 +604,8 @@ def main() -> None:
                     extra += (
                         f"; sustained {sustained[-1]:,.0f} ev/s = {sustained[-1] / copy_rates[-1]:.2f}x COPY"
                     )
+                    if args.binary_copy:
+                        extra += f" ({sustained[-1] / binary_rates[-1]:.2f}x binary COPY)"
                 print(
                     f"run {run + 1}: kafka->postgres {kafka_rates[-1]:,.0f} ev/s, plain COPY {copy_rates[-1]:,.0f} rows/s"
                     f" = {kafka_rates[-1] / copy_rates[-1]:.2f}x{extra} (load {os.getloadavg()[0]:.1f})"
