@@ -316,7 +316,7 @@ def test_a_member_joining_while_another_writes_makes_the_group_read_nothing_twic
         unique_name,
         kafka_client="confluent",
         consumer_max_records=100,
-        consumer_session_timeout_ms=6000,  # heartbeats every 1.5 s: the rebalance comes sooner
+        consumer_session_timeout_ms=6000,  # the rebalance comes sooner
         # The revoke waits this long for the batch in flight. Past it the batch is redelivered
         # by design (counted as duplicates): under the full suite's load one 100-event write
         # once outlasted the default 15 s, which says nothing about the handover tested here.

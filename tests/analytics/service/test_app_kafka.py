@@ -144,7 +144,7 @@ def test_health_turns_red_when_the_consumer_gives_up_on_a_client_fenced_without_
         status, health = service.call("GET", "/healthz")
         while status == 200 and time.monotonic() < deadline:
             intrude_as_static_member(intruder)
-            # The fenced consumer finds out at its next heartbeat (1.5 s), then backs off.
+            # The fenced consumer finds out at its next heartbeat (within 1 s), then backs off.
             for _ in range(10):
                 status, health = service.call("GET", "/healthz")
                 if status != 200:
