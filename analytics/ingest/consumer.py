@@ -311,11 +311,10 @@ class PollRamp:
     returned records (``polled``) up to ``top``.
 
     A rebalance waits for every member's batch in flight (``Consumer._on_revoke``): a member
-    joining a group whose members have just started, each writing a first full batch of
-    partitions it is about to give up, waited that long with nothing to do (a second
-    consumer process started beside the first: ~3-5 s of a 25 s benchmark run,
-    bench/ingest/README.md). Small first batches make that wait short; a member that stays
-    assigned reaches full batches within a few polls.
+    joining a group whose members have just started waits, with nothing to do, until they
+    learn of the rebalance (their next heartbeat) and finish that batch. Small first batches
+    bound the second part; a member that stays assigned reaches full batches within a few
+    polls (the benchmark's figures with and without: bench/ingest/README.md).
     """
 
     def __init__(self, start: int, top: int) -> None:
