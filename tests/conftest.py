@@ -52,10 +52,10 @@ def _started_marker(service: str) -> Path:
 
 @contextlib.contextmanager
 def markers_locked() -> Iterator[None]:
-    """One test session at a time on this machine checks whether a server runs, starts it,
-    and reads or rewrites its marker (otherwise a session could find the server another
-    just started before that one wrote its marker, not attach, and be left without it when
-    the other stops it)."""
+    """Serialises test sessions sharing a state directory while they check whether a server
+    runs, start it, and read or rewrite its marker: without it a session could find a server
+    another had just started, before that one wrote its marker, not attach, and lose the
+    server when the other stopped it."""
     path = default_state_dir() / "started-by-tests.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as f:

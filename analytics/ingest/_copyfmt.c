@@ -121,6 +121,41 @@ static int put_field(Buf *b, const char *s, Py_ssize_t n) {
     return put(b, s, n);
 }
 
+/* Fixed-width fields: the length word, then the value's 4 or 8 bytes. */
+static int put_u32_field(Buf *b, uint32_t v) {
+    if (buf_grow(b, 8) < 0) return -1;
+    be32(b->p + b->n, 4);
+    be32(b->p + b->n + 4, v);
+    b->n += 8;
+    return 0;
+}
+
+static int put_u64_field(Buf *b, uint64_t v) {
+    if (buf_grow(b, 12) < 0) return -1;
+    be32(b->p + b->n, 8);
+    be64(b->p + b->n + 4, v);
+    b->n += 12;
+    return 0;
+}
+
+/* A float, or an int correctly rounded (as float8in of its digits), as a double; else
+ * ValueError naming ``what``. */
+static int as_double(PyObject *o, double *d, const char *what) {
+    if (PyFloat_CheckExact(o)) {
+        *d = PyFloat_AS_DOUBLE(o);
+        return 0;
+    }
+    if (PyLong_CheckExact(o)) {
+        *d = PyLong_AsDouble(o);
+        if (*d == -1.0 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return unsupported(what);
+        }
+        return 0;
+    }
+    return unsupported(what);
+}
+
 static int put_str(Buf *b, PyObject *o) {
     if (o == Py_None) return put_null(b);
     Py_ssize_t n;
@@ -137,35 +172,18 @@ static int put_int(Buf *b, PyObject *o) {
     long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
     if (overflow || v < INT32_MIN || v > INT32_MAX) return unsupported("int beyond int4");
     if (v == -1 && PyErr_Occurred()) return -1;
-    if (buf_grow(b, 8) < 0) return -1;
-    be32(b->p + b->n, 4);
-    be32(b->p + b->n + 4, (uint32_t)(int32_t)v);
-    b->n += 8;
-    return 0;
+    return put_u32_field(b, (uint32_t)(int32_t)v);
 }
 
 /* float8: the value psycopg's text (an int's digits or a float's repr) parses to. */
 static int put_float(Buf *b, PyObject *o) {
     if (o == Py_None) return put_null(b);
     double d;
-    if (PyFloat_CheckExact(o))
-        d = PyFloat_AS_DOUBLE(o);
-    else if (PyLong_CheckExact(o)) {
-        d = PyLong_AsDouble(o); /* correctly rounded, as float8in of its digits */
-        if (d == -1.0 && PyErr_Occurred()) {
-            PyErr_Clear();
-            return unsupported("int beyond float8");
-        }
-    } else
-        return unsupported("not a float");
+    if (as_double(o, &d, "not a float8") < 0) return -1;
     if (!isfinite(d)) return unsupported("non-finite float");
     uint64_t bits;
     memcpy(&bits, &d, 8);
-    if (buf_grow(b, 12) < 0) return -1;
-    be32(b->p + b->n, 8);
-    be64(b->p + b->n + 4, bits);
-    b->n += 12;
-    return 0;
+    return put_u64_field(b, bits);
 }
 
 static int put_bool(Buf *b, PyObject *o) {
@@ -186,23 +204,10 @@ static int put_bool(Buf *b, PyObject *o) {
  * (as analytics.ingest.copy_text.ts_text), years 1-9999 only. */
 static int put_ts(Buf *b, PyObject *o) {
     double t;
-    if (PyFloat_CheckExact(o))
-        t = PyFloat_AS_DOUBLE(o);
-    else if (PyLong_CheckExact(o)) {
-        t = PyLong_AsDouble(o);
-        if (t == -1.0 && PyErr_Occurred()) {
-            PyErr_Clear();
-            return unsupported("ts out of range");
-        }
-    } else
-        return unsupported("ts not a number");
+    if (as_double(o, &t, "ts not a number in range") < 0) return -1;
     double us = rint((t - PG_EPOCH_S) * 1e6); /* round half to even, as Python's round() */
     if (!(us >= (double)US_YEAR_1 && us < (double)US_YEAR_10000)) return unsupported("ts outside years 1-9999");
-    if (buf_grow(b, 12) < 0) return -1;
-    be32(b->p + b->n, 8);
-    be64(b->p + b->n + 4, (uint64_t)(int64_t)us);
-    b->n += 12;
-    return 0;
+    return put_u64_field(b, (uint64_t)(int64_t)us);
 }
 
 static inline int hexval(unsigned char c) {

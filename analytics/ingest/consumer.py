@@ -230,10 +230,9 @@ def consumer_options(s: ConsumerSettings, member: int = 0) -> ConsumerOptions:
         client_id="liftgate-analytics",
         group_instance_id=instance if instance is None or member == 0 else f"{instance}-{member}",
         session_timeout_ms=s.consumer_session_timeout_ms,
-        # A member learns of a rebalance from a heartbeat: every other member waits that long
-        # (Kafka's default, 3 s, kept a second consumer process started beside the first idle
-        # ~5 s; with 1 s, ~1.4 s: bench/ingest/README.md). A heartbeat a second per member
-        # costs the broker nothing worth counting.
+        # A member learns of a rebalance from a heartbeat, and a member joining waits for it:
+        # every second rather than Kafka's 3 s (the group's formation with both:
+        # bench/ingest/README.md). One request a second per member is nothing to the broker.
         heartbeat_interval_ms=min(1000, s.consumer_session_timeout_ms // 4),
         fetch_min_bytes=s.consumer_fetch_min_bytes,
         fetch_max_wait_ms=s.consumer_fetch_max_wait_ms,

@@ -366,6 +366,15 @@ def render_c(
         raise Unsupported(f"C renderer: {exc}") from None
 
 
+def _copy_binary(cur: psycopg.Cursor[Any], statement: bytes, tuples: Iterable[bytes]) -> None:
+    """COPY ``statement`` (binary format): the signature, ``tuples`` as they come, the trailer."""
+    with cur.copy(statement) as copy:
+        copy.write(BINARY_HEADER)
+        for t in tuples:
+            copy.write(t)
+        copy.write(BINARY_TRAILER)
+
+
 def insert_interactions(
     pg: psycopg.Connection[Any],
     events: Sequence[InteractionEvent],
@@ -409,21 +418,18 @@ def insert_interactions(
     with pg.cursor() as cur:
         if c_renderer and _copyfmt is not None:
             folds: list[bytes] = []
-            with cur.copy(_COPY_INTERACTIONS_BINARY) as copy:
-                copy.write(BINARY_HEADER)
-                # Rendered and sent a part at a time: the server parses and stores one part
-                # while the next is rendered, where a whole batch rendered first kept it idle.
+
+            def rendered() -> Iterator[bytes]:
+                # A part at a time: the server parses and stores one part while the next is
+                # rendered, where a whole batch rendered first kept it idle.
                 for start in range(0, len(new), part):
                     rows, fold = render_c(new[start : start + part], counted_ids, firsts, declared)
-                    copy.write(rows)
                     folds.append(fold)
-                copy.write(BINARY_TRAILER)
+                    yield rows
+
+            _copy_binary(cur, _COPY_INTERACTIONS_BINARY, rendered())
             if any(folds):  # lg_fold: created per session by ingest._prepare
-                with cur.copy(_COPY_FOLD_BINARY) as copy:
-                    copy.write(BINARY_HEADER)
-                    for fold in folds:
-                        copy.write(fold)
-                    copy.write(BINARY_TRAILER)
+                _copy_binary(cur, _COPY_FOLD_BINARY, folds)
         else:
             fold_rows: list[tuple[Any, ...]] = []
             with cur.copy(_COPY_INTERACTIONS) as copy:
